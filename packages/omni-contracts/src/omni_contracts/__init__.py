@@ -1,0 +1,73 @@
+"""Contracts between omni-rl and its model packages.
+
+Light by design: importing this package loads no torch and no transformers, so a model
+package can be contract-checked in milliseconds. See ``omni_contracts.testing`` for the
+kit a model package runs from its own tests.
+"""
+
+from omni_contracts.errors import (
+    AdapterNotFoundError,
+    ContractViolation,
+    ExtraFieldError,
+    ModelPackageImportError,
+    OmniContractError,
+    RegistrationError,
+    SchemaError,
+    UnknownModeError,
+)
+from omni_contracts.extra_fields import ExtraFieldSpec, is_namespaced, validate_extra_fields
+from omni_contracts.plugins import MODEL_ENTRY_POINT_GROUP, ModelPackage, ModelPackageLoader
+from omni_contracts.registry import AdapterRegistry
+from omni_contracts.rollout_adapter import (
+    RolloutAdapter,
+    check_engine_prompt,
+    get_rollout_adapter,
+    keep_final_outputs,
+    rollout_adapters,
+)
+from omni_contracts.sample import RolloutSample, StageOutput, collate_extra_fields
+from omni_contracts.topology import OUTPUT_TYPES, OutputType, StageConfig, validate_stage_topology
+from omni_contracts.training_adapter import (
+    STAGES,
+    Stage,
+    TrainingAdapter,
+    get_training_adapter,
+    strip_submodules,
+    training_adapters,
+)
+
+__all__ = [
+    "MODEL_ENTRY_POINT_GROUP",
+    "OUTPUT_TYPES",
+    "STAGES",
+    "AdapterNotFoundError",
+    "AdapterRegistry",
+    "ContractViolation",
+    "ExtraFieldError",
+    "ExtraFieldSpec",
+    "ModelPackage",
+    "ModelPackageImportError",
+    "ModelPackageLoader",
+    "OmniContractError",
+    "OutputType",
+    "RegistrationError",
+    "RolloutAdapter",
+    "RolloutSample",
+    "SchemaError",
+    "Stage",
+    "StageConfig",
+    "StageOutput",
+    "TrainingAdapter",
+    "UnknownModeError",
+    "check_engine_prompt",
+    "collate_extra_fields",
+    "get_rollout_adapter",
+    "get_training_adapter",
+    "is_namespaced",
+    "keep_final_outputs",
+    "rollout_adapters",
+    "strip_submodules",
+    "training_adapters",
+    "validate_extra_fields",
+    "validate_stage_topology",
+]

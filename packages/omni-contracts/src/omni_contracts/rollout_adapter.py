@@ -1,0 +1,183 @@
+"""The rollout side of a model package: how a generation pipeline is set up and read back.
+
+The trainer resolves one adapter per run from the pipeline name
+(``actor_rollout_ref.rollout.engine_kwargs.vllm_omni.pipeline_name``). Engines call
+``ensure_pipeline_registered`` once at start-up, then ``build_stage_configs``,
+``rollout_flags`` and the engine-extras hooks when they build their configuration, then
+``prepare_engine_prompt`` per request, ``combine_engine_outputs`` per finished request,
+and ``postprocess_agent_loop_output`` per sample handed to training.
+
+The defaults describe a single-stage, single-output autoregressive model.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
+
+from omni_contracts.errors import RegistrationError, SchemaError, UnknownModeError
+from omni_contracts.plugins import default_loader
+from omni_contracts.registry import AdapterRegistry
+from omni_contracts.sample import RolloutSample, StageOutput
+from omni_contracts.topology import StageConfig
+
+R = TypeVar("R", bound="type[RolloutAdapter]")
+StageFlags = Mapping[int, Mapping[str, object]]
+
+
+class RolloutAdapter(abc.ABC):
+    """Base class of rollout adapters; subclass it and register with :meth:`register`."""
+
+    modes: ClassVar[tuple[str, ...]] = ()
+    """Every pipeline mode the adapter supports, e.g. ``("thinker_only", "full")``."""
+
+    @classmethod
+    def register(cls, pipeline: str) -> Callable[[R], R]:
+        """Class decorator: ``@RolloutAdapter.register("my_pipeline")``.
+
+        Raises:
+            RegistrationError: empty name or modes, abstract class, or the name is taken.
+        """
+        if not pipeline:
+            raise RegistrationError("A rollout adapter needs a non-empty pipeline name.")
+
+        def decorate(adapter_cls: R) -> R:
+            if not adapter_cls.modes:
+                raise RegistrationError(
+                    f"{adapter_cls.__qualname__} declares no pipeline modes: set the class "
+                    "attribute `modes`, e.g. modes = ('thinker_only',)."
+                )
+            rollout_adapters.add(pipeline, adapter_cls)
+            return adapter_cls
+
+        return decorate
+
+    def check_mode(self, mode: str) -> None:
+        """Raise :class:`UnknownModeError` listing the valid modes if ``mode`` is not one."""
+        if mode not in self.modes:
+            raise UnknownModeError(
+                f"{type(self).__name__} has no pipeline mode {mode!r}; "
+                f"valid modes: {', '.join(self.modes)}."
+            )
+
+    @abc.abstractmethod
+    def build_stage_configs(self, mode: str) -> Sequence[StageConfig]:
+        """The pipeline topology for ``mode`` (validated by the engine)."""
+
+    @abc.abstractmethod
+    def rollout_flags(self, mode: str) -> StageFlags:
+        """Per-stage engine flags by stage id (e.g. ``{0: {"return_hidden_states": True}}``)."""
+
+    @abc.abstractmethod
+    def get_pipeline_id(self, mode: str) -> str:
+        """The engine's pipeline type string, used to generate its deploy config."""
+
+    def ensure_pipeline_registered(self) -> None:
+        """Register the pipeline with the engine if the engine does not know it yet."""
+
+    def get_engine_hf_overrides(self, mode: str) -> dict[str, Any]:
+        """Hugging Face config overrides the engine applies when loading the model."""
+        return {}
+
+    def get_stage_engine_extras(self, stage_id: int, mode: str) -> dict[str, Any]:
+        """Extra engine arguments for one stage (memory, parallelism, sampling defaults)."""
+        return {}
+
+    def policy_stage_id(self, mode: str) -> int:
+        """The stage whose sampling parameters and log-probs define the trained policy."""
+        return 0
+
+    def weight_sync_stage_ids(self, mode: str) -> tuple[int, ...]:
+        """The stages that receive the actor's weights after each update."""
+        return (self.policy_stage_id(mode),)
+
+    def prepare_engine_prompt(
+        self,
+        prompt_ids: Sequence[int],
+        multi_modal_data: Mapping[str, Any] | None,
+        mm_processor_kwargs: Mapping[str, Any] | None,
+    ) -> dict[str, Any] | None:
+        """A custom engine prompt, or ``None`` to let the engine build its default one.
+
+        A custom prompt must include ``mm_processor_kwargs`` whenever it is not ``None``
+        (the engine adds it only to its own default prompt); see :func:`check_engine_prompt`.
+        """
+        return None
+
+    def combine_engine_outputs(
+        self, outputs: Sequence[StageOutput], mode: str
+    ) -> tuple[StageOutput, ...]:
+        """Choose which stage outputs of one request are kept.
+
+        The default keeps the engine's single output: the last one. Override (for example
+        with :func:`keep_final_outputs`) to keep every ``final_output`` stage. Any
+        combiner must accept aborted outputs with empty token ids and an empty list.
+        """
+        return (outputs[-1],) if outputs else ()
+
+    def postprocess_agent_loop_output(
+        self, sample: RolloutSample, outputs: Sequence[StageOutput], mode: str
+    ) -> RolloutSample:
+        """Map engine outputs to the trained policy sequence.
+
+        The default returns ``sample`` unchanged (text-token stages). A talker adapter puts
+        the sampled policy sequence in ``response_ids``, keeps mask and log-probs aligned,
+        and stores model-native data under namespaced ``extra_fields`` keys.
+        """
+        return sample
+
+
+def keep_final_outputs(
+    outputs: Sequence[StageOutput], stages: Sequence[StageConfig]
+) -> tuple[StageOutput, ...]:
+    """The outputs of every stage marked ``final_output``, in stage order.
+
+    Aborted outputs are kept (the caller sees they were aborted); an empty list gives ``()``.
+    """
+    final_ids = {stage.stage_id for stage in stages if stage.final_output}
+    kept = [output for output in outputs if output.stage_id in final_ids]
+    return tuple(sorted(kept, key=lambda output: output.stage_id))
+
+
+def check_engine_prompt(
+    prompt: Mapping[str, Any], mm_processor_kwargs: Mapping[str, Any] | None
+) -> None:
+    """Raise if a custom prompt drops non-None ``mm_processor_kwargs``.
+
+    Raises:
+        SchemaError: naming the missing or differing key.
+    """
+    if mm_processor_kwargs is None:
+        return
+    carried = prompt.get("mm_processor_kwargs")
+    if carried is None:
+        raise SchemaError(
+            "Custom engine prompt has no 'mm_processor_kwargs' but the request has "
+            f"{dict(mm_processor_kwargs)!r}; copy them into the prompt (the engine only adds "
+            "them to its default prompt)."
+        )
+    differing = sorted(k for k in mm_processor_kwargs if carried.get(k) != mm_processor_kwargs[k])
+    if differing:
+        raise SchemaError(
+            f"Custom engine prompt's mm_processor_kwargs differ from the request's on "
+            f"{differing}; pass the request's values through."
+        )
+
+
+rollout_adapters: AdapterRegistry[str, RolloutAdapter] = AdapterRegistry(
+    "rollout adapter",
+    RolloutAdapter,
+    describe_key=lambda pipeline: f"pipeline {pipeline!r}",
+    loader=default_loader,
+)
+
+
+def get_rollout_adapter(pipeline: str) -> RolloutAdapter:
+    """A fresh instance of the adapter registered for ``pipeline``.
+
+    Raises:
+        AdapterNotFoundError: nothing is registered for the name after loading packages.
+        ModelPackageImportError: an installed model package failed to import.
+    """
+    return rollout_adapters.get(pipeline)()

@@ -1,0 +1,213 @@
+"""The training side of a model package: how to load, trim and feed a model for RL.
+
+The trainer resolves one adapter per run from ``(architecture, stage)``, where the
+architecture is the checkpoint config's ``architectures[0]``. Call order, in both engines:
+
+1. ``register_auto_classes()`` once, before anything is loaded;
+2. ``configure_tokenizer`` and ``configure_processor`` when the dataset is built;
+3. the engine loads the model (through ``auto_model_class`` if set), then calls
+   ``configure_model`` before FSDP wrapping and before LoRA injection;
+4. ``prepare_model_inputs`` for every actor forward (old/ref log-probs and the update).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Literal, TypeVar, get_args
+
+from omni_contracts.errors import (
+    AdapterNotFoundError,
+    ExtraFieldError,
+    RegistrationError,
+    SchemaError,
+)
+from omni_contracts.extra_fields import ExtraFieldSpec, validate_extra_fields
+from omni_contracts.plugins import default_loader
+from omni_contracts.registry import AdapterRegistry
+
+Stage = Literal["thinker", "talker", "all"]
+"""Which autoregressive stage of a multi-stage model is trained; ``all`` for single-stage models."""
+
+STAGES: tuple[str, ...] = get_args(Stage)
+
+TrainingKey = tuple[str, str]
+T = TypeVar("T", bound="type[TrainingAdapter]")
+
+
+def _describe_training_key(key: TrainingKey) -> str:
+    return f"architecture {key[0]!r}, stage {key[1]!r}"
+
+
+class TrainingAdapter(abc.ABC):
+    """Base class of training adapters; subclass it and register with :meth:`register`.
+
+    ``model_config`` arguments are the checkpoint's Hugging Face config object (typed
+    ``Any`` here so that this package never imports transformers).
+    """
+
+    auto_model_class: ClassVar[str | None] = None
+    """Name of the ``transformers`` auto class that loads this architecture, when the
+    engine's default (``AutoModelForMultimodalLM``) does not own it."""
+
+    extra_field_specs: ClassVar[Mapping[str, ExtraFieldSpec]] = {}
+    """Model-native rollout fields this adapter consumes in :meth:`prepare_model_inputs`."""
+
+    @classmethod
+    def register(cls, architecture: str, *, stage: Stage) -> Callable[[T], T]:
+        """Class decorator: ``@TrainingAdapter.register("MyArch", stage="thinker")``.
+
+        Raises:
+            RegistrationError: unknown stage, abstract class, or the key is already taken.
+        """
+        if stage not in STAGES:
+            raise RegistrationError(
+                f"Unknown training stage {stage!r} for architecture {architecture!r}; "
+                f"valid stages: {', '.join(STAGES)}."
+            )
+
+        def decorate(adapter_cls: T) -> T:
+            training_adapters.add((architecture, stage), adapter_cls)
+            return adapter_cls
+
+        return decorate
+
+    @abc.abstractmethod
+    def get_strip_modules(self, model_config: Any) -> Sequence[str]:
+        """Attribute paths (dotted for nested) of submodules to delete before wrapping.
+
+        Inference-only components (e.g. a talker and a vocoder when training the thinker).
+        Called by the default :meth:`configure_model`.
+        """
+
+    @abc.abstractmethod
+    def configure_processor(self, model_path: str, model_config: Any) -> Any:
+        """Load and return the multimodal processor for the checkpoint at ``model_path``."""
+
+    @abc.abstractmethod
+    def configure_tokenizer(self, model_path: str, model_config: Any) -> Any:
+        """Load and return the tokenizer; it must carry a chat template."""
+
+    def configure_model(self, module: Any, model_config: Any) -> None:
+        """Adapt the loaded model in place; runs before FSDP wrapping and LoRA injection.
+
+        The default deletes the submodules named by :meth:`get_strip_modules`. Overrides
+        call ``super().configure_model(module, model_config)`` first, then redirect
+        forwards, set ``_no_split_modules`` and freeze what must not train.
+        """
+        strip_submodules(module, self.get_strip_modules(model_config))
+
+    def register_auto_classes(self) -> None:
+        """Register classes from an optional model package with the transformers Auto APIs."""
+
+    def prepare_model_inputs(
+        self,
+        model_inputs: dict[str, Any],
+        micro_batch: Mapping[str, Any],
+        model_config: Any,
+    ) -> dict[str, Any]:
+        """Add model-native rollout data to the actor's forward inputs.
+
+        ``micro_batch`` holds each declared extra field at its top level, one entry per
+        sample (see :func:`omni_contracts.sample.collate_extra_fields`). The default
+        validates every declared field, passes those with a ``forward_arg`` to the
+        forward, and leaves ``model_inputs`` otherwise untouched. A missing or
+        inconsistent field raises; an adapter must never rebuild a different trajectory.
+
+        Raises:
+            ExtraFieldError: a required field is missing or a shape is wrong.
+        """
+        if not self.extra_field_specs:
+            return model_inputs
+        for index, fields in enumerate(micro_batch_rows(micro_batch, self.extra_field_specs)):
+            validate_extra_fields(fields, self.extra_field_specs, where=f"micro-batch row {index}")
+        prepared = dict(model_inputs)
+        for key, spec in self.extra_field_specs.items():
+            if spec.forward_arg is not None and key in micro_batch:
+                prepared[spec.forward_arg] = micro_batch[key]
+        return prepared
+
+
+def micro_batch_rows(
+    micro_batch: Mapping[str, Any], specs: Mapping[str, ExtraFieldSpec]
+) -> list[dict[str, object]]:
+    """Split the declared top-level fields of a micro-batch back into one dict per row.
+
+    Raises:
+        ExtraFieldError: declared fields disagree on the number of rows.
+    """
+    present = {key: micro_batch[key] for key in specs if key in micro_batch}
+    sizes = {key: len(value) for key, value in present.items()}
+    if len(set(sizes.values())) > 1:
+        raise ExtraFieldError(
+            f"Micro-batch extra fields have different numbers of rows: {sizes}. Every "
+            "field must hold one entry per sample."
+        )
+    rows = next(iter(sizes.values()), 0)
+    if rows == 0 and any(spec.required for spec in specs.values()):
+        required = ", ".join(sorted(k for k, s in specs.items() if s.required))
+        raise ExtraFieldError(
+            f"Micro-batch has none of the required extra fields ({required}); the rollout "
+            "must store them and batching must move them to the top level."
+        )
+    return [
+        {key: value[row] for key, value in present.items() if value[row] is not None}
+        for row in range(rows)
+    ]
+
+
+def strip_submodules(module: Any, paths: Sequence[str]) -> list[str]:
+    """Delete the submodules at ``paths`` (dotted attribute paths) from ``module``.
+
+    Deeper paths go first, so ``["talker", "talker.code_predictor"]`` works.
+
+    Raises:
+        SchemaError: a path does not exist; the message lists the parent's children.
+    """
+    removed: list[str] = []
+    for path in sorted(set(paths), key=lambda p: p.count("."), reverse=True):
+        *parents, name = path.split(".")
+        owner = module
+        for part in parents:
+            owner = getattr(owner, part, None)
+            if owner is None:
+                break
+        if owner is None or not hasattr(owner, name):
+            children = _child_names(module if owner is None else owner)
+            raise SchemaError(
+                f"Cannot strip {path!r}: no such submodule on {type(module).__name__} "
+                f"(children there: {', '.join(children) or 'none'}). Fix get_strip_modules."
+            )
+        delattr(owner, name)
+        removed.append(path)
+    return removed
+
+
+def _child_names(module: Any) -> list[str]:
+    named_children = getattr(module, "named_children", None)
+    if callable(named_children):
+        return [name for name, _ in named_children()]
+    return sorted(vars(module))
+
+
+training_adapters: AdapterRegistry[TrainingKey, TrainingAdapter] = AdapterRegistry(
+    "training adapter",
+    TrainingAdapter,
+    describe_key=_describe_training_key,
+    loader=default_loader,
+)
+
+
+def get_training_adapter(architecture: str, stage: str) -> TrainingAdapter:
+    """A fresh instance of the adapter registered for ``(architecture, stage)``.
+
+    Raises:
+        AdapterNotFoundError: nothing is registered for the key after loading packages.
+        ModelPackageImportError: an installed model package failed to import.
+    """
+    if stage not in STAGES:
+        raise AdapterNotFoundError(
+            f"Unknown training stage {stage!r} for architecture {architecture!r}; "
+            f"valid stages: {', '.join(STAGES)}."
+        )
+    return training_adapters.get((architecture, stage))()

@@ -1,0 +1,128 @@
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+from omni_contracts import (
+    ExtraFieldError,
+    RolloutAdapter,
+    RolloutSample,
+    SchemaError,
+    StageConfig,
+    StageOutput,
+    UnknownModeError,
+    check_engine_prompt,
+    get_rollout_adapter,
+    get_training_adapter,
+    keep_final_outputs,
+    strip_submodules,
+)
+from omni_contracts.errors import RegistrationError
+
+
+class TextOnly(RolloutAdapter):
+    modes = ("text",)
+
+    def build_stage_configs(self, mode: str) -> Sequence[StageConfig]:
+        self.check_mode(mode)
+        return [StageConfig(0, "A", "text", final_output=True)]
+
+    def rollout_flags(self, mode: str) -> dict[int, dict[str, object]]:
+        self.check_mode(mode)
+        return {}
+
+    def get_pipeline_id(self, mode: str) -> str:
+        self.check_mode(mode)
+        return "text"
+
+
+def test_registered_adapters_resolve_to_fresh_instances(fake: ModuleType) -> None:
+    adapter = get_training_adapter(fake.FAKE_ARCH, "thinker")
+    assert type(adapter) is fake.FakeThinkerAdapter
+    assert get_training_adapter(fake.FAKE_ARCH, "thinker") is not adapter
+    assert type(get_rollout_adapter(fake.FAKE_PIPELINE)) is fake.FakeRolloutAdapter
+
+
+def test_rollout_adapter_without_modes_is_refused() -> None:
+    class NoModes(TextOnly):
+        modes = ()
+
+    with pytest.raises(RegistrationError, match="NoModes declares no pipeline modes"):
+        RolloutAdapter.register("no_modes")(NoModes)
+
+
+def test_unknown_mode_lists_valid_modes(fake: ModuleType) -> None:
+    with pytest.raises(UnknownModeError, match="no pipeline mode 'full'; valid modes: thinker_only, thinker_talker"):
+        fake.FakeRolloutAdapter().build_stage_configs("full")
+
+
+def test_defaults_describe_a_single_output_model() -> None:
+    adapter = TextOnly()
+    assert adapter.policy_stage_id("text") == 0
+    assert adapter.weight_sync_stage_ids("text") == (0,)
+    assert adapter.get_engine_hf_overrides("text") == {}
+    assert adapter.get_stage_engine_extras(0, "text") == {}
+    assert adapter.prepare_engine_prompt([1, 2], None, None) is None
+    first, last = StageOutput(0, (1,)), StageOutput(0, (2,))
+    assert adapter.combine_engine_outputs([first, last], "text") == (last,)
+    assert adapter.combine_engine_outputs([], "text") == ()
+    made = RolloutSample((1,), (2,), (1,))
+    assert adapter.postprocess_agent_loop_output(made, [last], "text") is made
+
+
+def test_keep_final_outputs_orders_by_stage_and_keeps_aborts() -> None:
+    stages = [
+        StageConfig(0, "T", "text", final_output=True),
+        StageConfig(1, "K", "codec", inputs=(0,)),
+        StageConfig(2, "W", "audio", final_output=True, inputs=(1,)),
+    ]
+    wave = StageOutput(2, aborted=True, finished=False)
+    text = StageOutput(0, (1, 2))
+    codec = StageOutput(1, (3,))
+    assert keep_final_outputs([wave, codec, text], stages) == (text, wave)
+    assert keep_final_outputs([], stages) == ()
+
+
+def test_custom_prompt_must_carry_mm_processor_kwargs() -> None:
+    kwargs = {"use_audio_in_video": True}
+    check_engine_prompt({"prompt_token_ids": [1]}, None)
+    check_engine_prompt({"prompt_token_ids": [1], "mm_processor_kwargs": dict(kwargs)}, kwargs)
+    with pytest.raises(SchemaError, match="has no 'mm_processor_kwargs' but the request has"):
+        check_engine_prompt({"prompt_token_ids": [1]}, kwargs)
+    with pytest.raises(SchemaError, match=r"differ from the request's on \['use_audio_in_video'\]"):
+        check_engine_prompt({"mm_processor_kwargs": {"use_audio_in_video": False}}, kwargs)
+
+
+def test_strip_submodules_removes_nested_paths_deepest_first(fake_model: Any) -> None:
+    before = sum(p.numel() for p in fake_model.parameters())
+    talker = sum(p.numel() for p in fake_model.talker.parameters())
+    removed = strip_submodules(fake_model, ["talker", "talker.code_predictor"])
+    assert removed == ["talker.code_predictor", "talker"]
+    assert not hasattr(fake_model, "talker")
+    assert sum(p.numel() for p in fake_model.parameters()) == before - talker
+
+
+def test_strip_submodules_names_the_children_on_a_bad_path(fake_model: Any) -> None:
+    with pytest.raises(SchemaError, match=r"Cannot strip 'vocoder'.*children there: thinker, talker, code2wav"):
+        strip_submodules(fake_model, ["vocoder"])
+    with pytest.raises(SchemaError, match=r"Cannot strip 'talker.decoder'.*children there: code_predictor, head"):
+        strip_submodules(fake_model, ["talker.decoder"])
+
+
+def test_default_prepare_model_inputs_validates_and_forwards(fake: ModuleType) -> None:
+    adapter = fake.FakeThinkerAdapter()
+    config = SimpleNamespace()
+    inputs = {"input_ids": "ids"}
+    batch = {fake.CODEC_KEY: [[[1, 2]] * 3, [[3, 4]] * 2]}
+    assert adapter.prepare_model_inputs(inputs, batch, config) == {
+        "input_ids": "ids",
+        "codec_ids": batch[fake.CODEC_KEY],
+    }
+    with pytest.raises(ExtraFieldError, match=r"none of the required extra fields \(fake_omni.codec_ids\)"):
+        adapter.prepare_model_inputs(inputs, {}, config)
+    bad = {fake.CODEC_KEY: [[[1, 2, 3]]]}
+    with pytest.raises(ExtraFieldError, match=r"micro-batch row 0: extra field 'fake_omni.codec_ids' has shape \(1, 3\)"):
+        adapter.prepare_model_inputs(inputs, bad, config)

@@ -1,0 +1,247 @@
+"""The contract kit, run against the fake model package: the good adapters pass, and each
+way of breaking the contract fails with a message that says what to fix."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+from omni_contracts import ContractViolation, RolloutSample, StageConfig, StageOutput, testing
+from omni_contracts.errors import UnknownModeError
+
+
+def codec_sample(fake: ModuleType, n: int = 2, **extra: object) -> RolloutSample:
+    fields = {fake.CODEC_KEY: [[0, 0]] * n, **extra}
+    return RolloutSample((7, 8), tuple(range(n)), (1,) * n, (-1.0,) * n, fields)
+
+
+# --- the good pair --------------------------------------------------------------------------
+
+
+def test_good_pair_passes_every_check(fake: ModuleType, fake_model: Any, fake_config: Any) -> None:
+    training = fake.FakeThinkerAdapter()
+    rollout = fake.FakeRolloutAdapter()
+    testing.check_training_registration(fake.FakeThinkerAdapter, fake.FAKE_ARCH, "thinker")
+    testing.check_rollout_registration(fake.FakeRolloutAdapter, fake.FAKE_PIPELINE)
+    testing.check_strip_modules(training, fake_model, fake_config)
+    testing.check_no_split_modules(fake_model)
+    testing.check_chat_templates(training, "/unused", fake_config)
+    testing.check_rollout_modes(rollout)
+    testing.check_combine_engine_outputs(rollout)
+    testing.check_postprocess_alignment(
+        rollout, codec_sample(fake), [StageOutput(0, (0, 1))], "thinker_only", training.extra_field_specs
+    )
+    batch = {fake.CODEC_KEY: [[[1, 2]] * 3, [[3, 4]] * 2]}
+    testing.check_prepare_model_inputs(training, {"input_ids": [1]}, batch, fake_config)
+
+
+def test_fake_package_is_found_through_its_entry_point(fake_package_dir: Path) -> None:
+    """In a fresh interpreter, nothing imports the fake package: the registry lookup does."""
+    script = textwrap.dedent(
+        """
+        import sys
+        from omni_contracts import get_rollout_adapter, testing, training_adapters
+        assert "fake_omni_model" not in sys.modules
+        names = [p.describe() for p in training_adapters.loader.installed()]
+        assert "fake_omni = fake_omni_model (from fake-omni-model)" in names, names
+        adapter = get_rollout_adapter("fake_omni")
+        import fake_omni_model
+        testing.check_training_registration(
+            fake_omni_model.FakeThinkerAdapter, "FakeOmniForConditionalGeneration", "thinker"
+        )
+        print(type(adapter).__qualname__)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(fake_package_dir)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "FakeRolloutAdapter"
+
+
+def test_wrong_registration_is_reported(fake: ModuleType) -> None:
+    with pytest.raises(ContractViolation, match=r"resolves to FakeThinkerAdapter, not Other"):
+        testing.check_training_registration(
+            type("Other", (fake.FakeThinkerAdapter,), {}), fake.FAKE_ARCH, "thinker"
+        )
+
+
+# --- training side, broken ---------------------------------------------------------------
+
+
+def test_override_that_skips_super_leaves_modules(fake: ModuleType, fake_model: Any, fake_config: Any) -> None:
+    class ForgetsSuper(fake.FakeThinkerAdapter):  # type: ignore[name-defined, misc]
+        def configure_model(self, module: Any, model_config: Any) -> None:
+            module._no_split_modules = ["FakeDecoderLayer"]
+
+    with pytest.raises(ContractViolation, match=r"still exist after configure_model.*must call super\(\)"):
+        testing.check_strip_modules(ForgetsSuper(), fake_model, fake_config)
+
+
+def test_strip_list_naming_absent_modules(fake: ModuleType, fake_model: Any, fake_config: Any) -> None:
+    class Typo(fake.FakeThinkerAdapter):  # type: ignore[name-defined, misc]
+        def get_strip_modules(self, model_config: Any) -> Sequence[str]:
+            return ["talker", "code_predictor"]
+
+    with pytest.raises(ContractViolation, match=r"names \['code_predictor'\], which do not exist"):
+        testing.check_strip_modules(Typo(), fake_model, fake_config)
+
+
+def test_no_split_modules_must_name_present_layer_classes(fake_model: Any) -> None:
+    with pytest.raises(ContractViolation, match=r"_no_split_modules is None"):
+        testing.check_no_split_modules(fake_model)
+    fake_model._no_split_modules = ["Qwen3DecoderLayer"]
+    with pytest.raises(
+        ContractViolation,
+        match=r"names \['Qwen3DecoderLayer'\].*Layer-like classes present: \['FakeDecoderLayer'\]",
+    ):
+        testing.check_no_split_modules(fake_model)
+
+
+def test_missing_chat_template_is_reported(fake: ModuleType, fake_config: Any) -> None:
+    class NoTemplate(fake.FakeThinkerAdapter):  # type: ignore[name-defined, misc]
+        def configure_processor(self, model_path: str, model_config: Any) -> Any:
+            return SimpleNamespace(tokenizer=SimpleNamespace(chat_template=None))
+
+    with pytest.raises(ContractViolation, match=r"configure_processor\('/ckpt'\) returned SimpleNamespace without a chat template"):
+        testing.check_chat_templates(NoTemplate(), "/ckpt", fake_config)
+
+
+def test_prepare_model_inputs_that_ignores_its_fields(fake: ModuleType, fake_config: Any) -> None:
+    class Lenient(fake.FakeThinkerAdapter):  # type: ignore[name-defined, misc]
+        def prepare_model_inputs(
+            self, model_inputs: dict[str, Any], micro_batch: Mapping[str, Any], model_config: Any
+        ) -> dict[str, Any]:
+            return model_inputs
+
+    batch = {fake.CODEC_KEY: [[[1, 2]]]}
+    with pytest.raises(ContractViolation, match=r"accepted a micro-batch with a wrongly shaped row for 'fake_omni.codec_ids'"):
+        testing.check_prepare_model_inputs(Lenient(), {"input_ids": [1]}, batch, fake_config)
+
+
+def test_prepare_model_inputs_that_drops_inputs(fake: ModuleType, fake_config: Any) -> None:
+    class Dropper(fake.FakeThinkerAdapter):  # type: ignore[name-defined, misc]
+        def prepare_model_inputs(
+            self, model_inputs: dict[str, Any], micro_batch: Mapping[str, Any], model_config: Any
+        ) -> dict[str, Any]:
+            return {}
+
+    with pytest.raises(ContractViolation, match=r"dropped model inputs \['input_ids'\]"):
+        testing.check_prepare_model_inputs(Dropper(), {"input_ids": [1]}, {fake.CODEC_KEY: [[[1, 2]]]}, fake_config)
+
+
+def test_example_batch_must_hold_required_fields(fake: ModuleType, fake_config: Any) -> None:
+    with pytest.raises(ContractViolation, match=r"lacks required fields \['fake_omni.codec_ids'\]"):
+        testing.check_prepare_model_inputs(fake.FakeThinkerAdapter(), {}, {}, fake_config)
+
+
+# --- rollout side, broken -----------------------------------------------------------------
+
+
+def rollout_variant(fake: ModuleType, **methods: Any) -> Any:
+    return type("Variant", (fake.FakeRolloutAdapter,), methods)()
+
+
+def test_flags_for_a_missing_stage(fake: ModuleType) -> None:
+    adapter = rollout_variant(fake, rollout_flags=lambda self, mode: {3: {}})
+    with pytest.raises(ContractViolation, match=r"flags for stage 3, but the pipeline's stages are \[0\]"):
+        testing.check_rollout_modes(adapter)
+
+
+def test_flags_contradicting_the_topology(fake: ModuleType) -> None:
+    adapter = rollout_variant(fake, rollout_flags=lambda self, mode: {0: {"return_hidden_states": True}})
+    with pytest.raises(ContractViolation, match=r"'thinker_only': rollout_flags says return_hidden_states=True"):
+        testing.check_rollout_modes(adapter)
+
+
+def test_policy_stage_outside_the_pipeline(fake: ModuleType) -> None:
+    adapter = rollout_variant(fake, policy_stage_id=lambda self, mode: 1)
+    with pytest.raises(ContractViolation, match=r"'thinker_only': policy_stage_id 1 is not among \[0\]"):
+        testing.check_rollout_modes(adapter)
+
+
+def test_invalid_topology(fake: ModuleType) -> None:
+    adapter = rollout_variant(
+        fake, build_stage_configs=lambda self, mode: [StageConfig(0, "A", "text")]
+    )
+    with pytest.raises(ContractViolation, match=r"build_stage_configs\('thinker_only'\) is invalid: No stage is marked final_output"):
+        testing.check_rollout_modes(adapter)
+
+
+def test_unknown_mode_must_raise(fake: ModuleType) -> None:
+    adapter = rollout_variant(fake, get_pipeline_id=lambda self, mode: "fake")
+    with pytest.raises(ContractViolation, match=r"get_pipeline_id\('__no_such_mode__'\) did not raise UnknownModeError"):
+        testing.check_rollout_modes(adapter)
+
+    def vague(self: Any, mode: str) -> str:
+        if mode not in self.modes:
+            raise UnknownModeError("bad mode")
+        return "fake"
+
+    with pytest.raises(ContractViolation, match=r"must name it and every valid mode"):
+        testing.check_rollout_modes(rollout_variant(fake, get_pipeline_id=vague))
+
+
+def test_combiner_that_fails_on_an_empty_list(fake: ModuleType) -> None:
+    adapter = rollout_variant(fake, combine_engine_outputs=lambda self, outputs, mode: (outputs[0],))
+    with pytest.raises(ContractViolation, match=r"failed on no outputs in mode 'thinker_only': IndexError"):
+        testing.check_combine_engine_outputs(adapter)
+
+
+def test_combiner_that_keeps_a_non_final_stage(fake: ModuleType) -> None:
+    def keep_all(self: Any, outputs: Sequence[StageOutput], mode: str) -> tuple[StageOutput, ...]:
+        return tuple(outputs)
+
+    variant = type("KeepAll", (fake.FakeRolloutAdapter,), {"combine_engine_outputs": keep_all})
+    stages = [
+        StageConfig(0, "T", "text", final_output=True),
+        StageConfig(1, "K", "codec", inputs=(0,)),
+    ]
+    variant.build_stage_configs = lambda self, mode: stages
+    with pytest.raises(ContractViolation, match=r"kept a stage not marked final_output .*final stages: \[0\]"):
+        testing.check_combine_engine_outputs(variant())
+
+
+def test_combiner_that_invents_outputs(fake: ModuleType) -> None:
+    adapter = rollout_variant(
+        fake, combine_engine_outputs=lambda self, outputs, mode: (StageOutput(0, (9,)),)
+    )
+    with pytest.raises(ContractViolation, match=r"returned outputs it was not given on outputs"):
+        testing.check_combine_engine_outputs(adapter)
+
+
+def test_postprocess_with_undeclared_or_misshaped_fields(fake: ModuleType) -> None:
+    specs = fake.FakeThinkerAdapter.extra_field_specs
+    rollout = fake.FakeRolloutAdapter()
+    undeclared = codec_sample(fake, **{"fake_omni.codes": [1]})
+    with pytest.raises(ContractViolation, match=r"'fake_omni.codes' is not declared"):
+        testing.check_postprocess_alignment(rollout, undeclared, [], "thinker_only", specs)
+    misshaped = codec_sample(fake, **{fake.CODEC_KEY: [[0, 0]] * 5})
+    with pytest.raises(ContractViolation, match=r"axis 0 is 'response_length' = 2 elsewhere"):
+        testing.check_postprocess_alignment(rollout, misshaped, [], "thinker_only", specs)
+
+
+def test_postprocess_returning_a_misaligned_sample(fake: ModuleType) -> None:
+    def misalign(self: Any, sample: RolloutSample, outputs: Any, mode: str) -> RolloutSample:
+        object.__setattr__(sample, "response_mask", sample.response_mask[:-1])  # bypasses checks
+        return sample
+
+    adapter = rollout_variant(fake, postprocess_agent_loop_output=misalign)
+    specs = fake.FakeThinkerAdapter.extra_field_specs
+    with pytest.raises(ContractViolation, match=r"\{'response_mask': 1\} do not align with 2 response_ids"):
+        testing.check_postprocess_alignment(adapter, codec_sample(fake), [], "thinker_only", specs)
+
+
+def test_extra_field_specs_keyed_by_their_own_key(fake: ModuleType) -> None:
+    spec = fake.FakeThinkerAdapter.extra_field_specs[fake.CODEC_KEY]
+    with pytest.raises(ContractViolation, match=r"entry 'fake_omni.other' holds a spec for 'fake_omni.codec_ids'"):
+        testing.check_extra_field_keys({"fake_omni.other": spec})

@@ -1,0 +1,1 @@
+"""Dataset converters and the multimodal RL dataset (not built yet)."""

@@ -1,0 +1,1 @@
+"""Reward scorers, the reward manager and the HTTP scorer client (not built yet)."""

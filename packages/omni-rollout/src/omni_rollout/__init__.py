@@ -1,0 +1,1 @@
+"""Rollout engines (local generate, vLLM-Omni), agent loops and deploy configs (not built yet)."""

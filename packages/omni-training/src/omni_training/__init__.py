@@ -1,0 +1,1 @@
+"""Policy losses, advantage estimators, the actor, metrics and checkpoints (not built yet)."""
