@@ -1,1 +1,6 @@
-"""Qwen3-Omni training and rollout adapters and the offline tiny model (not built yet)."""
+"""Qwen3-Omni for omni-rl: the thinker's training adapter, the rollout adapter, and an
+offline tiny Qwen3-Omni (``omni_qwen3.tiny``).
+
+Installed model packages are found through the ``omni_rl.models`` entry point, which
+imports ``omni_qwen3.adapters``; importing this package itself loads nothing heavy.
+"""

@@ -1,0 +1,134 @@
+"""The Qwen3-Omni processor as the thinker's trainer needs it.
+
+Adds two things to transformers' ``Qwen3OmniMoeProcessor``:
+
+- ``get_rope_index``: the thinker's 3-D (temporal, height, width) mrope positions, computed
+  by transformers' own implementation from the thinker config, returned as **int64**
+  (transformers returns float32, which a bf16 cast would round).
+- ``dedup_pad_tokens``: collapses each run of one multimodal pad token to a single token.
+  The processor expands each image/video/audio placeholder to its feature length; vLLM
+  expands it again, so prompts sent to the engine must carry one pad per media item.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, TypeVar
+
+import torch
+from transformers import Qwen3OmniMoeProcessor
+from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
+    Qwen3OmniMoePreTrainedModelForConditionalGeneration as _ThinkerPositions,
+)
+
+Ids = TypeVar("Ids", list[int], torch.Tensor)
+
+
+class _RopeIndexer:
+    """Runs transformers' ``get_rope_index`` with a thinker config and no model.
+
+    Upstream's implementation only reads ``config``, ``spatial_merge_size`` and
+    ``get_llm_pos_ids_for_vision`` from ``self`` (transformers itself calls it this way
+    from the talker); ``tests/test_processor.py`` checks the result against the model's.
+    """
+
+    get_rope_index = _ThinkerPositions.get_rope_index
+    get_llm_pos_ids_for_vision = _ThinkerPositions.get_llm_pos_ids_for_vision
+
+    def __init__(self, thinker_config: Any) -> None:
+        self.config = thinker_config
+        self.spatial_merge_size = thinker_config.vision_config.spatial_merge_size
+
+
+def dedup_pad_tokens(prompt_ids: Ids, pad_token_ids: Iterable[int]) -> Ids:
+    """Collapse runs of the same pad token (one of ``pad_token_ids``) to one token.
+
+    Other tokens, and adjacent pads of different kinds, are kept. Accepts a list of ints or
+    a 1-D tensor and returns the same kind.
+    """
+    ids = prompt_ids if isinstance(prompt_ids, torch.Tensor) else torch.tensor(prompt_ids, dtype=torch.long)
+    if ids.dim() != 1:
+        raise ValueError(f"dedup_pad_tokens takes one sequence (1-D), got shape {tuple(ids.shape)}.")
+    if ids.numel() == 0:
+        return prompt_ids
+    pads = torch.tensor(sorted(set(pad_token_ids)), dtype=ids.dtype, device=ids.device)
+    repeats = (ids[1:] == ids[:-1]) & torch.isin(ids[1:], pads)
+    keep = torch.cat([torch.ones(1, dtype=torch.bool, device=ids.device), ~repeats])
+    kept = ids[keep]
+    return kept if isinstance(prompt_ids, torch.Tensor) else kept.tolist()
+
+
+class Qwen3OmniThinkerProcessor(Qwen3OmniMoeProcessor):
+    """transformers' Qwen3-Omni processor, bound to the thinker config of its checkpoint."""
+
+    thinker_config: Any = None
+
+    def bind_thinker_config(self, thinker_config: Any) -> None:
+        missing = [
+            name
+            for name in ("image_token_id", "video_token_id", "audio_token_id", "vision_start_token_id")
+            if getattr(thinker_config, name, None) is None
+        ]
+        if missing:
+            raise ValueError(
+                f"The thinker config lacks {missing}; rope positions cannot be computed. "
+                "Set them from the tokenizer's ids in the checkpoint's config.json."
+            )
+        self.thinker_config = thinker_config
+        self._rope: Any = _RopeIndexer(thinker_config)
+
+    @property
+    def pad_token_ids(self) -> tuple[int, int, int]:
+        """The image, video and audio pad token ids."""
+        config = self._config()
+        return (config.image_token_id, config.video_token_id, config.audio_token_id)
+
+    def get_rope_index(
+        self,
+        input_ids: torch.Tensor,
+        image_grid_thw: torch.Tensor | None = None,
+        video_grid_thw: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        use_audio_in_video: bool = False,
+        audio_seqlens: torch.Tensor | None = None,
+        second_per_grids: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """mrope positions ``[3, batch, seq]`` and deltas ``[batch, 1]``, both int64.
+
+        ``audio_seqlens`` are the audio feature lengths (``feature_attention_mask.sum(-1)``);
+        they set how many positions each audio item takes.
+        """
+        self._config()
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        positions, deltas = self._rope.get_rope_index(
+            input_ids,
+            image_grid_thw,
+            video_grid_thw,
+            attention_mask,
+            use_audio_in_video,
+            audio_seqlens,
+            second_per_grids,
+        )
+        return positions.long(), deltas.long()
+
+    def dedup_pad_tokens(self, prompt_ids: Ids) -> Ids:
+        """:func:`dedup_pad_tokens` with this checkpoint's image, video and audio pads."""
+        return dedup_pad_tokens(prompt_ids, self.pad_token_ids)
+
+    def _config(self) -> Any:
+        if self.thinker_config is None:
+            raise RuntimeError(
+                "This processor has no thinker config; load it through the Qwen3-Omni "
+                "training adapter's configure_processor."
+            )
+        return self.thinker_config
+
+
+def load_processor(model_path: str, thinker_config: Any) -> Qwen3OmniThinkerProcessor:
+    processor = Qwen3OmniThinkerProcessor.from_pretrained(model_path)
+    processor.bind_thinker_config(thinker_config)
+    return processor
+
+
+__all__ = ["Qwen3OmniThinkerProcessor", "dedup_pad_tokens", "load_processor"]

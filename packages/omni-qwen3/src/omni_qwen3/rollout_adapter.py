@@ -1,0 +1,96 @@
+"""Rollout adapter for Qwen3-Omni, pipeline ``qwen3_omni_moe``.
+
+Three modes: ``thinker_only`` (stage 0, text; what RL on the thinker uses),
+``thinker_talker`` (stages 0-1, codec tokens out; the thinker hands hidden states to the
+talker) and ``full`` (stages 0-2, a waveform out). When vLLM-Omni is installed, its frozen
+pipeline definitions are the source of the topology; without it (the local engine) the
+built-in definition below answers, and a gpu-extra test checks that the two agree.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from typing import Any
+
+from omni_contracts import RolloutAdapter, StageConfig
+
+PIPELINE = "qwen3_omni_moe"
+THINKER_ARCH = "Qwen3OmniMoeThinkerForConditionalGeneration"
+TALKER_ARCH = "Qwen3OmniMoeTalkerForConditionalGeneration"
+CODE2WAV_ARCH = "Qwen3OmniMoeCode2Wav"
+STAGE_ARCHES = {"thinker": THINKER_ARCH, "talker": TALKER_ARCH, "code2wav": CODE2WAV_ARCH}
+STAGE_OUTPUTS = {"thinker": "text", "talker": "codec", "code2wav": "audio"}
+
+PIPELINE_IDS = {
+    "thinker_only": "qwen3_omni_moe_thinker_only",
+    "thinker_talker": "qwen3_omni_moe",
+    "full": "qwen3_omni_moe",
+}
+
+
+def builtin_stage_configs(mode: str) -> tuple[StageConfig, ...]:
+    """The topology without vLLM-Omni installed."""
+    if mode == "thinker_only":
+        return (StageConfig(0, THINKER_ARCH, "text", final_output=True),)
+    thinker = StageConfig(0, THINKER_ARCH, "text", final_output=True, return_hidden_states=True)
+    if mode == "thinker_talker":
+        return (thinker, StageConfig(1, TALKER_ARCH, "codec", final_output=True, inputs=(0,)))
+    return (
+        thinker,
+        StageConfig(1, TALKER_ARCH, "codec", inputs=(0,)),
+        StageConfig(2, CODE2WAV_ARCH, "audio", final_output=True, inputs=(1,)),
+    )
+
+
+def vllm_omni_stage_configs(mode: str) -> tuple[StageConfig, ...]:
+    """The topology translated from vLLM-Omni's frozen Qwen3-Omni pipelines."""
+    from vllm_omni.model_executor.models.qwen3_omni import pipeline as upstream
+
+    source = upstream.QWEN3_OMNI_THINKER_ONLY_PIPELINE if mode == "thinker_only" else upstream.QWEN3_OMNI_PIPELINE
+    stages = list(source.stages)
+    if mode == "thinker_talker":
+        stages = stages[:2]
+    consumed = {i for stage in stages for i in stage.input_sources}
+    last = stages[-1].stage_id
+    return tuple(
+        StageConfig(
+            stage_id=stage.stage_id,
+            model_arch=STAGE_ARCHES[stage.model_stage],
+            output_type=STAGE_OUTPUTS[stage.model_stage],  # type: ignore[arg-type]
+            final_output=bool(stage.final_output) or stage.stage_id == last,
+            return_hidden_states=stage.model_stage == "thinker" and stage.stage_id in consumed,
+            inputs=tuple(stage.input_sources),
+        )
+        for stage in stages
+    )
+
+
+def vllm_omni_installed() -> bool:
+    return importlib.util.find_spec("vllm_omni") is not None
+
+
+@RolloutAdapter.register(PIPELINE)
+class Qwen3OmniRolloutAdapter(RolloutAdapter):
+    """Qwen3-Omni's generation pipeline; the thinker (stage 0) is the trained policy."""
+
+    modes = ("thinker_only", "thinker_talker", "full")
+
+    def build_stage_configs(self, mode: str) -> Sequence[StageConfig]:
+        self.check_mode(mode)
+        if vllm_omni_installed():
+            return vllm_omni_stage_configs(mode)
+        return builtin_stage_configs(mode)
+
+    def rollout_flags(self, mode: str) -> dict[int, dict[str, object]]:
+        self.check_mode(mode)
+        return {} if mode == "thinker_only" else {0: {"return_hidden_states": True}}
+
+    def get_pipeline_id(self, mode: str) -> str:
+        self.check_mode(mode)
+        return PIPELINE_IDS[mode]
+
+    def get_engine_hf_overrides(self, mode: str) -> dict[str, Any]:
+        self.check_mode(mode)
+        # Thinker-only: no talker or code2wav weights are loaded, no audio is produced.
+        return {"enable_audio_output": False} if mode == "thinker_only" else {}
