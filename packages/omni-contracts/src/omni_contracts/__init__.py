@@ -28,6 +28,7 @@ from omni_contracts.rollout_adapter import (
 from omni_contracts.sample import RolloutSample, StageOutput, collate_extra_fields
 from omni_contracts.topology import OUTPUT_TYPES, OutputType, StageConfig, validate_stage_topology
 from omni_contracts.training_adapter import (
+    RESPONSE_LENGTHS_KEY,
     STAGES,
     Stage,
     TrainingAdapter,
@@ -39,6 +40,7 @@ from omni_contracts.training_adapter import (
 __all__ = [
     "MODEL_ENTRY_POINT_GROUP",
     "OUTPUT_TYPES",
+    "RESPONSE_LENGTHS_KEY",
     "STAGES",
     "AdapterNotFoundError",
     "AdapterRegistry",

@@ -26,6 +26,9 @@ from omni_contracts.extra_fields import ExtraFieldSpec, validate_extra_fields
 from omni_contracts.plugins import default_loader
 from omni_contracts.registry import AdapterRegistry
 
+RESPONSE_LENGTHS_KEY = "response_lengths"
+"""Micro-batch key with each row's response length, binding the ``response_length`` symbol."""
+
 Stage = Literal["thinker", "talker", "all"]
 """Which autoregressive stage of a multi-stage model is trained; ``all`` for single-stage models."""
 
@@ -52,6 +55,12 @@ class TrainingAdapter(abc.ABC):
 
     extra_field_specs: ClassVar[Mapping[str, ExtraFieldSpec]] = {}
     """Model-native rollout fields this adapter consumes in :meth:`prepare_model_inputs`."""
+
+    lora_target_modules: ClassVar[tuple[str, ...] | None] = None
+    """Default LoRA ``target_modules`` (PEFT) when the user names none."""
+
+    lora_exclude_modules: ClassVar[str | None] = None
+    """Default LoRA ``exclude_modules`` regex (heads, encoders, inference-only stages)."""
 
     @classmethod
     def register(cls, architecture: str, *, stage: Stage) -> Callable[[T], T]:
@@ -109,7 +118,8 @@ class TrainingAdapter(abc.ABC):
         """Add model-native rollout data to the actor's forward inputs.
 
         ``micro_batch`` holds each declared extra field at its top level, one entry per
-        sample (see :func:`omni_contracts.sample.collate_extra_fields`). The default
+        sample (see :func:`omni_contracts.sample.collate_extra_fields`), and may hold
+        ``"response_lengths"`` (one int per row) to bind the ``response_length`` symbol. The default
         validates every declared field, passes those with a ``forward_arg`` to the
         forward, and leaves ``model_inputs`` otherwise untouched. A missing or
         inconsistent field raises; an adapter must never rebuild a different trajectory.
@@ -119,8 +129,12 @@ class TrainingAdapter(abc.ABC):
         """
         if not self.extra_field_specs:
             return model_inputs
+        lengths = micro_batch.get(RESPONSE_LENGTHS_KEY)
         for index, fields in enumerate(micro_batch_rows(micro_batch, self.extra_field_specs)):
-            validate_extra_fields(fields, self.extra_field_specs, where=f"micro-batch row {index}")
+            bindings = {"response_length": int(lengths[index])} if lengths is not None else None
+            validate_extra_fields(
+                fields, self.extra_field_specs, bindings=bindings, where=f"micro-batch row {index}"
+            )
         prepared = dict(model_inputs)
         for key, spec in self.extra_field_specs.items():
             if spec.forward_arg is not None and key in micro_batch:

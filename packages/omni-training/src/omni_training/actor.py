@@ -1,0 +1,200 @@
+"""The actor: log-probs for rollout data and policy-gradient updates of the policy.
+
+One :meth:`Actor.update` call is one optimizer step over a mini-batch given as
+micro-batches (gradient accumulation). Losses are aggregated with mini-batch totals, so the
+accumulated gradient equals that of one big batch. Reference log-probs come from the same
+module with its LoRA adapter disabled (no second copy of the weights) or, for
+full-parameter training, from a frozen copy made on first use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from omni_contracts import RESPONSE_LENGTHS_KEY, TrainingAdapter
+from omni_training.aggregation import aggregate_loss
+from omni_training.batching import MicroBatch
+from omni_training.kl import kl_estimate
+from omni_training.logprobs import ResponseLogProbs, response_log_probs
+from omni_training.model_loading import load_policy
+from omni_training.policy_loss import BatchCounts, get_policy_loss
+from omni_training.settings import ActorSettings, LoraSettings, OptimizerSettings
+
+
+class Actor:
+    """Owns the policy module, its optimizer and its LR schedule."""
+
+    def __init__(
+        self,
+        model: Any,
+        adapter: TrainingAdapter,
+        model_config: Any,
+        settings: ActorSettings,
+        optim: OptimizerSettings,
+        *,
+        keep_reference: bool | None = None,
+    ) -> None:
+        self.model = model
+        self.adapter = adapter
+        self.model_config = model_config
+        self.settings = settings
+        self.optim_settings = optim
+        self.loss_fn = get_policy_loss(settings.loss_mode)
+        self.uses_lora = hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
+        self.trainable = [p for p in model.parameters() if p.requires_grad]
+        if not self.trainable:
+            raise ValueError("The policy has no trainable parameters; check LoRA targets and freezing.")
+        self.optimizer = torch.optim.AdamW(
+            self.trainable, lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+        self.steps = 0
+        # Full-parameter training needs a frozen copy of the initial weights for reference
+        # log-probs; it is made now, before any update, and only when asked for (KL loss).
+        keep = settings.use_kl_loss if keep_reference is None else keep_reference
+        self._reference: Any = (
+            copy.deepcopy(model).eval().requires_grad_(False) if keep and not self.uses_lora else None
+        )
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model_path: str,
+        adapter: TrainingAdapter,
+        *,
+        settings: ActorSettings | None = None,
+        lora: LoraSettings | None = None,
+        optim: OptimizerSettings | None = None,
+        keep_reference: bool | None = None,
+    ) -> Actor:
+        settings = settings or ActorSettings()
+        model, config = load_policy(model_path, adapter, lora or LoraSettings(), dtype=settings.dtype)
+        return cls(model, adapter, config, settings, optim or OptimizerSettings(), keep_reference=keep_reference)
+
+    def _lr_factor(self, step: int) -> float:
+        optim = self.optim_settings
+        if step < optim.warmup_steps:
+            return (step + 1) / optim.warmup_steps
+        if optim.schedule == "constant" or not optim.total_steps:
+            return 1.0
+        progress = min(1.0, (step - optim.warmup_steps) / max(1, optim.total_steps - optim.warmup_steps))
+        cosine = 0.5 * (1 + math.cos(math.pi * progress))
+        return optim.min_lr_ratio + (1 - optim.min_lr_ratio) * cosine
+
+    def _inputs(self, batch: MicroBatch) -> dict[str, Any]:
+        micro_batch = {**batch.extra, RESPONSE_LENGTHS_KEY: batch.response_lengths()}
+        return self.adapter.prepare_model_inputs(dict(batch.model_inputs), micro_batch, self.model_config)
+
+    def _forward(self, module: Any, batch: MicroBatch, *, with_entropy: bool) -> ResponseLogProbs:
+        return response_log_probs(
+            module, self._inputs(batch), batch.responses,
+            temperature=self.settings.temperature, with_entropy=with_entropy,
+        )
+
+    @contextlib.contextmanager
+    def _reference_module(self) -> Iterator[Any]:
+        if self.uses_lora:
+            with self.model.disable_adapter():
+                yield self.model
+            return
+        if self._reference is not None:
+            yield self._reference
+        elif self.steps == 0:
+            yield self.model  # nothing has been updated yet: the policy is the reference
+        else:
+            raise ValueError(
+                "Reference log-probs of a full-parameter actor need a copy of the initial weights, "
+                "kept only with use_kl_loss or keep_reference=True."
+            )
+
+    @torch.no_grad()
+    def compute_log_probs(
+        self, batches: Sequence[MicroBatch], *, reference: bool = False
+    ) -> list[Tensor]:
+        """Log-probs ``[B, T]`` per micro-batch under the current (or reference) policy."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            if reference:
+                with self._reference_module() as module:
+                    return [self._forward(module, b, with_entropy=False).log_probs for b in batches]
+            return [self._forward(self.model, b, with_entropy=False).log_probs for b in batches]
+        finally:
+            self.model.train(was_training)
+
+    def update(self, batches: Sequence[MicroBatch]) -> dict[str, float]:
+        """One optimizer step over ``batches``; returns the ``actor/*`` metrics."""
+        settings = self.settings
+        counts = _counts(batches)
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        totals = {"pg_loss": 0.0, "kl_loss": 0.0, "entropy": 0.0, "clipfrac": 0.0, "ppo_kl": 0.0, "clipfrac_lower": 0.0}
+        started = time.perf_counter()
+        for batch in batches:
+            if batch.old_log_probs is None or batch.advantages is None:
+                raise ValueError("update needs old_log_probs and advantages on every micro-batch.")
+            mask = batch.response_mask.to(torch.float32)
+            out = self._forward(self.model, batch, with_entropy=True)
+            pg = self.loss_fn(
+                old_log_prob=batch.old_log_probs, log_prob=out.log_probs, advantages=batch.advantages,
+                response_mask=mask, config=settings.policy_loss, counts=counts,
+            )
+            loss = pg.loss
+            assert out.entropy is not None
+            entropy = aggregate_loss(out.entropy, mask, "token-mean", num_tokens=counts.num_tokens)
+            if settings.entropy_coeff:
+                loss = loss - settings.entropy_coeff * entropy
+            if settings.use_kl_loss:
+                if batch.ref_log_probs is None:
+                    raise ValueError("use_kl_loss is on but a micro-batch has no ref_log_probs.")
+                kl = aggregate_loss(
+                    kl_estimate(out.log_probs, batch.ref_log_probs, settings.kl_loss_type),
+                    mask, settings.policy_loss.loss_agg_mode,
+                    num_tokens=counts.num_tokens, num_sequences=counts.num_sequences, horizon=counts.horizon,
+                )
+                loss = loss + settings.kl_loss_coef * kl
+                totals["kl_loss"] += float(kl.detach())
+            loss.backward()
+            share = batch.num_tokens / max(1.0, float(counts.num_tokens or 1))
+            totals["pg_loss"] += float(pg.loss.detach())
+            totals["entropy"] += float(entropy.detach())
+            totals["clipfrac"] += float(pg.clipfrac.detach()) * share
+            totals["ppo_kl"] += float(pg.ppo_kl.detach()) * share
+            totals["clipfrac_lower"] += float(pg.clipfrac_lower.detach()) * share
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable, self.optim_settings.grad_clip))
+        stepped = math.isfinite(grad_norm)
+        if stepped:
+            self.optimizer.step()
+        self.steps += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        lr = float(self.scheduler.get_last_lr()[0])
+        elapsed = time.perf_counter() - started
+        self.scheduler.step()
+        return {
+            "actor/pg_loss": totals["pg_loss"],
+            "actor/kl_loss": totals["kl_loss"],
+            "actor/entropy": totals["entropy"],
+            "actor/pg_clipfrac": totals["clipfrac"],
+            "actor/ppo_kl": totals["ppo_kl"],
+            "actor/pg_clipfrac_lower": totals["clipfrac_lower"],
+            "actor/grad_norm": grad_norm,
+            "actor/lr": lr,
+            "actor/skipped_step": float(not stepped),
+            "perf/update_time_s": elapsed,
+            "perf/update_tokens_per_s": float(counts.num_tokens or 0) / max(elapsed, 1e-9),
+        }
+
+
+def _counts(batches: Sequence[MicroBatch]) -> BatchCounts:
+    tokens = sum(b.num_tokens for b in batches)
+    sequences = sum(int((b.response_mask.sum(dim=-1) > 0).sum()) for b in batches)
+    horizon = max(int(b.responses.shape[1]) for b in batches)
+    return BatchCounts(num_tokens=float(tokens), num_sequences=float(sequences), horizon=float(horizon))

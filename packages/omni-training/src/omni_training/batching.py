@@ -1,0 +1,148 @@
+"""Turning per-sample tensors into micro-batches the model can run.
+
+Each sample brings its processed prompt (``model_inputs`` with a leading batch dim of 1:
+``input_ids``, ``attention_mask``, optional ``position_ids`` ``[3, 1, P]`` for mrope,
+multimodal tensors) and its response ids. A micro-batch row is
+``prompt (left-padded) | response (right-padded)``, so the last ``T`` positions of every row
+are the response slots. Multimodal tensors without a batch dimension (``pixel_values``
+``[patches, dim]``, ``image_grid_thw`` ``[images, 3]``) are concatenated in sample order;
+audio features are right-padded along time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+SEQUENCE_KEYS = ("input_ids", "attention_mask")
+TIME_PADDED_KEYS = ("input_features", "feature_attention_mask")  # [1, ..., frames]
+
+
+@dataclass
+class MicroBatch:
+    """What the actor needs for one forward/backward."""
+
+    model_inputs: dict[str, Any]  # prompt + response rows, plus multimodal tensors
+    responses: Tensor  # [B, T]
+    response_mask: Tensor  # [B, T]
+    old_log_probs: Tensor | None = None  # [B, T]
+    advantages: Tensor | None = None  # [B, T]
+    ref_log_probs: Tensor | None = None  # [B, T]
+    rollout_log_probs: Tensor | None = None  # [B, T]
+    extra: dict[str, list[Any]] = field(default_factory=dict)  # namespaced extra fields
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.response_mask.sum())
+
+    def response_lengths(self) -> list[int]:
+        """Each row's response length: up to its last masked-in token (holes included)."""
+        positions = torch.arange(1, self.response_mask.shape[1] + 1)
+        return [int(v) for v in (positions * (self.response_mask > 0)).amax(dim=1)]
+
+
+def collate(
+    prompts: Sequence[Mapping[str, Any]],
+    responses: Sequence[Sequence[int] | Tensor],
+    response_masks: Sequence[Sequence[int] | Tensor] | None = None,
+    *,
+    pad_token_id: int,
+) -> tuple[dict[str, Any], Tensor, Tensor]:
+    """Build ``(model_inputs, responses [B, T], response_mask [B, T])`` for ``len(prompts)`` rows.
+
+    Raises:
+        ValueError: counts differ, or a prompt lacks ``input_ids``/``attention_mask``.
+    """
+    if len(prompts) != len(responses) or (response_masks is not None and len(response_masks) != len(prompts)):
+        raise ValueError(
+            f"collate got {len(prompts)} prompts, {len(responses)} responses and "
+            f"{'no' if response_masks is None else len(response_masks)} masks; they must match."
+        )
+    response_rows = [torch.as_tensor(r, dtype=torch.long).reshape(-1) for r in responses]
+    mask_rows = (
+        [torch.ones_like(r) for r in response_rows]
+        if response_masks is None
+        else [torch.as_tensor(m, dtype=torch.long).reshape(-1) for m in response_masks]
+    )
+    t = max(int(r.numel()) for r in response_rows)
+    resp = torch.full((len(prompts), t), pad_token_id, dtype=torch.long)
+    resp_mask = torch.zeros((len(prompts), t), dtype=torch.long)
+    for i, (r, m) in enumerate(zip(response_rows, mask_rows, strict=True)):
+        resp[i, : r.numel()] = r
+        resp_mask[i, : m.numel()] = m
+    for i, prompt in enumerate(prompts):
+        missing = [key for key in SEQUENCE_KEYS if key not in prompt]
+        if missing:
+            raise ValueError(f"Prompt {i} lacks {missing}; pass the processor's output for it.")
+    p = max(int(prompt["input_ids"].shape[-1]) for prompt in prompts)
+    inputs: dict[str, Any] = {
+        "input_ids": torch.cat(
+            [_left_pad(pr["input_ids"].reshape(1, -1), p, pad_token_id) for pr in prompts]
+        ),
+        "attention_mask": torch.cat(
+            [_left_pad(pr["attention_mask"].reshape(1, -1), p, 0) for pr in prompts]
+        ),
+    }
+    inputs["input_ids"] = torch.cat([inputs["input_ids"], resp], dim=1)
+    # Right padding of the response is masked out; the causal mask keeps it out of view.
+    inputs["attention_mask"] = torch.cat([inputs["attention_mask"], (resp_mask > 0).long()], dim=1)
+    if all("position_ids" in pr for pr in prompts):
+        inputs["position_ids"] = _extend_positions([pr["position_ids"] for pr in prompts], p, t)
+    for key in sorted({k for pr in prompts for k in pr} - {*SEQUENCE_KEYS, "position_ids"}):
+        values = [pr[key] for pr in prompts if pr.get(key) is not None]
+        if not values or not isinstance(values[0], Tensor):
+            continue
+        inputs[key] = _pad_time(values) if key in TIME_PADDED_KEYS else torch.cat(values)
+    return inputs, resp, resp_mask
+
+
+def _left_pad(row: Tensor, length: int, value: int) -> Tensor:
+    pad = length - row.shape[-1]
+    return torch.nn.functional.pad(row, (pad, 0), value=value) if pad else row
+
+
+def _extend_positions(positions: Sequence[Tensor], p: int, t: int) -> Tensor:
+    """mrope positions ``[3, 1, P_i]`` -> ``[3, B, P + T]``; responses continue as text."""
+    rows = []
+    for pos in positions:
+        pos = pos.reshape(pos.shape[0], -1) if pos.dim() == 3 else pos.reshape(1, -1)
+        start = pos[:, -1:] + 1
+        response = start + torch.arange(t, dtype=pos.dtype).unsqueeze(0)
+        rows.append(torch.cat([_left_pad(pos, p, 1), response], dim=1))
+    stacked = torch.stack(rows, dim=1)  # [3 or 1, B, P + T]
+    return stacked if stacked.shape[0] > 1 else stacked[0]
+
+
+def _pad_time(values: Sequence[Tensor]) -> Tensor:
+    frames = max(int(v.shape[-1]) for v in values)
+    return torch.cat([torch.nn.functional.pad(v, (0, frames - v.shape[-1])) for v in values])
+
+
+def plan_micro_batches(token_counts: Sequence[int], *, max_tokens: int | None, max_rows: int | None) -> list[list[int]]:
+    """Group sample indices into micro-batches, in order.
+
+    ``max_tokens`` bounds the padded size (rows x longest row) of each micro-batch (dynamic
+    batching); ``max_rows`` bounds its rows. A sample longer than ``max_tokens`` gets a
+    micro-batch of its own rather than being dropped.
+    """
+    if max_tokens is None and max_rows is None:
+        raise ValueError("plan_micro_batches needs max_tokens, max_rows, or both.")
+    groups: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for index, count in enumerate(token_counts):
+        grown = max(longest, count)
+        too_many_rows = max_rows is not None and len(current) + 1 > max_rows
+        too_many_tokens = max_tokens is not None and grown * (len(current) + 1) > max_tokens
+        if current and (too_many_rows or too_many_tokens):
+            groups.append(current)
+            current, grown = [], count
+        current.append(index)
+        longest = grown
+    if current:
+        groups.append(current)
+    return groups

@@ -1,0 +1,67 @@
+"""Log-probabilities of response tokens under a causal LM, multimodal inputs included.
+
+Layout: each row is ``prompt (left-padded) + response (right-padded)``; the model sees the
+whole row, and the response's log-probs come from the positions just before each response
+token. Only those ``T`` positions are projected through ``log_softmax``: the full-vocab
+softmax over the prompt is the dominant cost on small models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from omni_training.kl import entropy_from_logits
+
+
+@dataclass(frozen=True)
+class ResponseLogProbs:
+    log_probs: Tensor  # [B, T], 0 where the mask is 0
+    entropy: Tensor | None  # [B, T] when asked for
+
+
+def gather_response_log_probs(
+    logits: Tensor,  # [B, L, V], logits of the full row
+    responses: Tensor,  # [B, T]
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> ResponseLogProbs:
+    """Log-probs of ``responses`` from a forward pass over ``prompt + response`` rows."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 for log-probs, got {temperature}.")
+    t = responses.shape[1]
+    if logits.shape[1] <= t:
+        raise ValueError(
+            f"logits cover {logits.shape[1]} positions but the response has {t} tokens; "
+            "pass logits for the whole prompt + response row."
+        )
+    scores = logits[:, -t - 1 : -1, :].float() / temperature  # position i predicts token i + 1
+    log_probs = torch.log_softmax(scores, dim=-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
+    entropy = entropy_from_logits(scores) if with_entropy else None
+    return ResponseLogProbs(log_probs, entropy)
+
+
+def response_log_probs(
+    model: Any,
+    model_inputs: Mapping[str, Any],
+    responses: Tensor,  # [B, T]
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> ResponseLogProbs:
+    """Run ``model(**model_inputs)`` (``input_ids`` = prompt + response) and gather."""
+    input_ids = model_inputs["input_ids"]
+    if not torch.equal(input_ids[:, -responses.shape[1] :], responses):
+        raise ValueError(
+            "model_inputs['input_ids'] must end with the responses (prompt left-padded, "
+            "response right-padded, concatenated)."
+        )
+    outputs = model(**model_inputs, use_cache=False)
+    return gather_response_log_probs(
+        outputs.logits, responses, temperature=temperature, with_entropy=with_entropy
+    )

@@ -1,0 +1,54 @@
+"""Merge a LoRA adapter into its base checkpoint and write a full Hugging Face checkpoint.
+
+``python -m omni_training.merge --base BASE --adapter RUN/step_N/adapter --out OUT``
+
+The base is loaded whole (nothing stripped), so the result is a complete checkpoint of the
+original architecture; tokenizer, processor and chat-template files are copied from the base.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+SIDE_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
+    "chat_template.json", "chat_template.jinja", "processor_config.json", "preprocessor_config.json",
+    "video_preprocessor_config.json", "generation_config.json",
+)
+
+
+def merge_lora(base: str | Path, adapter: str | Path, out: str | Path, *, auto_class: str = "AutoModelForMultimodalLM") -> Path:
+    """Write ``base`` with ``adapter`` merged in to ``out`` (which must not exist)."""
+    import transformers
+    from peft import PeftModel
+
+    out = Path(out)
+    if out.exists():
+        raise FileExistsError(f"{out} exists; choose a new directory for the merged checkpoint.")
+    if not (Path(adapter) / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"{adapter} has no adapter_config.json; pass the checkpoint's adapter/ directory.")
+    model = getattr(transformers, auto_class).from_pretrained(base)
+    merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    merged.save_pretrained(out)
+    for name in SIDE_FILES:
+        source = Path(base) / name
+        if source.is_file() and not (out / name).exists():
+            shutil.copy2(source, out / name)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m omni_training.merge", description=__doc__)
+    parser.add_argument("--base", required=True, help="the base checkpoint directory")
+    parser.add_argument("--adapter", required=True, help="a checkpoint's adapter/ directory")
+    parser.add_argument("--out", required=True, help="where to write the merged checkpoint")
+    parser.add_argument("--auto-class", default="AutoModelForMultimodalLM", help="transformers auto class")
+    args = parser.parse_args(argv)
+    print(merge_lora(args.base, args.adapter, args.out, auto_class=args.auto_class))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,215 @@
+"""Policy losses, selected by ``actor_rollout_ref.actor.policy_loss.loss_mode``.
+
+Each loss is a pure function of keyword-only tensors, registered under verl's name:
+
+- ``vanilla``: PPO's clipped token-ratio objective with dual clip (``clip_ratio_c``) for
+  negative advantages. DAPO's clip-higher is this loss with ``clip_ratio_high`` above
+  ``clip_ratio_low``.
+- ``gspo``: the sequence-level ratio ``exp(mean_t log(pi/pi_old))`` (GSPO,
+  https://arxiv.org/abs/2507.18071); each token's ratio carries that value forward and its
+  own token's gradient backward, clipped by ``clip_ratio_low/high``.
+- ``sapo``: a smooth sigmoid gate of the token ratio instead of a hard clip
+  (https://arxiv.org/abs/2511.20347), always aggregated ``seq-mean-token-mean``.
+- ``cispo``: a clipped, stop-gradient ratio times ``A * log pi`` (https://arxiv.org/abs/2506.13585).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from omni_training.aggregation import aggregate_loss
+from omni_training.masked import masked_mean
+
+LOG_RATIO_CLAMP = 20.0
+
+
+@dataclass(frozen=True)
+class PolicyLossConfig:
+    """The actor settings the losses read (verl's names under ``actor_rollout_ref.actor``)."""
+
+    clip_ratio: float = 0.2
+    clip_ratio_low: float | None = None
+    clip_ratio_high: float | None = None
+    clip_ratio_c: float = 3.0
+    loss_agg_mode: str = "token-mean"
+    tau_pos: float = 1.0
+    tau_neg: float = 1.05
+
+    def __post_init__(self) -> None:
+        if self.clip_ratio_c <= 1.0:
+            raise ValueError(
+                f"clip_ratio_c must be > 1 (the dual-clip lower bound on the ratio), got {self.clip_ratio_c}."
+            )
+
+    @property
+    def low(self) -> float:
+        return self.clip_ratio if self.clip_ratio_low is None else self.clip_ratio_low
+
+    @property
+    def high(self) -> float:
+        return self.clip_ratio if self.clip_ratio_high is None else self.clip_ratio_high
+
+
+@dataclass(frozen=True)
+class BatchCounts:
+    """Mini-batch totals, so micro-batch losses sum to the mini-batch loss under accumulation."""
+
+    num_tokens: Tensor | float | None = None
+    num_sequences: Tensor | float | None = None
+    horizon: float | None = None
+
+
+@dataclass(frozen=True)
+class PolicyLossOutput:
+    loss: Tensor  # scalar, differentiable
+    clipfrac: Tensor  # share of tokens whose clipped term was active
+    clipfrac_lower: Tensor  # share of negative-advantage tokens held by the dual clip
+    ppo_kl: Tensor  # masked mean of log(pi_old / pi)
+
+
+class PolicyLossFn(Protocol):
+    def __call__(
+        self,
+        *,
+        old_log_prob: Tensor,
+        log_prob: Tensor,
+        advantages: Tensor,
+        response_mask: Tensor,
+        config: PolicyLossConfig,
+        counts: BatchCounts = ...,
+    ) -> PolicyLossOutput: ...
+
+
+POLICY_LOSSES: dict[str, PolicyLossFn] = {}
+
+
+def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    def decorate(fn: PolicyLossFn) -> PolicyLossFn:
+        if name in POLICY_LOSSES:
+            raise ValueError(f"Policy loss {name!r} is already registered ({POLICY_LOSSES[name]}).")
+        POLICY_LOSSES[name] = fn
+        return fn
+
+    return decorate
+
+
+def get_policy_loss(name: str) -> PolicyLossFn:
+    """The loss registered as ``name``; a miss lists the registered ones."""
+    try:
+        return POLICY_LOSSES[name]
+    except KeyError:
+        raise ValueError(
+            f"Unknown policy loss_mode {name!r}; registered: {', '.join(sorted(POLICY_LOSSES))}."
+        ) from None
+
+
+def _aggregate(loss_mat: Tensor, mask: Tensor, mode: str, counts: BatchCounts) -> Tensor:
+    return aggregate_loss(
+        loss_mat, mask, mode,
+        num_tokens=counts.num_tokens, num_sequences=counts.num_sequences, horizon=counts.horizon,
+    )
+
+
+@register_policy_loss("vanilla")
+def vanilla_loss(
+    *,
+    old_log_prob: Tensor,  # [B, T]
+    log_prob: Tensor,  # [B, T]
+    advantages: Tensor,  # [B, T]
+    response_mask: Tensor,  # [B, T]
+    config: PolicyLossConfig,
+    counts: BatchCounts = BatchCounts(),
+) -> PolicyLossOutput:
+    log_ratio = torch.clamp(log_prob - old_log_prob, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1 - config.low, 1 + config.high)
+    pessimistic = torch.maximum(unclipped, clipped)
+    dual_bound = -advantages * config.clip_ratio_c
+    dual_clipped = torch.minimum(dual_bound, pessimistic)
+    per_token = torch.where(advantages < 0, dual_clipped, pessimistic)
+    return PolicyLossOutput(
+        loss=_aggregate(per_token, response_mask, config.loss_agg_mode, counts),
+        clipfrac=masked_mean((clipped > unclipped).float(), response_mask),
+        clipfrac_lower=masked_mean(((pessimistic > dual_bound) & (advantages < 0)).float(), response_mask),
+        ppo_kl=masked_mean(-log_ratio, response_mask),
+    )
+
+
+@register_policy_loss("gspo")
+def gspo_loss(
+    *,
+    old_log_prob: Tensor,  # [B, T]
+    log_prob: Tensor,  # [B, T]
+    advantages: Tensor,  # [B, T]
+    response_mask: Tensor,  # [B, T]
+    config: PolicyLossConfig,
+    counts: BatchCounts = BatchCounts(),
+) -> PolicyLossOutput:
+    log_ratio = log_prob - old_log_prob
+    lengths = response_mask.sum(dim=-1).clamp(min=1)
+    seq_log_ratio = (log_ratio * response_mask).sum(dim=-1) / lengths  # [B]
+    # Value: the sequence ratio. Gradient: the token's own log-prob (stop-gradient elsewhere).
+    token_log_ratio = log_prob - log_prob.detach() + seq_log_ratio.detach().unsqueeze(-1)
+    ratio = torch.exp(torch.clamp(token_log_ratio, max=10.0))
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1 - config.low, 1 + config.high)
+    per_token = torch.maximum(unclipped, clipped)
+    loss = _aggregate(per_token, response_mask, config.loss_agg_mode, counts)
+    return PolicyLossOutput(
+        loss=loss,
+        clipfrac=masked_mean((clipped > unclipped).float(), response_mask),
+        clipfrac_lower=torch.zeros((), device=loss.device),
+        ppo_kl=masked_mean(-log_ratio, response_mask),
+    )
+
+
+@register_policy_loss("sapo")
+def sapo_loss(
+    *,
+    old_log_prob: Tensor,  # [B, T]
+    log_prob: Tensor,  # [B, T]
+    advantages: Tensor,  # [B, T]
+    response_mask: Tensor,  # [B, T]
+    config: PolicyLossConfig,
+    counts: BatchCounts = BatchCounts(),
+) -> PolicyLossOutput:
+    log_ratio = torch.clamp(log_prob - old_log_prob, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)
+    tau = torch.where(
+        advantages > 0,
+        torch.as_tensor(config.tau_pos, dtype=advantages.dtype),
+        torch.as_tensor(config.tau_neg, dtype=advantages.dtype),
+    )
+    gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
+    loss = _aggregate(-gate * advantages, response_mask, "seq-mean-token-mean", counts)
+    zero = torch.zeros((), device=loss.device)
+    return PolicyLossOutput(loss=loss, clipfrac=zero, clipfrac_lower=zero, ppo_kl=masked_mean(-log_ratio, response_mask))
+
+
+@register_policy_loss("cispo")
+def cispo_loss(
+    *,
+    old_log_prob: Tensor,  # [B, T]
+    log_prob: Tensor,  # [B, T]
+    advantages: Tensor,  # [B, T]
+    response_mask: Tensor,  # [B, T]
+    config: PolicyLossConfig,
+    counts: BatchCounts = BatchCounts(),
+) -> PolicyLossOutput:
+    log_ratio = torch.clamp(log_prob - old_log_prob, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)
+    weight = torch.clamp(ratio, 1 - config.low, 1 + config.high)
+    per_token = -weight.detach() * advantages * log_prob
+    loss = _aggregate(per_token, response_mask, config.loss_agg_mode, counts)
+    return PolicyLossOutput(
+        loss=loss,
+        clipfrac=masked_mean((ratio != weight).float(), response_mask),
+        clipfrac_lower=torch.zeros((), device=loss.device),
+        ppo_kl=masked_mean(-log_ratio, response_mask),
+    )

@@ -1,0 +1,57 @@
+"""Plain-data settings of the actor (verl's names where verl has one)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from omni_training.policy_loss import PolicyLossConfig
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """``actor_rollout_ref.model.lora_*``; ``rank=0`` trains all (unfrozen) parameters."""
+
+    rank: int = 0
+    alpha: int = 16
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] | str | None = None  # default: the adapter's
+    exclude_modules: str | None = None  # default: the adapter's
+
+    def __post_init__(self) -> None:
+        if self.rank < 0:
+            raise ValueError(f"lora_rank must be >= 0 (0 = full-parameter training), got {self.rank}.")
+
+
+@dataclass(frozen=True)
+class OptimizerSettings:
+    """``actor_rollout_ref.actor.optim.*`` and ``grad_clip``."""
+
+    lr: float = 1e-6
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    warmup_steps: int = 0
+    total_steps: int | None = None  # needed by the cosine schedule
+    schedule: Literal["constant", "cosine"] = "constant"
+    min_lr_ratio: float = 0.0
+    grad_clip: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.schedule not in ("constant", "cosine"):
+            raise ValueError(f"Unknown lr schedule {self.schedule!r}; valid: constant, cosine.")
+        if self.schedule == "cosine" and not self.total_steps:
+            raise ValueError("The cosine schedule needs total_steps (the number of optimizer steps).")
+
+
+@dataclass(frozen=True)
+class ActorSettings:
+    """``actor_rollout_ref.actor.*``: the objective and the numerics."""
+
+    loss_mode: str = "vanilla"
+    policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = "low_var_kl"
+    entropy_coeff: float = 0.0
+    temperature: float = 1.0  # the rollout's sampling temperature: log-probs must use it too
+    dtype: Literal["float32", "bfloat16"] = "float32"

@@ -1,0 +1,241 @@
+"""The actor on a tiny causal LM built offline (CPU, fp32)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from omni_contracts import ExtraFieldError, TrainingAdapter
+from omni_training.actor import Actor
+from omni_training.batching import MicroBatch, collate
+from omni_training.checkpoint import checkpoint_dirs, latest_checkpoint, load_checkpoint, save_checkpoint
+from omni_training.consistency import rollout_actor_consistency
+from omni_training.merge import merge_lora
+from omni_training.settings import ActorSettings, LoraSettings, OptimizerSettings
+
+LORA = LoraSettings(rank=4, alpha=8)
+FAST = OptimizerSettings(lr=5e-3, weight_decay=0.0)
+
+
+def make_batch(seed: int = 0, rows: int = 4) -> MicroBatch:
+    g = torch.Generator().manual_seed(seed)
+    prompts = []
+    responses = []
+    for i in range(rows):
+        p = 3 + i % 3
+        ids = torch.randint(2, 48, (1, p), generator=g)
+        prompts.append({"input_ids": ids, "attention_mask": torch.ones_like(ids)})
+        responses.append(torch.randint(2, 48, (2 + i % 4,), generator=g).tolist())
+    inputs, resp, mask = collate(prompts, responses, pad_token_id=0)
+    advantages = torch.tensor([1.0, -1.0, 0.5, -0.5][:rows]).unsqueeze(-1) * mask
+    return MicroBatch(inputs, resp, mask, advantages=advantages)
+
+
+def split(batch: MicroBatch, parts: list[slice]) -> list[MicroBatch]:
+    return [
+        MicroBatch(
+            {k: v[s] for k, v in batch.model_inputs.items()}, batch.responses[s], batch.response_mask[s],
+            old_log_probs=None if batch.old_log_probs is None else batch.old_log_probs[s],
+            advantages=None if batch.advantages is None else batch.advantages[s],
+        )
+        for s in parts
+    ]
+
+
+def surrogate(actor: Actor, batch: MicroBatch) -> float:
+    """The fixed objective the update pushes down: -mean(A * log pi)."""
+    (logp,) = actor.compute_log_probs([batch])
+    assert batch.advantages is not None
+    return float(-(batch.advantages * logp).sum() / batch.response_mask.sum())
+
+
+@pytest.mark.parametrize("lora", [LORA, LoraSettings(rank=0)], ids=["lora", "full"])
+def test_updates_reduce_a_fixed_loss(tiny_lm_path: Path, tiny_adapter: TrainingAdapter, lora: LoraSettings) -> None:
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=lora, optim=FAST)
+    batch = make_batch()
+    (batch.old_log_probs,) = actor.compute_log_probs([batch])
+    before = surrogate(actor, batch)
+    metrics = [actor.update([batch]) for _ in range(3)]
+    assert surrogate(actor, batch) < before - 1e-3
+    assert metrics[0]["actor/grad_norm"] > 0 and metrics[0]["actor/skipped_step"] == 0.0
+    assert metrics[0]["actor/pg_clipfrac"] == 0.0  # ratio 1 on the first step: nothing clipped
+    assert metrics[-1]["actor/pg_clipfrac"] > 0.0  # later steps move the ratio past the clip
+    assert metrics[0]["actor/entropy"] > 0
+
+
+def test_lora_trains_only_the_adapter(tiny_lm_path: Path, tiny_adapter: TrainingAdapter) -> None:
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LORA)
+    names = [n for n, p in actor.model.named_parameters() if p.requires_grad]
+    assert names and all("lora_" in n for n in names)
+    assert {n.split(".")[-4] for n in names} == {"q_proj", "k_proj", "v_proj", "o_proj"}  # x.q_proj.lora_A.default.weight
+
+
+def test_reference_is_the_base_model(tiny_lm_path: Path, tiny_adapter: TrainingAdapter) -> None:
+    from transformers import AutoModelForCausalLM
+
+    batch = make_batch(1)
+    base = AutoModelForCausalLM.from_pretrained(tiny_lm_path)
+    base_actor = Actor(base, tiny_adapter, base.config, ActorSettings(), FAST)
+    (expected,) = base_actor.compute_log_probs([batch])
+    for lora in (LORA, LoraSettings(rank=0)):
+        actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=lora, optim=FAST, keep_reference=True)
+        (batch.old_log_probs,) = actor.compute_log_probs([batch])
+        actor.update([batch])
+        actor.update([batch])
+        (reference,) = actor.compute_log_probs([batch], reference=True)
+        (current,) = actor.compute_log_probs([batch])
+        mask = batch.response_mask.bool()
+        torch.testing.assert_close(reference[mask], expected[mask], rtol=0, atol=1e-6)
+        assert not torch.allclose(current[mask], expected[mask], atol=1e-4)
+
+
+def test_full_parameter_reference_must_be_kept(tiny_lm_path: Path, tiny_adapter: TrainingAdapter) -> None:
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LoraSettings(rank=0), optim=FAST)
+    batch = make_batch(1)
+    (batch.old_log_probs,) = actor.compute_log_probs([batch], reference=True)  # before any update: fine
+    actor.update([batch])
+    with pytest.raises(ValueError, match=r"kept only with use_kl_loss or keep_reference=True"):
+        actor.compute_log_probs([batch], reference=True)
+
+
+def test_micro_batches_accumulate_to_the_full_batch(tiny_lm_path: Path, tiny_adapter: TrainingAdapter) -> None:
+    batch = make_batch(2)
+    whole = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LoraSettings(rank=0), optim=FAST)
+    parts = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LoraSettings(rank=0), optim=FAST)
+    (batch.old_log_probs,) = whole.compute_log_probs([batch])
+    m_whole = whole.update([batch])
+    m_parts = parts.update(split(batch, [slice(0, 1), slice(1, 4)]))
+    assert m_parts["actor/pg_loss"] == pytest.approx(m_whole["actor/pg_loss"], abs=1e-6)
+    assert m_parts["actor/grad_norm"] == pytest.approx(m_whole["actor/grad_norm"], rel=1e-5)
+    # Adam's first step is about lr * sign(grad): float noise on near-zero grads can flip
+    # a sign, so parameters agree to a few lr-scaled ulps, not bitwise.
+    for p, q in zip(whole.model.parameters(), parts.model.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-5)
+
+
+def test_generation_log_probs_match_the_actor(tiny_lm_path: Path, tiny_adapter: TrainingAdapter) -> None:
+    from transformers import GenerationConfig
+
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LORA)
+    torch.manual_seed(0)
+    prompt = torch.randint(2, 48, (6, 5))
+    generation = GenerationConfig(
+        do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=12,
+        eos_token_id=None, pad_token_id=0,
+    )
+    with torch.no_grad():
+        out = actor.model.generate(
+            input_ids=prompt, attention_mask=torch.ones_like(prompt), generation_config=generation,
+            output_logits=True, return_dict_in_generate=True,
+        )
+    responses = out.sequences[:, prompt.shape[1] :]
+    logits = torch.stack(out.logits, dim=1).float()  # [B, T, V]
+    sampled = torch.log_softmax(logits, -1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
+    prompts = [{"input_ids": row[None], "attention_mask": torch.ones(1, 5, dtype=torch.long)} for row in prompt]
+    inputs, resp, mask = collate(prompts, list(responses), pad_token_id=0)
+    (recomputed,) = actor.compute_log_probs([MicroBatch(inputs, resp, mask)])
+    metrics = rollout_actor_consistency(sampled, recomputed, mask)
+    assert metrics["training/rollout_actor_probs_pearson_corr"] >= 0.999
+    assert abs(metrics["rollout_corr/log_ppl_diff"]) < 1e-4
+
+
+def test_extra_fields_are_validated_per_micro_batch(
+    tiny_lm_path: Path, tiny_adapter_with_extra_field: TrainingAdapter
+) -> None:
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter_with_extra_field, lora=LORA)
+    batch = make_batch(3, rows=2)
+    lengths = batch.response_mask.sum(-1).tolist()
+    batch.extra = {"tiny.trace": [[0] * int(n) for n in lengths]}  # response_length each
+    actor.compute_log_probs([batch])
+    batch.extra = {"tiny.trace": [[0] * int(lengths[0]), [0]]}
+    with pytest.raises(ExtraFieldError, match=r"micro-batch row 1: extra field 'tiny.trace' has shape \(1\)"):
+        actor.compute_log_probs([batch])
+    batch.extra = {}
+    with pytest.raises(ExtraFieldError, match=r"required extra fields \(tiny.trace\)"):
+        actor.compute_log_probs([batch])
+
+
+@pytest.mark.parametrize("lora", [LORA, LoraSettings(rank=0)], ids=["lora", "full"])
+def test_resume_continues_exactly(
+    tmp_path: Path, tiny_lm_path: Path, tiny_adapter: TrainingAdapter, lora: LoraSettings
+) -> None:
+    def fresh() -> Actor:
+        torch.manual_seed(123)
+        return Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=lora, optim=FAST)
+
+    batches = [make_batch(seed) for seed in (4, 5)]
+
+    def step(actor: Actor, batch: MicroBatch) -> dict[str, float]:
+        (batch.old_log_probs,) = actor.compute_log_probs([batch])
+        noise = torch.rand(())  # consumes RNG: the restored RNG state must match too
+        metrics = actor.update([batch])
+        return {**metrics, "noise": float(noise)}
+
+    uninterrupted = fresh()
+    step(uninterrupted, batches[0])
+    expected = step(uninterrupted, batches[1])
+
+    interrupted = fresh()
+    step(interrupted, batches[0])
+    save_checkpoint(tmp_path, 1, interrupted, {"data_position": 4})
+    del interrupted  # the process dies between steps
+    torch.manual_seed(999)  # a new process has another RNG state
+
+    resumed = fresh()
+    state = load_checkpoint(latest_checkpoint(tmp_path), resumed)  # type: ignore[arg-type]
+    assert state == {"step": 1, "state": {"data_position": 4}}
+    got = step(resumed, batches[1])
+    for key in ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/lr", "noise"):
+        assert got[key] == pytest.approx(expected[key], rel=1e-6, abs=1e-7), key
+    for p, q in zip(uninterrupted.model.parameters(), resumed.model.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-6)
+
+
+def test_checkpoints_are_atomic_and_pruned(tmp_path: Path, tiny_lm_path: Path, tiny_adapter: TrainingAdapter) -> None:
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LORA)
+    for step in (1, 2, 3):
+        save_checkpoint(tmp_path, step, actor, keep_last=2)
+    assert [p.name for p in checkpoint_dirs(tmp_path)] == ["step_000002", "step_000003"]
+
+    def crash(*args: Any, **kwargs: Any) -> None:
+        raise OSError("disk full")
+
+    actor.optimizer.state_dict = crash  # type: ignore[method-assign]
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(tmp_path, 4, actor)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_000002", "step_000003"]
+    with pytest.raises(FileNotFoundError, match=r"not a complete checkpoint: missing \['rng.pt'\]"):
+        (tmp_path / "step_000003" / "rng.pt").unlink()
+        load_checkpoint(tmp_path / "step_000003", actor)
+
+
+def test_full_checkpoint_refused_by_a_lora_actor(tmp_path: Path, tiny_lm_path: Path, tiny_adapter: TrainingAdapter) -> None:
+    full = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LoraSettings(rank=0))
+    path = save_checkpoint(tmp_path, 1, full)
+    lora = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LORA)
+    with pytest.raises(ValueError, match=r"holds full weights but the actor trains LoRA"):
+        load_checkpoint(path, lora)
+
+
+def test_lora_adapter_loads_in_peft_and_merges(tmp_path: Path, tiny_lm_path: Path, tiny_adapter: TrainingAdapter) -> None:
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LORA, optim=FAST)
+    batch = make_batch(6)
+    (batch.old_log_probs,) = actor.compute_log_probs([batch])
+    actor.update([batch])
+    checkpoint = save_checkpoint(tmp_path / "run", 1, actor)
+    reloaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_lm_path), checkpoint / "adapter")
+    merged_dir = merge_lora(tiny_lm_path, checkpoint / "adapter", tmp_path / "merged", auto_class="AutoModelForCausalLM")
+    merged = AutoModelForCausalLM.from_pretrained(merged_dir)
+    ids = batch.model_inputs["input_ids"]
+    with torch.no_grad():
+        trained = actor.model.eval()(input_ids=ids).logits
+        torch.testing.assert_close(reloaded.eval()(input_ids=ids).logits, trained, rtol=0, atol=1e-5)
+        torch.testing.assert_close(merged.eval()(input_ids=ids).logits, trained, rtol=0, atol=1e-4)
+    with pytest.raises(FileExistsError, match="choose a new directory"):
+        merge_lora(tiny_lm_path, checkpoint / "adapter", merged_dir, auto_class="AutoModelForCausalLM")
