@@ -239,3 +239,30 @@ def test_lora_adapter_loads_in_peft_and_merges(tmp_path: Path, tiny_lm_path: Pat
         torch.testing.assert_close(merged.eval()(input_ids=ids).logits, trained, rtol=0, atol=1e-4)
     with pytest.raises(FileExistsError, match="choose a new directory"):
         merge_lora(tiny_lm_path, checkpoint / "adapter", merged_dir, auto_class="AutoModelForCausalLM")
+
+
+def test_kl_loss_uses_the_reference(tiny_lm_path: Path, tiny_adapter: TrainingAdapter) -> None:
+    settings = ActorSettings(use_kl_loss=True, kl_loss_coef=0.1, kl_loss_type="low_var_kl")
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LoraSettings(rank=0), settings=settings, optim=FAST)
+    batch = make_batch(7)
+    (batch.old_log_probs,) = actor.compute_log_probs([batch])
+    (batch.ref_log_probs,) = actor.compute_log_probs([batch], reference=True)
+    first = actor.update([batch])
+    second = actor.update([batch])
+    assert first["actor/kl_loss"] == pytest.approx(0.0, abs=1e-7)  # policy == reference at step 0
+    assert second["actor/kl_loss"] > 0.0
+    batch.ref_log_probs = None
+    with pytest.raises(ValueError, match="use_kl_loss is on but a micro-batch has no ref_log_probs"):
+        actor.update([batch])
+
+
+def test_learning_rate_warmup_then_cosine(tiny_lm_path: Path, tiny_adapter: TrainingAdapter) -> None:
+    optim = OptimizerSettings(lr=1.0, warmup_steps=2, schedule="cosine", total_steps=6, min_lr_ratio=0.1)
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LORA, optim=optim)
+    factors = [actor._lr_factor(step) for step in range(7)]
+    # warmup 1/2, 2/2; then cosine from 1 down to 0.1 over the remaining 4 steps.
+    assert factors[:3] == pytest.approx([0.5, 1.0, 1.0])
+    assert factors[4] == pytest.approx(0.1 + 0.9 * 0.5)
+    assert factors[6] == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="cosine schedule needs total_steps"):
+        OptimizerSettings(schedule="cosine")

@@ -8,7 +8,7 @@ from torch import Tensor
 
 def masked_sum(values: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     """Sum of ``values`` where ``mask`` is set; NaNs under a zero mask do not leak in."""
-    kept = torch.where(mask.bool(), values, torch.zeros_like(values)) * mask
+    kept = torch.where(mask.bool(), values, 0.0) * mask
     return kept.sum() if dim is None else kept.sum(dim=dim)
 
 
