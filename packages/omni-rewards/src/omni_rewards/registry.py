@@ -1,0 +1,107 @@
+"""Scorers by ``data_source``: a registry that refuses bad entries and explains its misses."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+
+from omni_rewards.errors import ScorerRegistrationError, UnknownDataSourceError
+
+
+Scorer = Callable[..., Mapping[str, float] | float]
+"""Scores one response: ``scorer(solution_str, ground_truth, extra_info=None, **kwargs)``.
+
+Returns a mapping with a ``"score"`` and any named sub-metrics (numbers), or a bare number.
+Scorers run in the reward manager's worker processes, so a scorer registered by a user must
+be a module-level function (picklable by reference).
+"""
+
+
+class ScorerRegistry:
+    """Maps a ``data_source`` string to its scorer."""
+
+    def __init__(self) -> None:
+        self._scorers: dict[str, Scorer] = {}
+        self._lock = threading.Lock()
+
+    def add(self, data_sources: str | Iterable[str], scorer: Scorer) -> None:
+        """Register ``scorer`` for one or several data sources.
+
+        Raises:
+            ScorerRegistrationError: ``scorer`` is not callable, a key is empty, or another
+                scorer already holds a key.
+        """
+        keys = [data_sources] if isinstance(data_sources, str) else list(data_sources)
+        if not callable(scorer):
+            raise ScorerRegistrationError(
+                f"Cannot register {scorer!r} for {keys}: a scorer must be callable as "
+                "scorer(solution_str, ground_truth, extra_info=None, **kwargs)."
+            )
+        if not keys or any(not isinstance(k, str) or not k for k in keys):
+            raise ScorerRegistrationError(
+                f"Cannot register {_name(scorer)} under {keys!r}: data sources must be "
+                "non-empty strings."
+            )
+        with self._lock:
+            for key in keys:
+                holder = self._scorers.get(key)
+                if holder is not None and holder is not scorer:
+                    raise ScorerRegistrationError(
+                        f"Duplicate scorer for data_source {key!r}: {_name(scorer)} cannot "
+                        f"replace {_name(holder)}, which is already registered. Remove it "
+                        "first (registry.remove) or register under another data_source."
+                    )
+            for key in keys:
+                self._scorers[key] = scorer
+
+    def register(self, *data_sources: str) -> Callable[[Scorer], Scorer]:
+        """Decorator form of :meth:`add`: ``@SCORERS.register("my_dataset")``."""
+
+        def decorate(scorer: Scorer) -> Scorer:
+            self.add(data_sources, scorer)
+            return scorer
+
+        return decorate
+
+    def remove(self, data_source: str) -> None:
+        """Unregister ``data_source``; a miss raises :class:`UnknownDataSourceError`."""
+        with self._lock:
+            if data_source not in self._scorers:
+                raise UnknownDataSourceError(self._miss_message(data_source))
+            del self._scorers[data_source]
+
+    def get(self, data_source: str) -> Scorer:
+        """The scorer for ``data_source``.
+
+        Raises:
+            UnknownDataSourceError: nothing is registered for it; the message lists what is.
+        """
+        scorer = self._scorers.get(data_source)
+        if scorer is None:
+            raise UnknownDataSourceError(self._miss_message(data_source))
+        return scorer
+
+    def __contains__(self, data_source: object) -> bool:
+        return data_source in self._scorers
+
+    def keys(self) -> list[str]:
+        """Registered data sources, sorted."""
+        return sorted(self._scorers)
+
+    def _miss_message(self, data_source: str) -> str:
+        return (
+            f"No reward scorer is registered for data_source {data_source!r}. "
+            f"Registered: {', '.join(self.keys()) or 'none'}. Register one with "
+            "omni_rewards.SCORERS.add(data_source, scorer), or fix the dataset's "
+            "data_source column."
+        )
+
+
+def _name(scorer: object) -> str:
+    module = getattr(scorer, "__module__", None)
+    qualname = getattr(scorer, "__qualname__", None)
+    return f"{module}.{qualname}" if module and qualname else repr(scorer)
+
+
+SCORERS = ScorerRegistry()
+"""The default registry; the built-in scorers register here when omni_rewards is imported."""

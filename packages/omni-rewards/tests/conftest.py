@@ -1,0 +1,187 @@
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+from omni_rewards import SCORERS, RewardManager, RewardManagerConfig, ScorerRegistry, compute_score
+
+SCORER_FIXTURES = Path(__file__).parent / "scorer_fixtures"
+SERVER_LIFETIME_S = 120.0  # the test HTTP server stops itself after this, whatever happens
+
+
+# --- verl's reference scorers ------------------------------------------------------------
+
+
+def _load_verl_module(name: str) -> ModuleType:
+    """Load ``verl/utils/reward_score/<name>.py`` by path.
+
+    Importing ``verl`` itself pulls in torch (~30 s); these two files need only the
+    standard library and math-verify, so they are loaded on their own.
+    """
+    spec = importlib.util.find_spec("verl")
+    if spec is None or spec.origin is None:
+        reason = (
+            "verl is not installed, so parity with its reference reward scorers cannot be "
+            "checked; install the distributed extra (uv sync --extra distributed)"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason}. CI must install it.")
+        pytest.skip(reason)
+    path = Path(spec.origin).parent / "utils" / "reward_score" / f"{name}.py"
+    module_spec = importlib.util.spec_from_file_location(f"verl_reference_{name}", path)
+    assert module_spec is not None and module_spec.loader is not None, path
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def verl_scorers() -> SimpleNamespace:
+    """verl's gsm8k scorer and a reference math scorer with verl's math-verify logic.
+
+    verl's ``math_verify.compute_score`` runs ``_verify_in_subprocess`` in a spawned pool
+    and turns any exception into 0.0; the pool needs the module importable by name, so the
+    reference calls the same function in-process (main thread: math-verify's own timeouts
+    work) with the same exception handling.
+    """
+    gsm8k = _load_verl_module("gsm8k")
+    math_verify = _load_verl_module("math_verify")
+
+    def math_reference(solution_str: str, ground_truth: str) -> float:
+        try:
+            boxed_truth = "\\boxed{" + ground_truth + "}"
+            return float(math_verify._verify_in_subprocess(boxed_truth, solution_str))
+        except Exception:
+            return 0.0
+
+    return SimpleNamespace(gsm8k=gsm8k.compute_score, math=math_reference)
+
+
+# --- scorers that misbehave, and a manager that runs them -------------------------------
+
+
+@pytest.fixture(scope="session")
+def test_scorers() -> Iterator[ModuleType]:
+    sys.path.insert(0, str(SCORER_FIXTURES))
+    try:
+        import omni_rewards_test_scorers
+
+        yield omni_rewards_test_scorers
+    finally:
+        sys.path.remove(str(SCORER_FIXTURES))
+
+
+@pytest.fixture(scope="session")
+def registry(test_scorers: ModuleType) -> ScorerRegistry:
+    """The built-in scorers plus the misbehaving ones."""
+    registry = ScorerRegistry()
+    for key in SCORERS.keys():
+        registry.add(key, SCORERS.get(key))
+    for key, scorer in test_scorers.TEST_SCORERS.items():
+        registry.add(key, scorer)
+    return registry
+
+
+@pytest.fixture(scope="session")
+def manager(registry: ScorerRegistry) -> Iterator[RewardManager]:
+    """Two workers, a 2 s per-sample timeout; shared by the tests (workers start once)."""
+    config = RewardManagerConfig(num_workers=2, timeout_s=2.0, on_unknown_data_source="skip")
+    with RewardManager(config, registry) as manager:
+        manager.start()
+        yield manager
+
+
+# --- a real reward service on loopback ---------------------------------------------------
+
+
+@dataclass
+class ScoringService:
+    """Behaviour and records of the local test server."""
+
+    url: str
+    fail_next: list[int] = field(default_factory=list)  # statuses to answer before scoring
+    required_token: str | None = None
+    delay_s: float = 0.0
+    raw_answer: bytes | None = None  # answer this instead of scores
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    client_ports: set[int] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, so the client's connection pool is exercised
+    service: ScoringService
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        service = self.service
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with service.lock:
+            service.requests.append({"headers": dict(self.headers), "body": body})
+            service.client_ports.add(self.client_address[1])
+            status = service.fail_next.pop(0) if service.fail_next else 200
+        if service.delay_s:
+            threading.Event().wait(service.delay_s)
+        if status == 200 and service.required_token is not None:
+            if self.headers.get("Authorization") != f"Bearer {service.required_token}":
+                status = 401
+        if status != 200:
+            self._send(status, b'{"error": "test failure"}')
+        elif service.raw_answer is not None:
+            self._send(200, service.raw_answer)
+        else:
+            results = [
+                compute_score(
+                    r["data_source"], r["solution_str"], r["ground_truth"], r["extra_info"]
+                )
+                for r in body["requests"]
+            ]
+            self._send(200, json.dumps({"results": results}).encode())
+
+    def _send(self, status: int, payload: bytes) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (the timeout test); nothing to answer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+
+@pytest.fixture
+def scoring_service() -> Iterator[ScoringService]:
+    """A JSON scoring server on 127.0.0.1 (a free port), stopped after the test."""
+    handler = type("Handler", (_Handler,), {})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    host, port = server.server_address[:2]
+    service = ScoringService(url=f"http://{host}:{port}/score")
+    handler.service = service
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
+    watchdog = threading.Timer(SERVER_LIFETIME_S, server.shutdown)
+    watchdog.daemon = True
+    thread.start()
+    watchdog.start()
+    try:
+        yield service
+    finally:
+        watchdog.cancel()
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

@@ -1,0 +1,131 @@
+"""The HTTP scorer client against a real reward service on 127.0.0.1 (see conftest)."""
+
+from __future__ import annotations
+
+import pytest
+
+from omni_rewards import (
+    HttpScorerClient,
+    HttpScorerConfig,
+    RemoteScorerError,
+    ScoreRequest,
+    compute_score,
+)
+
+REQUESTS = [
+    ScoreRequest("openai/gsm8k", f"#### {i}", "3") for i in range(7)
+] + [ScoreRequest("mmk12", "<answer>\\boxed{30°}</answer>", "30", {"split": "test"})]
+
+
+def client_for(url: str, **overrides: object) -> HttpScorerClient:
+    settings: dict[str, object] = {"timeout_s": 5.0, "backoff_s": 0.01, "max_backoff_s": 0.05}
+    settings.update(overrides)
+    return HttpScorerClient(HttpScorerConfig(url=url, **settings))  # type: ignore[arg-type]
+
+
+def test_batches_are_scored_remotely_in_order(scoring_service) -> None:
+    with client_for(scoring_service.url, batch_size=3, pool_size=2) as client:
+        results = client.score_batch(REQUESTS)
+    assert results == [
+        compute_score(r.data_source, r.solution_str, r.ground_truth, r.extra_info) for r in REQUESTS
+    ]
+    # 8 requests in batches of 3: three POSTs, with the wire format of the module docstring
+    bodies = [request["body"] for request in scoring_service.requests]
+    assert sorted(len(body["requests"]) for body in bodies) == [2, 3, 3]
+    fields = {"data_source", "solution_str", "ground_truth", "extra_info"}
+    assert bodies[0]["requests"][0].keys() == fields
+
+
+def test_connections_are_reused(scoring_service) -> None:
+    with client_for(scoring_service.url, pool_size=1) as client:
+        for _ in range(5):
+            result = client.compute_score("openai/gsm8k", "#### 3", "3")
+            assert result == {"score": 1.0, "accuracy": 1.0}
+    assert len(scoring_service.requests) == 5
+    assert len(scoring_service.client_ports) == 1  # one keep-alive connection served all five
+
+
+def test_transient_failures_are_retried(scoring_service) -> None:
+    scoring_service.fail_next = [503, 500, 429]
+    with client_for(scoring_service.url, max_retries=3) as client:
+        assert client.compute_score("openai/gsm8k", "#### 3", "3")["score"] == 1.0
+    assert len(scoring_service.requests) == 4
+
+
+def test_retries_are_bounded(scoring_service) -> None:
+    scoring_service.fail_next = [503] * 10
+    with client_for(scoring_service.url, max_retries=2) as client:
+        with pytest.raises(RemoteScorerError) as raised:
+            client.compute_score("openai/gsm8k", "#### 3", "3")
+    assert len(scoring_service.requests) == 3
+    assert "failed 3 times; last error: HTTP 503" in str(raised.value)
+
+
+def test_client_errors_are_not_retried(scoring_service) -> None:
+    scoring_service.fail_next = [400]
+    with client_for(scoring_service.url) as client:
+        with pytest.raises(RemoteScorerError, match="refused the request: HTTP 400"):
+            client.compute_score("openai/gsm8k", "#### 3", "3")
+    assert len(scoring_service.requests) == 1
+
+
+def test_bearer_token_comes_from_the_environment(
+    scoring_service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scoring_service.required_token = "s3cret"
+    monkeypatch.setenv("OMNI_TEST_REWARD_TOKEN", "s3cret")
+    with client_for(scoring_service.url, token_env="OMNI_TEST_REWARD_TOKEN") as client:
+        assert client.compute_score("openai/gsm8k", "#### 3", "3")["score"] == 1.0
+    assert scoring_service.requests[0]["headers"]["Authorization"] == "Bearer s3cret"
+
+    monkeypatch.setenv("OMNI_TEST_REWARD_TOKEN", "wrong")
+    with client_for(scoring_service.url, token_env="OMNI_TEST_REWARD_TOKEN") as client:
+        with pytest.raises(RemoteScorerError, match="HTTP 401.*Check the bearer token") as raised:
+            client.compute_score("openai/gsm8k", "#### 3", "3")
+    assert "wrong" not in str(raised.value)  # the token is never echoed
+
+    monkeypatch.delenv("OMNI_TEST_REWARD_TOKEN")
+    with client_for(scoring_service.url, token_env="OMNI_TEST_REWARD_TOKEN") as client:
+        unset = "'OMNI_TEST_REWARD_TOKEN', which is unset or empty"
+        with pytest.raises(RemoteScorerError, match=unset):
+            client.compute_score("openai/gsm8k", "#### 3", "3")
+
+
+def test_a_slow_service_times_out_and_is_retried(scoring_service) -> None:
+    scoring_service.delay_s = 0.5
+    with client_for(scoring_service.url, timeout_s=0.1, max_retries=1) as client:
+        timed_out = r"failed 2 times; last error: (TimeoutError|timeout)"
+        with pytest.raises(RemoteScorerError, match=timed_out):
+            client.compute_score("openai/gsm8k", "#### 3", "3")
+
+
+def test_an_unreachable_service_fails_after_the_retries() -> None:
+    # Port 9 on loopback (discard) is closed on test machines: connection refused.
+    with client_for("http://127.0.0.1:9/score", max_retries=1) as client:
+        refused = "failed 2 times; last error: ConnectionRefusedError"
+        with pytest.raises(RemoteScorerError, match=refused):
+            client.compute_score("openai/gsm8k", "#### 3", "3")
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (b"not json", "answered invalid JSON: not json"),
+        (b'{"scores": []}', "must answer"),
+        (b'{"results": []}', "sent 1, got 0 results"),
+        (b'{"results": [{"accuracy": 1}]}', 'with a "score" key'),
+    ],
+)
+def test_malformed_answers_are_reported(scoring_service, answer: bytes, message: str) -> None:
+    scoring_service.raw_answer = answer
+    with client_for(scoring_service.url) as client, pytest.raises(RemoteScorerError, match=message):
+        client.compute_score("openai/gsm8k", "#### 3", "3")
+
+
+def test_config_is_validated_all_at_once() -> None:
+    with pytest.raises(ValueError) as raised:
+        HttpScorerConfig(url="ftp://host/x", timeout_s=0, max_retries=-1)
+    message = str(raised.value)
+    assert "url must be an http(s) URL" in message
+    assert "timeout_s must be > 0" in message
+    assert "max_retries must be >= 0" in message

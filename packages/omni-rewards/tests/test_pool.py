@@ -1,0 +1,37 @@
+"""The timed worker pool on its own: start-up failures and order under kills."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import pytest
+
+from omni_rewards import RewardWorkerError
+from omni_rewards.pool import TimedWorkerPool
+
+
+def test_a_worker_that_cannot_start_explains_what_to_check() -> None:
+    pool = TimedWorkerPool(1, start_method="fork", preload=("omni_rewards_no_such_module",))
+    try:
+        with pytest.raises(RewardWorkerError) as raised:
+            pool.start()
+    finally:
+        pool.close()
+    message = str(raised.value)
+    assert "exited with code 1 before it was ready" in message
+    assert "omni_rewards_no_such_module" in message
+    assert "if __name__ == '__main__':" in message
+
+
+def test_outcomes_keep_input_order_across_timeouts(test_scorers: ModuleType) -> None:
+    sleep = test_scorers.sleep_then_score
+    # 0.0 s tasks around two that overrun a 0.5 s limit; one worker, so the kills requeue
+    # the rest of each chunk.
+    delays = ["0", "0", "3", "0", "3", "0"]
+    pool = TimedWorkerPool(1, start_method="fork")
+    try:
+        outcomes = pool.run([(sleep, (d, ""), {}) for d in delays], timeout_s=0.5)
+    finally:
+        pool.close()
+    assert [o.status for o in outcomes] == ["ok", "ok", "timeout", "ok", "timeout", "ok"]
+    assert [o.value for o in outcomes if o.status == "ok"] == [1.0, 1.0, 1.0, 1.0]
