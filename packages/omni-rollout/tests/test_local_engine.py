@@ -1,0 +1,193 @@
+"""The local engine on a tiny causal LM built offline, and the agent loops."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import torch
+
+from omni_contracts import (
+    ExtraFieldError,
+    ExtraFieldSpec,
+    RolloutAdapter,
+    RolloutSample,
+    SchemaError,
+    StageConfig,
+    StageOutput,
+)
+from omni_rollout.agent_loops import get_agent_loop
+from omni_rollout.local_engine import LocalEngine, find_policy_module, repeat_prompt
+from omni_rollout.sampling import SamplingSettings
+
+VOCAB = 40
+
+
+class TextAdapter(RolloutAdapter):
+    modes = ("text",)
+
+    def build_stage_configs(self, mode: str) -> Sequence[StageConfig]:
+        self.check_mode(mode)
+        return [StageConfig(0, "Qwen2ForCausalLM", "text", final_output=True)]
+
+    def rollout_flags(self, mode: str) -> dict[int, dict[str, object]]:
+        return {}
+
+    def get_pipeline_id(self, mode: str) -> str:
+        return "tiny"
+
+
+CODES = ExtraFieldSpec("talky.codes", ("response_length", 2))
+
+
+class TalkerAdapter(TextAdapter):
+    """Pretends stage 0 is a talker whose codes must travel as a namespaced field."""
+
+    def postprocess_agent_loop_output(
+        self, sample: RolloutSample, outputs: Sequence[StageOutput], mode: str
+    ) -> RolloutSample:
+        codes = [[t, t] for t in sample.response_ids]
+        return RolloutSample(sample.prompt_ids, sample.response_ids, sample.response_mask,
+                             sample.response_logprobs, {CODES.key: codes})
+
+
+@pytest.fixture(scope="module")
+def model() -> Any:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, pad_token_id=0, eos_token_id=1)
+    return Qwen2ForCausalLM(config).eval()
+
+
+def prompt(*ids: int) -> dict[str, torch.Tensor]:
+    tensor = torch.tensor([ids])
+    return {"input_ids": tensor, "attention_mask": torch.ones_like(tensor)}
+
+
+def engine(model: Any) -> LocalEngine:
+    return LocalEngine(find_policy_module(model, TextAdapter(), "text"), eos_token_ids=(1,), pad_token_id=0)
+
+
+def test_log_probs_are_those_of_the_processed_distribution(model: Any) -> None:
+    sampling = SamplingSettings(n=3, temperature=0.7, top_k=5, max_new_tokens=6, seed=1)
+    (rollout,) = engine(model).generate([prompt(5, 6, 7)], sampling)
+    for output in rollout.outputs:
+        ids = torch.tensor([[5, 6, 7, *output.token_ids]])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, 2:-1] / 0.7  # positions predicting the response
+        kth = logits.topk(5, dim=-1).values[:, -1:]
+        processed = logits.masked_fill(logits < kth, float("-inf"))
+        expected = torch.log_softmax(processed, -1).gather(-1, torch.tensor(output.token_ids)[:, None]).squeeze(-1)
+        assert output.logprobs is not None
+        torch.testing.assert_close(torch.tensor(output.logprobs), expected, rtol=0, atol=1e-5)
+
+
+def test_same_seed_same_samples(model: Any) -> None:
+    sampling = SamplingSettings(n=4, max_new_tokens=5, seed=7)
+    first = engine(model).generate([prompt(3, 4), prompt(9)], sampling)
+    again = engine(model).generate([prompt(3, 4), prompt(9)], sampling)
+    other = engine(model).generate([prompt(3, 4), prompt(9)], SamplingSettings(n=4, max_new_tokens=5, seed=8))
+    assert [[o.token_ids for o in r.outputs] for r in first] == [[o.token_ids for o in r.outputs] for r in again]
+    assert [[o.token_ids for o in r.outputs] for r in first] != [[o.token_ids for o in r.outputs] for r in other]
+    torch.manual_seed(0)
+    expected = torch.rand(())
+    torch.manual_seed(0)
+    engine(model).generate([prompt(3)], sampling)
+    assert torch.rand(()) == expected  # the caller's RNG stream is untouched
+
+
+def test_finish_reasons(model: Any) -> None:
+    stopping = SamplingSettings(n=4, max_new_tokens=8, stop_token_ids=tuple(range(2, VOCAB, 2)), seed=0)
+    (rollout,) = engine(model).generate([prompt(5)], stopping)
+    for output in rollout.outputs:
+        reason = output.data["finish_reason"]
+        if reason == "stop":
+            assert output.token_ids[-1] in stopping.stop_token_ids or output.token_ids[-1] == 1
+            assert not any(t in stopping.stop_token_ids for t in output.token_ids[:-1])
+        else:
+            assert len(output.token_ids) == 8
+    assert any(o.data["finish_reason"] == "stop" for o in rollout.outputs)
+    (long,) = engine(model).generate([prompt(5)], SamplingSettings(n=2, max_new_tokens=3, seed=0))
+    assert all(len(o.token_ids) <= 3 for o in long.outputs)
+
+
+def test_greedy_is_deterministic_without_a_seed(model: Any) -> None:
+    greedy = SamplingSettings(n=2, temperature=0.0, max_new_tokens=4)
+    (rollout,) = engine(model).generate([prompt(5, 8)], greedy)
+    assert rollout.outputs[0].token_ids == rollout.outputs[1].token_ids
+
+
+def test_stats(model: Any) -> None:
+    local = engine(model)
+    local.generate([prompt(5), prompt(6)], SamplingSettings(n=2, max_new_tokens=3, seed=0))
+    metrics = local.stats.metrics()
+    assert metrics["rollout/samples"] == 4.0
+    assert metrics["rollout/tokens_per_s"] > 0 and metrics["rollout/prompts_per_s"] > 0
+
+
+def test_find_policy_module_explains_a_miss(model: Any) -> None:
+    class Wrong(TextAdapter):
+        def build_stage_configs(self, mode: str) -> Sequence[StageConfig]:
+            return [StageConfig(0, "ThinkerForConditionalGeneration", "text", final_output=True)]
+
+    with pytest.raises(LookupError, match=r"No submodule of Qwen2ForCausalLM is a ThinkerForConditionalGeneration"):
+        find_policy_module(model, Wrong(), "text")
+
+
+def test_repeat_prompt() -> None:
+    inputs = {
+        "input_ids": torch.tensor([[1, 2]]), "pixel_values": torch.ones(4, 3),
+        "position_ids": torch.zeros(3, 1, 2, dtype=torch.long), "use_audio_in_video": False,
+    }
+    out = repeat_prompt(inputs, 3)
+    assert out["input_ids"].shape == (3, 2) and out["pixel_values"].shape == (12, 3)
+    assert out["position_ids"].shape == (3, 3, 2) and out["use_audio_in_video"] is False
+    with pytest.raises(ValueError, match="input_ids has batch size 2; pass one prompt at a time"):
+        repeat_prompt({"input_ids": torch.ones(2, 2)}, 2)
+
+
+def test_single_turn_and_aborts() -> None:
+    loop = get_agent_loop("single_turn_agent")
+    output = StageOutput(0, (4, 5, 1), (-0.1, -0.2, -0.3), data={"finish_reason": "stop"})
+    sample = loop(prompt_ids=[7, 8], outputs=[output], adapter=TextAdapter(), mode="text", specs={})
+    assert sample.response_ids == (4, 5, 1) and sample.response_mask == (1, 1, 1)
+    assert sample.response_logprobs == (-0.1, -0.2, -0.3)
+    assert sample.extra_fields == {"finish_reason": "stop"}
+    for outputs in ([], [StageOutput(0, aborted=True, finished=False)]):
+        aborted = loop(prompt_ids=[7], outputs=outputs, adapter=TextAdapter(), mode="text", specs={})
+        assert aborted.response_ids == () and aborted.extra_fields == {"aborted": True}
+
+
+def test_omni_single_turn_validates_the_adapter_output() -> None:
+    loop = get_agent_loop("omni_single_turn")
+    output = StageOutput(0, (4, 5), (-0.1, -0.2))
+    sample = loop(prompt_ids=[7], outputs=[output], adapter=TalkerAdapter(), mode="text", specs={CODES.key: CODES})
+    assert sample.extra_fields[CODES.key] == [[4, 4], [5, 5]]
+    wrong = ExtraFieldSpec("talky.codes", ("response_length", 3))
+    with pytest.raises(ExtraFieldError, match=r"'talky.codes' has shape \(2, 2\), expected \(response_length, 3\)"):
+        loop(prompt_ids=[7], outputs=[output], adapter=TalkerAdapter(), mode="text", specs={CODES.key: wrong})
+    with pytest.raises(ExtraFieldError, match=r"'talky.codes' is not declared"):
+        loop(prompt_ids=[7], outputs=[output], adapter=TalkerAdapter(), mode="text", specs={})
+
+    class Misaligned(TalkerAdapter):
+        def postprocess_agent_loop_output(
+            self, sample: RolloutSample, outputs: Sequence[StageOutput], mode: str
+        ) -> RolloutSample:
+            object.__setattr__(sample, "response_mask", (1,))
+            return sample
+
+    with pytest.raises(SchemaError, match=r"\{'response_mask': 1\} do not align with 2 response_ids"):
+        loop(prompt_ids=[7], outputs=[output], adapter=Misaligned(), mode="text", specs={})
+
+
+def test_unknown_agent_loop() -> None:
+    with pytest.raises(ValueError, match=r"Unknown agent loop 'tool_agent'; registered: omni_single_turn"):
+        get_agent_loop("tool_agent")
+
+
+def test_sampling_settings_report_every_problem() -> None:
+    with pytest.raises(ValueError, match=r"n must be >= 1, got 0; top_k must be -1 \(off\) or >= 1, got 0"):
+        SamplingSettings(n=0, top_k=0)

@@ -1,0 +1,78 @@
+"""The local rollout engine (omni-rollout) on the tiny Qwen3-Omni (omni-qwen3): text, image
+and audio prompts generate from the thinker; sampled-token log-probs agree with a forward
+pass; the agent loop turns the outputs into rollout samples."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from omni_contracts import get_rollout_adapter, get_training_adapter
+from omni_rollout.agent_loops import get_agent_loop
+from omni_rollout.local_engine import LocalEngine, find_policy_module
+from omni_rollout.sampling import SamplingSettings
+
+ARCH = "Qwen3OmniMoeForConditionalGeneration"
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Any]:
+    from transformers import AutoConfig, Qwen3OmniMoeForConditionalGeneration
+
+    from omni_qwen3.tiny import build_tiny_qwen3_omni
+
+    path = build_tiny_qwen3_omni(tmp_path_factory.mktemp("tiny") / "ckpt", seed=0)
+    config = AutoConfig.from_pretrained(path)
+    training = get_training_adapter(ARCH, "thinker")
+    model = Qwen3OmniMoeForConditionalGeneration.from_pretrained(path).eval()
+    training.configure_model(model, config)
+    return model, training.configure_processor(str(path), config), config
+
+
+def prompts(processor: Any) -> list[dict[str, Any]]:
+    from PIL import Image
+
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8))
+    tone = np.sin(2 * np.pi * 440 * np.arange(16_000) / 16_000).astype(np.float32)
+    contents = [
+        ([{"type": "text", "text": "What is 2 + 3?"}], {}),
+        ([{"type": "image"}, {"type": "text", "text": "Describe it."}], {"images": [image]}),
+        ([{"type": "audio"}, {"type": "text", "text": "What do you hear?"}], {"audio": [tone]}),
+    ]
+    rows = []
+    for content, media in contents:
+        text = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False)
+        rows.append(dict(processor(text=[text], return_tensors="pt", **media)))
+    return rows
+
+
+def test_text_image_audio_prompts_generate(setup: tuple[Any, Any, Any]) -> None:
+    model, processor, config = setup
+    adapter = get_rollout_adapter("qwen3_omni_moe")
+    thinker = find_policy_module(model, adapter, "thinker_only")
+    assert thinker is model.thinker
+    eos = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    engine = LocalEngine(thinker, eos_token_ids=(eos,), pad_token_id=processor.tokenizer.pad_token_id)
+    sampling = SamplingSettings(n=2, temperature=1.0, max_new_tokens=5, seed=3)
+    rows = prompts(processor)
+    rollouts = engine.generate(rows, sampling)
+    again = engine.generate(rows, sampling)
+    loop = get_agent_loop("single_turn_agent")
+    for row, rollout, repeat in zip(rows, rollouts, again, strict=True):
+        assert [o.token_ids for o in rollout.outputs] == [o.token_ids for o in repeat.outputs]
+        for output in rollout.outputs:
+            sample = loop(prompt_ids=rollout.prompt_ids, outputs=[output], adapter=adapter, mode="thinker_only", specs={})
+            assert 1 <= len(sample.response_ids) <= 5
+            ids = torch.tensor([[*rollout.prompt_ids, *sample.response_ids]])
+            forward_inputs = {k: v for k, v in row.items() if k not in ("input_ids", "attention_mask")}
+            with torch.no_grad():
+                logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), **forward_inputs).logits
+            n = len(sample.response_ids)
+            expected = torch.log_softmax(logits[0, -n - 1 : -1].float(), -1).gather(
+                -1, torch.tensor(sample.response_ids)[:, None]
+            ).squeeze(-1)
+            torch.testing.assert_close(torch.tensor(sample.response_logprobs), expected, rtol=0, atol=1e-4)
