@@ -1,0 +1,5 @@
+import sys
+
+from omni_data.convert.cli import main
+
+sys.exit(main())
