@@ -101,12 +101,15 @@ class LocalEngine:
         stage_id: the policy stage's id, recorded in each :class:`StageOutput`.
         eos_token_ids: ids that end a response (the tokenizer's end-of-turn token).
         pad_token_id: fills finished rows while others continue.
+        suppress_token_ids: ids never sampled (multimodal placeholders: a sampled
+            ``<|audio_pad|>`` in a response would be read as an audio slot by the actor).
     """
 
     module: Any
     eos_token_ids: tuple[int, ...]
     pad_token_id: int
     stage_id: int = 0
+    suppress_token_ids: tuple[int, ...] = ()
     stats: GenerationStats = field(default_factory=GenerationStats)
 
     def generate(self, prompts: Sequence[Mapping[str, Any]], sampling: SamplingSettings) -> list[PromptRollout]:
@@ -131,6 +134,8 @@ class LocalEngine:
             "return_dict_in_generate": True,
             "do_sample": not sampling.greedy,
         }
+        if self.suppress_token_ids:
+            options["suppress_tokens"] = list(self.suppress_token_ids)
         if not sampling.greedy:
             options.update(
                 temperature=sampling.temperature,

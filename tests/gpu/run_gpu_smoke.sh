@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# GPU smoke checks (one CUDA GPU, a few minutes): installs the gpu and distributed extras
+# into the workspace environment, then runs every test marked `gpu` under tests/gpu.
+# Usage: bash tests/gpu/run_gpu_smoke.sh [extra pytest args]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "run_gpu_smoke.sh: no CUDA GPU visible (nvidia-smi failed); nothing to run." >&2
+    exit 1
+fi
+nvidia-smi -L
+
+uv sync --frozen --extra gpu --extra distributed
+# Keep the tiny model's build cache inside the run so nothing is read from a stale home.
+export OMNI_RL_CACHE="${OMNI_RL_CACHE:-$(mktemp -d)}"
+uv run --frozen --extra gpu --extra distributed pytest tests/gpu -m gpu -q -x "$@"

@@ -1,0 +1,44 @@
+"""vLLM-Omni's own loader reads the generated deploy configs (gpu extra; no CUDA needed).
+
+The golden files of tests/test_vllm_omni_deploy_qwen3.py are parsed by
+``load_deploy_config`` and merged with the registered Qwen3-Omni pipelines, so a schema
+change upstream fails here instead of at engine start. Importing vllm_omni takes about a
+minute on CPU, hence the gpu marker: it runs in tests/gpu/run_gpu_smoke.sh.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+GOLDEN_DIR = Path(__file__).resolve().parents[2] / "packages/omni-rollout/tests/golden"
+
+
+@pytest.mark.parametrize("mode", ["thinker_only", "thinker_talker", "full"])
+def test_golden_deploy_config_loads_and_merges(mode: str) -> None:
+    pytest.importorskip("vllm_omni")
+    from vllm_omni.config.pipeline_registry import resolve_pipeline_config
+    from vllm_omni.config.stage_config import load_deploy_config, merge_pipeline_deploy
+    from vllm_omni.model_executor.models.qwen3_omni import pipeline as qwen3_pipelines
+
+    deploy = load_deploy_config(GOLDEN_DIR / f"qwen3_omni_moe_{mode}.json")
+    assert deploy.async_chunk is False
+    policy = deploy.stages[0]
+    assert (policy.devices, policy.tensor_parallel_size) == ("2", 1)
+    assert (policy.gpu_memory_utilization, policy.max_num_seqs) == (0.7, 256)
+    assert policy.engine_extras["enable_sleep_mode"] is True
+
+    if mode == "thinker_only":
+        pipeline = resolve_pipeline_config(deploy.pipeline)
+        assert policy.engine_extras["hf_overrides"] == {"enable_audio_output": False}
+    else:
+        # "qwen3_omni_moe" resolves from the HF config; take its full variant directly.
+        pipeline = qwen3_pipelines.QWEN3_OMNI_PIPELINE
+        assert [s.devices for s in deploy.stages[1:]] == ["3"] * (len(deploy.stages) - 1)
+    merged = merge_pipeline_deploy(pipeline, deploy)
+    assert merged[0].yaml_engine_args["gpu_memory_utilization"] == 0.7
+    assert merged[0].yaml_engine_args["compilation_config"] == {
+        "cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    }

@@ -1,0 +1,91 @@
+"""Golden deploy configs for Qwen3-Omni's three pipeline modes.
+
+The goldens live in packages/omni-rollout/tests/golden/. A change to the generated config
+shows up as a failing diff; when the change is intended, regenerate them explicitly:
+
+    uv run --frozen python tests/test_vllm_omni_deploy_qwen3.py --regenerate
+
+and review the diff before committing. Tests never write them.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from omni_contracts import get_rollout_adapter
+from omni_rollout.vllm_omni.deploy_config import (
+    DeployOptions,
+    build_deploy_config,
+    render_deploy_config,
+)
+from omni_rollout.vllm_omni.devices import ReplicaLayout
+
+GOLDEN_DIR = Path(__file__).resolve().parents[1] / "packages/omni-rollout/tests/golden"
+MODES = ("thinker_only", "thinker_talker", "full")
+
+# Replica 1 of 2 on a 4-GPU node, 2 GPUs each, thinker at TP 1: the thinker takes
+# device 2, talker and code2wav the replica's other device 3. The audio recipe's knobs.
+LAYOUT = ReplicaLayout(replica_rank=1, num_replicas=2, gpus_per_replica=2, num_visible_devices=4)
+OPTIONS = DeployOptions(
+    gpu_memory_utilization=0.7,
+    max_num_seqs=256,
+    max_model_len=4160 + 2048,
+    cudagraph_capture_sizes=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+    enable_lora=True,
+    max_lora_rank=32,
+)
+
+
+def golden_path(mode: str) -> Path:
+    return GOLDEN_DIR / f"qwen3_omni_moe_{mode}.json"
+
+
+def generate(mode: str) -> str:
+    adapter = get_rollout_adapter("qwen3_omni_moe")
+    return render_deploy_config(build_deploy_config(adapter, mode, LAYOUT, OPTIONS))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_deploy_config_matches_golden(mode: str) -> None:
+    path = golden_path(mode)
+    if not path.exists():
+        pytest.fail(f"{path} is missing; run `python {__file__} --regenerate` and review it.")
+    assert generate(mode) == path.read_text(), (
+        f"The deploy config for {mode!r} changed. If intended, run "
+        f"`python {Path(__file__).name} --regenerate` and review the diff."
+    )
+
+
+def test_thinker_only_loads_no_audio_output_and_uses_its_pipeline() -> None:
+    # Cross-check a few facts of the golden by hand, so a wrong regeneration is caught.
+    adapter = get_rollout_adapter("qwen3_omni_moe")
+    config = build_deploy_config(adapter, "thinker_only", LAYOUT, OPTIONS)
+    assert config["pipeline"] == "qwen3_omni_moe_thinker_only"
+    (thinker,) = config["stages"]
+    assert thinker["devices"] == "2"
+    assert thinker["hf_overrides"] == {"enable_audio_output": False}
+
+
+def test_full_mode_places_talker_and_code2wav_on_the_replicas_second_gpu() -> None:
+    adapter = get_rollout_adapter("qwen3_omni_moe")
+    config = build_deploy_config(adapter, "full", LAYOUT, OPTIONS)
+    assert config["pipeline"] == "qwen3_omni_moe"
+    assert [s["devices"] for s in config["stages"]] == ["2", "3", "3"]
+    assert "gpu_memory_utilization" in config["stages"][0]
+    assert "gpu_memory_utilization" not in config["stages"][1]
+
+
+def regenerate() -> None:
+    GOLDEN_DIR.mkdir(parents=True, exist_ok=True)
+    for mode in MODES:
+        golden_path(mode).write_text(generate(mode))
+        print(f"wrote {golden_path(mode)}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--regenerate"]:
+        raise SystemExit(f"usage: python {sys.argv[0]} --regenerate")
+    regenerate()
