@@ -1,0 +1,73 @@
+"""The built-in task of the embedded default: answer with a number.
+
+Each prompt carries a small generated picture and a synthetic tone (so the image and audio
+paths of the model run every step) and asks for a number. The reward is verifiable and
+has variance soon after random initialisation, which a tiny model needs to learn from:
+
+- 1.0 when the response starts with a digit (this is also ``acc``),
+- 0.5 when a digit appears later in the response,
+- 0.0 otherwise.
+
+This module stays light (no torch): reward worker processes import it for the scorer.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from typing import Any
+
+DATA_SOURCE = "omni_rl/builtin_digits"
+QUESTIONS = (
+    "How many dots are in the picture?",
+    "How many beeps do you hear?",
+    "What number comes next: 1, 2, 3?",
+    "How old is the tone?",
+    "Count the colours you see.",
+    "Give any number.",
+    "What is {a} + {b}?",
+    "What is {a} times {b}?",
+)
+
+
+def score_digits(
+    solution_str: str, ground_truth: str, extra_info: Mapping[str, Any] | None = None, **_: Any
+) -> dict[str, float]:
+    """The built-in task's reward (see the module docstring)."""
+    text = solution_str.strip()
+    starts = bool(text) and text[0].isdigit()
+    contains = any(ch.isdigit() for ch in text)
+    score = 1.0 if starts else 0.5 if contains else 0.0
+    return {"score": score, "acc": float(starts)}
+
+
+def builtin_rows(count: int, seed: int = 0) -> list[dict[str, Any]]:
+    """``count`` task rows: chat messages, one picture, one tone, the reward fields."""
+    import numpy as np
+    from PIL import Image
+
+    rng = random.Random(seed)
+    rows = []
+    for index in range(count):
+        a, b = rng.randint(1, 9), rng.randint(1, 9)
+        question = rng.choice(QUESTIONS).format(a=a, b=b)
+        colour = tuple(rng.randint(0, 255) for _ in range(3))
+        picture = Image.new("RGB", (64, 64), colour)
+        hz = rng.choice((220.0, 330.0, 440.0, 660.0))
+        t = np.arange(16_000 // 2) / 16_000
+        tone = (0.3 * np.sin(2 * np.pi * hz * t)).astype(np.float32)
+        rows.append(
+            {
+                "messages": [
+                    {"role": "user", "content": [
+                        {"type": "image"}, {"type": "audio"}, {"type": "text", "text": question},
+                    ]},
+                ],
+                "images": [picture],
+                "audios": [tone],
+                "data_source": DATA_SOURCE,
+                "ground_truth": str(a + b),
+                "index": index,
+            }
+        )
+    return rows

@@ -1,0 +1,288 @@
+"""The trainer's configuration: typed sections under verl's names, validated at once.
+
+Precedence: the packaged defaults (``omni_trainer.yaml``) -> a run script's overrides ->
+extra ``"$@"`` arguments (later wins). Overrides are dotted ``key=value`` pairs; values are
+parsed as YAML (``8``, ``3e-6``, ``[a,b]``, ``null``). An unknown key or a value of the
+wrong type is an error naming the key and the closest valid one.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, ValidationError
+
+
+@dataclass
+class DataConfig:
+    train_files: list[str] | None = None  # None: the built-in task
+    val_files: list[str] | None = None
+    train_batch_size: int = 8  # prompts per step
+    val_batch_size: int = 16
+    max_prompt_length: int = 1024  # longer prompts are filtered, counted and reported
+    max_response_length: int = 64
+    shuffle: bool = True
+    seed: int = 0
+    builtin_task_size: int = 256  # rows of the built-in task
+
+
+@dataclass
+class ModelConfig:
+    path: str | None = None  # None: the tiny Qwen3-Omni, built offline
+    stage: str = "thinker"
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    target_modules: list[str] | None = None  # None: the adapter's defaults
+    exclude_modules: str | None = None
+    freeze_vision_tower: bool = True
+    freeze_audio_tower: bool = True
+
+
+@dataclass
+class PolicyLossSection:
+    loss_mode: str = "gspo"
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 3e-6
+    weight_decay: float = 0.01
+    lr_warmup_steps: int = 0
+    lr_scheduler_type: str = "constant"  # constant | cosine
+    min_lr_ratio: float = 0.0
+
+
+@dataclass
+class ActorConfig:
+    policy_loss: PolicyLossSection = field(default_factory=PolicyLossSection)
+    clip_ratio: float = 0.2
+    clip_ratio_low: float | None = None
+    clip_ratio_high: float | None = None
+    clip_ratio_c: float = 3.0
+    loss_agg_mode: str = "seq-mean-token-mean"
+    ppo_mini_batch_size: int = 8  # prompts per optimizer step
+    ppo_micro_batch_size_per_gpu: int = 16  # samples per forward/backward
+    use_dynamic_bsz: bool = False
+    ppo_max_token_len_per_gpu: int = 16384
+    ppo_epochs: int = 1
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = "low_var_kl"
+    entropy_coeff: float = 0.0
+    grad_clip: float = 1.0
+    dtype: str = "float32"
+    optim: OptimConfig = field(default_factory=OptimConfig)
+
+
+@dataclass
+class AgentConfig:
+    default_agent_loop: str = "single_turn_agent"
+
+
+@dataclass
+class RolloutConfig:
+    n: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    pipeline_name: str = "qwen3_omni_moe"
+    pipeline_mode: str = "thinker_only"
+    agent: AgentConfig = field(default_factory=AgentConfig)
+
+
+@dataclass
+class ActorRolloutRefConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+
+
+@dataclass
+class KLControlConfig:
+    kl_coef: float = 0.001
+
+
+@dataclass
+class AlgorithmConfig:
+    adv_estimator: str = "grpo"
+    norm_adv_by_std_in_grpo: bool = True
+    gamma: float = 1.0
+    use_kl_in_reward: bool = False
+    kl_penalty: str = "kl"
+    kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+
+
+@dataclass
+class RewardConfig:
+    num_workers: int | None = None  # None: one per CPU
+    timeout_s: float = 30.0
+    on_unknown_data_source: str = "raise"
+
+
+@dataclass
+class TrainerConfig:
+    engine: str = "local"  # local | verl
+    total_epochs: int = 1
+    total_training_steps: int | None = None
+    save_freq: int = 20
+    test_freq: int = 0  # 0: no periodic validation
+    max_checkpoints_to_keep: int = 2
+    resume_mode: str = "auto"  # auto | disable
+    default_local_dir: str = "runs/${trainer.experiment_name}"
+    project_name: str = "omni-rl"
+    experiment_name: str = "tiny-default"
+    logger: list[str] = field(default_factory=lambda: ["console"])
+    seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message says what and how to fix it."""
+
+
+CHOICES = {
+    "trainer.engine": ("local", "verl"),
+    "trainer.resume_mode": ("auto", "disable"),
+    "trainer.device": ("auto", "cpu", "cuda"),
+    "actor_rollout_ref.actor.dtype": ("float32", "bfloat16"),
+    "actor_rollout_ref.actor.optim.lr_scheduler_type": ("constant", "cosine"),
+    "reward.on_unknown_data_source": ("raise", "skip"),
+}
+
+
+def all_keys(node: Any = None, prefix: str = "") -> list[str]:
+    """Every leaf key of the schema, dotted."""
+    node = OmegaConf.structured(Config) if node is None else node
+    keys = []
+    for key in node:
+        value = node[key] if not OmegaConf.is_missing(node, key) else None
+        dotted = f"{prefix}{key}"
+        if isinstance(value, DictConfig):
+            keys.extend(all_keys(value, dotted + "."))
+        else:
+            keys.append(dotted)
+    return keys
+
+
+def closest_key(key: str) -> str:
+    keys = all_keys()
+    match = difflib.get_close_matches(key, keys, n=1, cutoff=0.0)
+    if match:
+        return match[0]
+    leaf = key.rsplit(".", 1)[-1]
+    same_leaf = [k for k in keys if k.endswith("." + leaf)]
+    return same_leaf[0] if same_leaf else keys[0]
+
+
+def packaged_yaml(name: str) -> DictConfig:
+    text = resources.files("omni_trainer").joinpath(name).read_text()
+    loaded = OmegaConf.create(text)
+    if not isinstance(loaded, DictConfig):
+        raise ConfigError(f"{name} must hold a mapping of config sections.")
+    return loaded
+
+
+EMBEDDED_TRIGGERS = ("actor_rollout_ref.model.path", "data.train_files")
+
+
+def load_config(*override_groups: list[str]) -> Config:
+    """Schema <- packaged defaults [<- embedded preset] <- each override group, in order.
+
+    The embedded preset (``embedded.yaml``) applies when no override names a model path or
+    train files: that is the tiny built-in run of a bare ``uv run trainer``.
+
+    Raises:
+        ConfigError: every problem found, each naming the key (and the closest valid key).
+    """
+    config = OmegaConf.structured(Config)
+    problems: list[str] = []
+    parsed = [_parse(overrides, problems) for overrides in override_groups]
+    layers = [("omni_trainer.yaml", packaged_yaml("omni_trainer.yaml"))]
+    user_keys = {key for layer in parsed for key, _ in _flatten(layer)}
+    if not user_keys & set(EMBEDDED_TRIGGERS):
+        layers.append(("embedded.yaml", packaged_yaml("embedded.yaml")))
+    layers.extend(("overrides", layer) for layer in parsed)
+    for origin, layer in layers:
+        for key, value in _flatten(layer):
+            try:
+                OmegaConf.update(config, key, value, merge=False)
+            except (ConfigKeyError, AttributeError, KeyError):
+                problems.append(f"unknown key {key!r} (in {origin}); did you mean {closest_key(key)!r}?")
+            except ValidationError as exc:
+                problems.append(f"{key}: {value!r} is not valid here ({_first_line(exc)})")
+    if problems:
+        raise ConfigError("Invalid configuration:\n  - " + "\n  - ".join(problems))
+    resolved = OmegaConf.to_object(config)
+    assert isinstance(resolved, Config)
+    _check_choices(resolved)
+    return resolved
+
+
+def uses_embedded_default(config: Config) -> bool:
+    return config.actor_rollout_ref.model.path is None and config.data.train_files is None
+
+
+def _parse(overrides: list[str], problems: list[str]) -> DictConfig:
+    parsed = OmegaConf.create()
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.lstrip("+")
+        if not sep or not key:
+            problems.append(f"{item!r} is not key=value (e.g. trainer.total_epochs=2)")
+            continue
+        value = _yaml_value(raw) if raw else ""
+        OmegaConf.update(parsed, key, value, merge=False, force_add=True)
+    return parsed
+
+
+def _yaml_value(raw: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+
+
+def _flatten(node: DictConfig, prefix: str = "") -> list[tuple[str, Any]]:
+    items: list[tuple[str, Any]] = []
+    for key in node:
+        value = node[key]
+        dotted = f"{prefix}{key!s}"
+        if isinstance(value, DictConfig) and len(value) > 0:
+            items.extend(_flatten(value, dotted + "."))
+        else:
+            items.append((dotted, OmegaConf.to_container(value) if isinstance(value, DictConfig) else value))
+    return items
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0]
+
+
+def _check_choices(config: Config) -> None:
+    problems = []
+    for key, valid in CHOICES.items():
+        value = OmegaConf.select(OmegaConf.structured(config), key)
+        if value not in valid:
+            problems.append(f"{key}={value!r}; valid: {', '.join(valid)}")
+    if problems:
+        raise ConfigError("Invalid configuration:\n  - " + "\n  - ".join(problems))
+
+
+def to_yaml(config: Config) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(config))

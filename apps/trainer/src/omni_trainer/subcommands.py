@@ -1,0 +1,67 @@
+"""The other jobs users run, as ``trainer <subcommand> ...``; each wraps a package's CLI."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import platform
+from collections.abc import Callable, Sequence
+
+
+def _convert(argv: Sequence[str]) -> int:
+    from omni_data.convert.cli import main
+
+    return main(list(argv))
+
+
+def _tiny(argv: Sequence[str]) -> int:
+    from omni_qwen3.tiny.__main__ import main
+
+    return main(list(argv))
+
+
+def _plan_memory(argv: Sequence[str]) -> int:
+    from omni_rollout.memory_planner import main
+
+    return main(list(argv))
+
+
+def _merge(argv: Sequence[str]) -> int:
+    from omni_training.merge import main
+
+    return main(list(argv))
+
+
+def _doctor(argv: Sequence[str]) -> int:
+    """Versions, accelerator, and which optional extras are installed."""
+    print(f"python {platform.python_version()} on {platform.system()} {platform.machine()}")
+    for name in ("torch", "transformers", "peft", "math-verify", "verl", "ray", "vllm", "vllm-omni", "flash-attn-4"):
+        try:
+            version = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            version = "not installed"
+        print(f"  {name:<14}{version}")
+    import torch
+
+    if torch.cuda.is_available():
+        names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        print(f"GPU: {', '.join(names)}")
+    else:
+        print("GPU: none (the local engine runs on CPU; the verl engine and vLLM-Omni need a GPU)")
+    extras = {
+        "distributed (verl + ray)": ("verl", "ray"),
+        "gpu (vllm + vllm-omni)": ("vllm", "vllm_omni"),
+    }
+    for extra, modules in extras.items():
+        present = all(importlib.util.find_spec(m) is not None for m in modules)
+        print(f"extra {extra}: {'installed' if present else 'missing (uv sync --extra ...)'}")
+    return 0
+
+
+SUBCOMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
+    "convert": (_convert, "convert a raw dataset to RL parquet (gsm8k | mmk12 | avqa)"),
+    "tiny": (_tiny, "build the tiny offline Qwen3-Omni checkpoint"),
+    "plan-memory": (_plan_memory, "size vLLM-Omni rollout memory for colocated training"),
+    "merge": (_merge, "merge a LoRA adapter into its base checkpoint"),
+    "doctor": (_doctor, "print versions, GPU and installed extras"),
+}
