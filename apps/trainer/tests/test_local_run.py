@@ -20,6 +20,7 @@ SHORT = [
     "data.builtin_task_size=16", "data.train_batch_size=2", "actor_rollout_ref.rollout.n=4",
     "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
     "data.max_response_length=3", "reward.num_workers=1", "trainer.save_freq=2",
+    "actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=200",
 ]
 
 

@@ -30,7 +30,7 @@ from omni_trainer.config import Config, to_yaml, uses_embedded_default
 from omni_trainer.run_dir import MetricsLog, draw_curve
 from omni_training.actor import Actor
 from omni_training.advantages import AdvantageConfig, get_advantage_estimator
-from omni_training.batching import MicroBatch, collate
+from omni_training.batching import MicroBatch, collate, plan_micro_batches
 from omni_training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from omni_training.consistency import rollout_actor_consistency
 from omni_training.kl import kl_penalized_rewards
@@ -327,13 +327,21 @@ class LocalTrainer:
         }
 
     def _micro_batches(self, samples: Sequence[RolloutSample], owners: Sequence[Prepared]) -> list[MicroBatch]:
-        size = self.config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu
+        """Consecutive samples per micro-batch: a fixed count, or a padded-token budget with
+        ``use_dynamic_bsz`` (``ppo_max_token_len_per_gpu``)."""
+        actor = self.config.actor_rollout_ref.actor
+        if actor.use_dynamic_bsz:
+            lengths = [int(o.inputs["input_ids"].shape[1]) + len(s.response_ids) for s, o in zip(samples, owners, strict=True)]
+            groups = plan_micro_batches(lengths, max_tokens=actor.ppo_max_token_len_per_gpu, max_rows=None)
+        else:
+            size = actor.ppo_micro_batch_size_per_gpu
+            groups = [list(range(start, min(start + size, len(samples)))) for start in range(0, len(samples), size)]
         pad = self.engine.pad_token_id
         batches = []
-        for start in range(0, len(samples), size):
-            chunk = samples[start : start + size]
+        for group in groups:
+            chunk = [samples[i] for i in group]
             inputs, responses, mask = collate(
-                [o.inputs for o in owners[start : start + size]], [s.response_ids for s in chunk],
+                [owners[i].inputs for i in group], [s.response_ids for s in chunk],
                 [s.response_mask for s in chunk], pad_token_id=pad,
             )
             rollout_lp = torch.zeros(mask.shape, dtype=torch.float32)
