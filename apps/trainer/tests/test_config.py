@@ -64,6 +64,8 @@ def test_errors_are_reported_together_with_the_closest_key() -> None:
 def test_closed_choices() -> None:
     with pytest.raises(ConfigError, match=r"trainer.engine='ray'; valid: local, verl"):
         load_config(["trainer.engine=ray"])
+    with pytest.raises(ConfigError, match=r"trainer.logger has \['tb'\]; valid: console, tensorboard, wandb"):
+        load_config(["trainer.logger=[console,tb]"])
 
 
 def test_yaml_values_are_typed() -> None:

@@ -16,6 +16,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
+from omni_trainer.loggers import LOGGERS
+
 
 @dataclass
 class DataConfig:
@@ -280,6 +282,9 @@ def _check_choices(config: Config) -> None:
         value = OmegaConf.select(OmegaConf.structured(config), key)
         if value not in valid:
             problems.append(f"{key}={value!r}; valid: {', '.join(valid)}")
+    unknown_loggers = [name for name in config.trainer.logger if name not in LOGGERS]
+    if unknown_loggers:
+        problems.append(f"trainer.logger has {unknown_loggers}; valid: {', '.join(LOGGERS)}")
     if problems:
         raise ConfigError("Invalid configuration:\n  - " + "\n  - ".join(problems))
 

@@ -19,6 +19,7 @@ from types import FrameType
 from typing import Any, Protocol
 
 import torch
+from omegaconf import OmegaConf
 
 from omni_contracts import RolloutSample, get_rollout_adapter, get_training_adapter
 from omni_rewards import SCORERS, RewardManager, RewardManagerConfig
@@ -27,6 +28,7 @@ from omni_rollout.local_engine import LocalEngine, find_policy_module
 from omni_rollout.sampling import SamplingSettings
 from omni_trainer import builtin_task
 from omni_trainer.config import Config, to_yaml, uses_embedded_default
+from omni_trainer.loggers import build_sinks
 from omni_trainer.run_dir import MetricsLog, draw_curve
 from omni_training.actor import Actor
 from omni_training.advantages import AdvantageConfig, get_advantage_estimator
@@ -207,6 +209,10 @@ class LocalTrainer:
             start_step = int(state["step"])
             print(f"resumed from {latest} (step {start_step})")
         self.log = MetricsLog(self.run_dir / "metrics.jsonl", resume_after=start_step if latest else None)
+        sinks = build_sinks(
+            cfg.trainer.logger, self.run_dir, project=cfg.trainer.project_name,
+            experiment=cfg.trainer.experiment_name, config=OmegaConf.to_container(OmegaConf.structured(cfg)),  # type: ignore[arg-type]
+        )
         total = cfg.trainer.total_training_steps or (len(self.train_rows) // cfg.data.train_batch_size) * cfg.trainer.total_epochs
         previous = _install_interrupt_handler(self)
         last: dict[str, float] = {}
@@ -219,6 +225,8 @@ class LocalTrainer:
                 if cfg.trainer.test_freq and step % cfg.trainer.test_freq == 0:
                     last.update(self.validate())
                 self.log.append(last)
+                for sink in sinks:
+                    sink.log(step, last)
                 self._report(step, total, last)
                 saving = cfg.trainer.save_freq and step % cfg.trainer.save_freq == 0
                 if saving or step == total or self.stop_requested:
@@ -229,6 +237,8 @@ class LocalTrainer:
         finally:
             signal.signal(signal.SIGINT, previous)
             self.rewards.close()
+            for sink in sinks:
+                sink.close()
         elapsed = time.perf_counter() - started
         final = self.validate()
         self._summary(step, elapsed, last, final)

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# MMK12 (image -> text, K12 math), GSPO + GRPO advantages, LoRA r=32 on q/k/v/o of the thinker.
+# Data: uv run trainer convert mmk12 --input <mmk12 shards> --output-dir ~/data/mmk12
+# Any key can be overridden after the script, e.g.: bash examples/<this script> trainer.total_epochs=2
+set -euo pipefail
+MODEL_PATH=${MODEL_PATH:-$HOME/models/Qwen/Qwen3-Omni-30B-A3B-Instruct}
+TRAIN_FILE=${TRAIN_FILE:-$HOME/data/mmk12/train.parquet}
+VAL_FILE=${VAL_FILE:-$HOME/data/mmk12/test.parquet}
+
+exec uv run trainer \
+    actor_rollout_ref.model.path="$MODEL_PATH" \
+    data.train_files="[$TRAIN_FILE]" \
+    data.val_files="[$VAL_FILE]" \
+    data.train_batch_size=128 \
+    data.max_prompt_length=4096 \
+    data.max_response_length=1024 \
+    actor_rollout_ref.model.lora_rank=32 \
+    actor_rollout_ref.model.lora_alpha=64 \
+    "actor_rollout_ref.model.target_modules=[q_proj,k_proj,v_proj,o_proj]" \
+    actor_rollout_ref.actor.policy_loss.loss_mode=gspo \
+    actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean \
+    actor_rollout_ref.actor.optim.lr=3e-6 \
+    actor_rollout_ref.actor.ppo_mini_batch_size=32 \
+    actor_rollout_ref.rollout.n=16 \
+    algorithm.adv_estimator=grpo \
+    trainer.experiment_name=qwen3_omni_mmk12_gspo_lora \
+    trainer.test_freq=10 \
+    "$@"
