@@ -48,6 +48,15 @@ class RolloutSample:
         if bad:
             raise SchemaError(f"response_mask may only hold 0 and 1; found {bad}.")
 
+    def misaligned_fields(self) -> dict[str, int]:
+        """Lengths of ``response_mask``/``response_logprobs`` that differ from
+        ``len(response_ids)``; empty when aligned. (Construction checks this, but an object
+        mutated afterwards, e.g. through ``object.__setattr__``, is checked again here.)"""
+        sizes = {"response_mask": len(self.response_mask)}
+        if self.response_logprobs is not None:
+            sizes["response_logprobs"] = len(self.response_logprobs)
+        return {name: size for name, size in sizes.items() if size != len(self.response_ids)}
+
     def validate_extra_fields(
         self, specs: Mapping[str, ExtraFieldSpec], *, where: str = "sample"
     ) -> None:

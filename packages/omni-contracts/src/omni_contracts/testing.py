@@ -250,15 +250,12 @@ def check_postprocess_alignment(
     result = adapter.postprocess_agent_loop_output(sample, outputs, mode)
     if not isinstance(result, RolloutSample):
         raise _fail(adapter, f"postprocess_agent_loop_output returned {type(result).__name__}.")
-    n = len(result.response_ids)
-    lengths = {"response_mask": len(result.response_mask)}
-    if result.response_logprobs is not None:
-        lengths["response_logprobs"] = len(result.response_logprobs)
-    misaligned = {name: size for name, size in lengths.items() if size != n}
+    misaligned = result.misaligned_fields()
     if misaligned:
         raise _fail(
             adapter,
-            f"postprocess_agent_loop_output: {misaligned} do not align with {n} response_ids.",
+            f"postprocess_agent_loop_output: {misaligned} do not align with "
+            f"{len(result.response_ids)} response_ids.",
         )
     try:
         result.validate_extra_fields(specs)

@@ -116,15 +116,11 @@ def omni_single_turn(
             f"{type(adapter).__name__}.postprocess_agent_loop_output returned "
             f"{type(sample).__name__}, not a RolloutSample."
         )
-    n = len(sample.response_ids)
-    sizes = {"response_mask": len(sample.response_mask)}
-    if sample.response_logprobs is not None:
-        sizes["response_logprobs"] = len(sample.response_logprobs)
-    misaligned = {name: size for name, size in sizes.items() if size != n}
+    misaligned = sample.misaligned_fields()
     if misaligned:
         raise SchemaError(
             f"{type(adapter).__name__}.postprocess_agent_loop_output: {misaligned} do not align "
-            f"with {n} response_ids."
+            f"with {len(sample.response_ids)} response_ids."
         )
     if not sample.extra_fields.get("aborted"):
         sample.validate_extra_fields(specs, where=f"{type(adapter).__name__} output")
