@@ -127,9 +127,11 @@ class LocalTrainer:
         self.rollout_adapter.check_mode(self.mode)
         self.processor = self.training_adapter.configure_processor(model_path, hf_config)
         self.tokenizer = self.training_adapter.configure_tokenizer(model_path, hf_config)
+        self.train_rows, self.val_rows = self._load_rows()
+        self.total_steps = self._total_steps()
         self.actor = Actor.from_pretrained(
             model_path, self.training_adapter,
-            settings=_actor_settings(cfg), lora=_lora_settings(cfg), optim=_optim_settings(cfg, self.total_steps_hint()),
+            settings=_actor_settings(cfg), lora=_lora_settings(cfg), optim=_optim_settings(cfg, self.total_steps),
         )
         eos = self.tokenizer.eos_token_id
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
@@ -148,10 +150,18 @@ class LocalTrainer:
                 on_unknown_data_source=cfg.reward.on_unknown_data_source,  # type: ignore[arg-type]
             )
         )
-        self.train_rows, self.val_rows = self._load_rows()
 
-    def total_steps_hint(self) -> int | None:
-        return self.config.trainer.total_training_steps
+    def _steps_per_epoch(self) -> int:
+        size = self.config.data.train_batch_size
+        per_epoch = len(self.train_rows) // size
+        if per_epoch == 0:
+            raise ValueError(f"train_batch_size={size} exceeds the {len(self.train_rows)} training prompts.")
+        return per_epoch
+
+    def _total_steps(self) -> int:
+        """``trainer.total_training_steps``, else epochs x steps per epoch (also the LR horizon)."""
+        cfg = self.config.trainer
+        return cfg.total_training_steps or self._steps_per_epoch() * cfg.total_epochs
 
     def _load_rows(self) -> tuple[PromptSource, list[Prepared]]:
         cfg = self.config
@@ -186,11 +196,8 @@ class LocalTrainer:
     def batches(self, start_step: int) -> Iterator[tuple[int, list[Prepared]]]:
         cfg = self.config
         size = cfg.data.train_batch_size
-        per_epoch = len(self.train_rows) // size
-        if per_epoch == 0:
-            raise ValueError(f"train_batch_size={size} exceeds the {len(self.train_rows)} training prompts.")
-        total = cfg.trainer.total_training_steps or per_epoch * cfg.trainer.total_epochs
-        for step in range(start_step + 1, total + 1):
+        per_epoch = self._steps_per_epoch()
+        for step in range(start_step + 1, self.total_steps + 1):
             epoch, position = divmod(step - 1, per_epoch)
             order = list(range(len(self.train_rows)))
             if cfg.data.shuffle:
@@ -213,7 +220,7 @@ class LocalTrainer:
             cfg.trainer.logger, self.run_dir, project=cfg.trainer.project_name,
             experiment=cfg.trainer.experiment_name, config=OmegaConf.to_container(OmegaConf.structured(cfg)),  # type: ignore[arg-type]
         )
-        total = cfg.trainer.total_training_steps or (len(self.train_rows) // cfg.data.train_batch_size) * cfg.trainer.total_epochs
+        total = self.total_steps
         previous = _install_interrupt_handler(self)
         last: dict[str, float] = {}
         step = start_step
