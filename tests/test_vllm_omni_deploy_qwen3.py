@@ -1,4 +1,4 @@
-"""Golden deploy configs for Qwen3-Omni's three pipeline modes.
+"""Golden deploy configs for Qwen3-Omni's three pipeline modes (three vLLM-Omni pipelines).
 
 The goldens live in packages/omni-rollout/tests/golden/. A change to the generated config
 shows up as a failing diff; when the change is intended, regenerate them explicitly:
@@ -67,6 +67,15 @@ def test_thinker_only_loads_no_audio_output_and_uses_its_pipeline() -> None:
     (thinker,) = config["stages"]
     assert thinker["devices"] == "2"
     assert thinker["hf_overrides"] == {"enable_audio_output": False}
+
+
+def test_thinker_talker_names_its_two_stage_pipeline() -> None:
+    # Not "qwen3_omni_moe": that name resolves to the 3-stage pipeline and starts code2wav.
+    adapter = get_rollout_adapter("qwen3_omni_moe")
+    config = build_deploy_config(adapter, "thinker_talker", LAYOUT, OPTIONS)
+    assert config["pipeline"] == "qwen3_omni_moe_thinker_talker"
+    assert [s["stage_id"] for s in config["stages"]] == [0, 1]
+    assert [s["devices"] for s in config["stages"]] == ["2", "3"]
 
 
 def test_full_mode_places_talker_and_code2wav_on_the_replicas_second_gpu() -> None:

@@ -23,6 +23,8 @@ def test_golden_deploy_config_loads_and_merges(mode: str) -> None:
     from vllm_omni.config.stage_config import load_deploy_config, merge_pipeline_deploy
     from vllm_omni.model_executor.models.qwen3_omni import pipeline as qwen3_pipelines
 
+    from omni_contracts import get_rollout_adapter
+
     deploy = load_deploy_config(GOLDEN_DIR / f"qwen3_omni_moe_{mode}.json")
     assert deploy.async_chunk is False
     policy = deploy.stages[0]
@@ -33,11 +35,18 @@ def test_golden_deploy_config_loads_and_merges(mode: str) -> None:
     if mode == "thinker_only":
         pipeline = resolve_pipeline_config(deploy.pipeline)
         assert policy.engine_extras["hf_overrides"] == {"enable_audio_output": False}
+    elif mode == "thinker_talker":
+        # omni_qwen3 registers this 2-stage pipeline; resolve it as vLLM-Omni will.
+        get_rollout_adapter("qwen3_omni_moe").ensure_pipeline_registered()
+        pipeline = resolve_pipeline_config(deploy.pipeline)
+        assert [s.devices for s in deploy.stages[1:]] == ["3"]
     else:
         # "qwen3_omni_moe" resolves from the HF config; take its full variant directly.
         pipeline = qwen3_pipelines.QWEN3_OMNI_PIPELINE
         assert [s.devices for s in deploy.stages[1:]] == ["3"] * (len(deploy.stages) - 1)
+    assert pipeline is not None
     merged = merge_pipeline_deploy(pipeline, deploy)
+    assert len(merged) == len(deploy.stages)
     assert merged[0].yaml_engine_args["gpu_memory_utilization"] == 0.7
     assert merged[0].yaml_engine_args["compilation_config"] == {
         "cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 128, 256]

@@ -61,6 +61,8 @@ def test_thinker_only_is_text_out_with_audio_output_disabled() -> None:
     assert adapter.get_engine_hf_overrides("thinker_only") == {"enable_audio_output": False}
     assert adapter.get_pipeline_id("thinker_only") == "qwen3_omni_moe_thinker_only"
     assert adapter.get_pipeline_id("full") == "qwen3_omni_moe"
+    # Its own 2-stage pipeline, so vLLM-Omni does not start code2wav.
+    assert adapter.get_pipeline_id("thinker_talker") == "qwen3_omni_moe_thinker_talker"
     assert adapter.rollout_flags("full") == {0: {"return_hidden_states": True}}
     for mode in MODES:
         assert adapter.policy_stage_id(mode) == 0

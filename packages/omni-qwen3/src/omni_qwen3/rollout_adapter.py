@@ -1,10 +1,12 @@
 """Rollout adapter for Qwen3-Omni, pipeline ``qwen3_omni_moe``.
 
-Three modes: ``thinker_only`` (stage 0, text; what RL on the thinker uses),
-``thinker_talker`` (stages 0-1, codec tokens out; the thinker hands hidden states to the
-talker) and ``full`` (stages 0-2, a waveform out). When vLLM-Omni is installed, its frozen
-pipeline definitions are the source of the topology; without it (the local engine) the
-built-in definition below answers, and a gpu-extra test checks that the two agree.
+Three modes, each its own vLLM-Omni pipeline: ``thinker_only`` (stage 0, text; what RL on
+the thinker uses; ``qwen3_omni_moe_thinker_only``), ``thinker_talker`` (stages 0-1, codec
+tokens out; the thinker hands hidden states to the talker; ``qwen3_omni_moe_thinker_talker``,
+registered by this package, see ``omni_qwen3.vllm_pipeline``) and ``full`` (stages 0-2, a
+waveform out; ``qwen3_omni_moe``). When vLLM-Omni is installed, its pipeline definitions are
+the source of the topology; without it (the local engine) the built-in definition below
+answers, and a gpu-extra test checks that the two agree.
 """
 
 from __future__ import annotations
@@ -15,6 +17,12 @@ from typing import Any
 
 from omni_contracts import RolloutAdapter, StageConfig
 
+from omni_qwen3.vllm_pipeline import (
+    THINKER_TALKER_PIPELINE,
+    register_thinker_talker_pipeline,
+    thinker_talker_pipeline,
+)
+
 PIPELINE = "qwen3_omni_moe"
 THINKER_ARCH = "Qwen3OmniMoeThinkerForConditionalGeneration"
 TALKER_ARCH = "Qwen3OmniMoeTalkerForConditionalGeneration"
@@ -24,7 +32,7 @@ STAGE_OUTPUTS = {"thinker": "text", "talker": "codec", "code2wav": "audio"}
 
 PIPELINE_IDS = {
     "thinker_only": "qwen3_omni_moe_thinker_only",
-    "thinker_talker": "qwen3_omni_moe",
+    "thinker_talker": THINKER_TALKER_PIPELINE,
     "full": "qwen3_omni_moe",
 }
 
@@ -44,21 +52,23 @@ def builtin_stage_configs(mode: str) -> tuple[StageConfig, ...]:
 
 
 def vllm_omni_stage_configs(mode: str) -> tuple[StageConfig, ...]:
-    """The topology translated from vLLM-Omni's frozen Qwen3-Omni pipelines."""
+    """The topology translated from the vLLM-Omni pipeline each mode runs."""
     from vllm_omni.model_executor.models.qwen3_omni import pipeline as upstream
 
-    source = upstream.QWEN3_OMNI_THINKER_ONLY_PIPELINE if mode == "thinker_only" else upstream.QWEN3_OMNI_PIPELINE
+    if mode == "thinker_only":
+        source = upstream.QWEN3_OMNI_THINKER_ONLY_PIPELINE
+    elif mode == "thinker_talker":
+        source = thinker_talker_pipeline()
+    else:
+        source = upstream.QWEN3_OMNI_PIPELINE
     stages = list(source.stages)
-    if mode == "thinker_talker":
-        stages = stages[:2]
     consumed = {i for stage in stages for i in stage.input_sources}
-    last = stages[-1].stage_id
     return tuple(
         StageConfig(
             stage_id=stage.stage_id,
             model_arch=STAGE_ARCHES[stage.model_stage],
             output_type=STAGE_OUTPUTS[stage.model_stage],  # type: ignore[arg-type]
-            final_output=bool(stage.final_output) or stage.stage_id == last,
+            final_output=bool(stage.final_output),
             return_hidden_states=stage.model_stage == "thinker" and stage.stage_id in consumed,
             inputs=tuple(stage.input_sources),
         )
@@ -89,6 +99,15 @@ class Qwen3OmniRolloutAdapter(RolloutAdapter):
     def get_pipeline_id(self, mode: str) -> str:
         self.check_mode(mode)
         return PIPELINE_IDS[mode]
+
+    def ensure_pipeline_registered(self) -> None:
+        """Register ``thinker_talker``'s 2-stage pipeline with vLLM-Omni when it is installed.
+
+        The other two modes use pipelines vLLM-Omni registers itself; without vLLM-Omni
+        (the local engine) there is nothing to register.
+        """
+        if vllm_omni_installed():
+            register_thinker_talker_pipeline()
 
     def get_engine_hf_overrides(self, mode: str) -> dict[str, Any]:
         self.check_mode(mode)

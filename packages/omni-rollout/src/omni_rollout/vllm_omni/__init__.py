@@ -1,5 +1,5 @@
 """vLLM-Omni rollout backend (gpu extra): deploy configs, device placement, prompts,
-output conversion, weight-sync plans, and the engine wrapper.
+output conversion, weight-sync plans and payloads, and the engine wrapper.
 
 Only ``engine`` touches vLLM-Omni, and only inside its methods, so every other module here
 is importable and tested on CPU.
@@ -19,13 +19,28 @@ from omni_rollout.vllm_omni.devices import (
     physical_devices,
     place_stages,
 )
-from omni_rollout.vllm_omni.engine import EngineRequest, PolicySampling, VllmOmniEngine
+from omni_rollout.vllm_omni.engine import (
+    EngineNotStartedError,
+    EnginePausedError,
+    EngineRequest,
+    PolicySampling,
+    ServedLora,
+    VllmOmniEngine,
+)
+from omni_rollout.vllm_omni.loop_thread import LoopThread
 from omni_rollout.vllm_omni.outputs import (
     ConvertedRequest,
     convert_request,
     stage_output_from_engine,
 )
 from omni_rollout.vllm_omni.prompts import build_engine_prompt, dedup_function
+from omni_rollout.vllm_omni.weight_payloads import (
+    FullWeights,
+    LoraWeights,
+    PayloadError,
+    stage_full,
+    stage_lora,
+)
 from omni_rollout.vllm_omni.weight_sync import (
     SyncStep,
     WeightSyncError,
@@ -38,13 +53,20 @@ __all__ = [
     "DeployConfigError",
     "DeployOptions",
     "DevicePlacementError",
+    "EngineNotStartedError",
+    "EnginePausedError",
     "EngineRequest",
+    "FullWeights",
+    "LoopThread",
+    "LoraWeights",
+    "PayloadError",
     "PolicySampling",
     "ReplicaLayout",
+    "ServedLora",
     "StagePlacement",
     "SyncStep",
-    "WeightSyncError",
     "VllmOmniEngine",
+    "WeightSyncError",
     "WeightSyncPlan",
     "build_deploy_config",
     "build_engine_prompt",
@@ -54,6 +76,8 @@ __all__ = [
     "place_stages",
     "plan_weight_sync",
     "render_deploy_config",
+    "stage_full",
+    "stage_lora",
     "stage_output_from_engine",
     "write_deploy_config",
 ]

@@ -13,8 +13,10 @@ vLLM-Omni's documented trainer order (pause -> sleep -> train -> wake -> resume)
 seeds' "re-maps its memory (weights, then kv_cache)": weights are woken first so the
 sync has somewhere to land while the KV pool is still released, then the KV cache.
 Sleep level 1 offloads weights to CPU and frees the KV cache; LoRA needs it (the base
-weights must survive); full weights may use level 2 (discard), since they are
-overwritten anyway.
+weights must survive); full weights could use level 2 (discard), since they are
+overwritten anyway, but vLLM-Omni 0.28's ``AsyncOmni.wake_up`` refuses to wake from level 2,
+so ``VllmOmniEngine.check_plan`` rejects such a plan. ``VllmOmniEngine.before_train`` and
+``after_train`` execute a plan.
 """
 
 from __future__ import annotations

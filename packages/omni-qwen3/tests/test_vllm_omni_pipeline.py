@@ -1,0 +1,78 @@
+"""``thinker_talker``'s 2-stage pipeline in vLLM-Omni's real registry (gpu extra, CPU only).
+
+Importing vllm_omni takes one to two minutes on CPU; the checks against the real
+registry live in this one module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from omni_contracts import RegistrationError
+from omni_qwen3.rollout_adapter import Qwen3OmniRolloutAdapter
+from omni_qwen3.vllm_pipeline import THINKER_TALKER_PIPELINE, register_thinker_talker_pipeline
+
+pytest.importorskip("vllm_omni")
+
+GOLDEN = (Path(__file__).resolve().parents[2]
+          / "omni-rollout/tests/golden/qwen3_omni_moe_thinker_talker.json")
+
+
+def test_thinker_talker_registers_a_two_stage_pipeline_without_code2wav() -> None:
+    from vllm_omni.config.pipeline_registry import resolve_pipeline_config
+    from vllm_omni.model_executor.models.qwen3_omni import pipeline as upstream
+
+    adapter = Qwen3OmniRolloutAdapter()
+    adapter.ensure_pipeline_registered()
+    assert adapter.get_pipeline_id("thinker_talker") == THINKER_TALKER_PIPELINE
+    pipeline = resolve_pipeline_config(THINKER_TALKER_PIPELINE)
+    assert pipeline is not None and pipeline.validate() == []
+    assert [stage.model_stage for stage in pipeline.stages] == ["thinker", "talker"]
+    thinker, talker = pipeline.stages
+    up_thinker, up_talker, _ = upstream.QWEN3_OMNI_PIPELINE.stages
+    # The thinker is upstream's; the talker is upstream's made final, with no hand-off
+    # to code2wav. Everything else (input processors, constraints) is unchanged.
+    assert thinker == up_thinker
+    assert (talker.final_output, talker.final_output_type) == (True, "latent")
+    assert talker.custom_process_next_stage_input_func is None
+    assert talker.async_chunk_process_next_stage_input_func is None
+    assert dataclasses.replace(
+        talker, final_output=up_talker.final_output,
+        final_output_type=up_talker.final_output_type,
+        custom_process_next_stage_input_func=up_talker.custom_process_next_stage_input_func,
+        async_chunk_process_next_stage_input_func=(
+            up_talker.async_chunk_process_next_stage_input_func),
+    ) == up_talker
+    assert pipeline.model_arch == upstream.QWEN3_OMNI_PIPELINE.model_arch
+
+
+def test_registration_is_idempotent_and_never_clobbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vllm_omni.config.pipeline_registry import OMNI_PIPELINES
+
+    register_thinker_talker_pipeline()
+    first = OMNI_PIPELINES[THINKER_TALKER_PIPELINE]
+    register_thinker_talker_pipeline()
+    assert OMNI_PIPELINES[THINKER_TALKER_PIPELINE] is first
+
+    other = dataclasses.replace(first, stages=first.stages[:1])
+    monkeypatch.setitem(OMNI_PIPELINES, THINKER_TALKER_PIPELINE, other)
+    with pytest.raises(RegistrationError, match="will not overwrite it"):
+        register_thinker_talker_pipeline()
+    assert OMNI_PIPELINES[THINKER_TALKER_PIPELINE] is other
+
+
+def test_golden_thinker_talker_deploy_config_merges_into_two_stages() -> None:
+    from vllm_omni.config.pipeline_registry import resolve_pipeline_config
+    from vllm_omni.config.stage_config import load_deploy_config, merge_pipeline_deploy
+
+    Qwen3OmniRolloutAdapter().ensure_pipeline_registered()
+    deploy = load_deploy_config(GOLDEN)
+    # What vLLM-Omni does with `pipeline:` in a deploy config (config_factory).
+    pipeline = resolve_pipeline_config(deploy.pipeline)
+    assert pipeline is not None
+    merged = merge_pipeline_deploy(pipeline, deploy)
+    assert len(merged) == 2  # code2wav is not started
+    assert merged[0].yaml_engine_args["gpu_memory_utilization"] == 0.7
