@@ -125,3 +125,35 @@ def test_recipe_runs_in_tiny_cpu_mode(
     actor_rollout_ref = config["actor_rollout_ref"]
     assert config["trainer"]["experiment_name"] == f"qwen3_omni_{recipe}_gspo_lora"  # the script's setting
     assert actor_rollout_ref["model"]["lora_rank"] == 4 and actor_rollout_ref["rollout"]["n"] == 2  # "$@" wins
+
+
+@pytest.mark.slow
+def test_opd_recipe_runs_in_tiny_cpu_mode(tmp_path: Path, tiny: Path) -> None:
+    """examples/mmk12_opd_lora.sh targets verl on two nodes; with trainer.engine=local after
+    it ("$@" wins) the same recipe runs here: the tiny model teaches its noised copy."""
+    from omni_training.noise import main as noise
+
+    raw, data, run, student = tmp_path / "raw", tmp_path / "data", tmp_path / "run", tmp_path / "student"
+    raw.mkdir()
+    raw_mmk12(raw)
+    assert convert(["mmk12", "--input", str(raw), "--output-dir", str(data)]) == 0
+    assert noise(["--src", str(tiny), "--out", str(student), "--fraction", "0.25", "--seed", "0"]) == 0
+    env = {**os.environ, "MODEL_PATH": str(student), "TEACHER_PATH": str(tiny), "UV_PYTHON_DOWNLOADS": "never",
+           "TRAIN_FILE": str(data / "train.parquet"), "VAL_FILE": str(data / "test.parquet")}
+    done = subprocess.run(
+        ["bash", str(ROOT / "examples" / "mmk12_opd_lora.sh"), *TINY_MODE, "trainer.engine=local",
+         f"trainer.default_local_dir={run}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [1.0, 2.0]
+    for row in rows:
+        distill = {key: value for key, value in row.items() if "distill" in key}
+        assert distill and all(isinstance(v, float) and math.isfinite(v) for v in distill.values()), row
+    import yaml
+
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    distillation = config["distillation"]
+    assert distillation["enabled"] and distillation["teacher_models"]["teacher_model"]["model_path"] == str(tiny)
+    assert distillation["distillation_loss"]["loss_mode"] == "kl" and config["trainer"]["engine"] == "local"

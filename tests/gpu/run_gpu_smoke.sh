@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # GPU smoke checks (one CUDA GPU, a few minutes): installs the gpu and distributed extras
-# into the workspace environment, then runs every test marked `gpu` under tests/gpu.
+# into the workspace environment, runs every test marked `gpu` under tests/gpu, then the
+# verl engine smoke (3 GSPO steps on the tiny model, verl + vLLM-Omni colocated; then 2 steps
+# of on-policy distillation with a vLLM-Omni teacher on the same GPU).
 # Usage: bash tests/gpu/run_gpu_smoke.sh [extra pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -15,3 +17,4 @@ uv sync --frozen --extra gpu --extra distributed
 # Keep the tiny model's build cache inside the run so nothing is read from a stale home.
 export OMNI_RL_CACHE="${OMNI_RL_CACHE:-$(mktemp -d)}"
 uv run --frozen --extra gpu --extra distributed pytest tests/gpu -m gpu -q -x "$@"
+uv run --frozen --extra gpu --extra distributed python tests/gpu/verl_smoke.py

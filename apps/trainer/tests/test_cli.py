@@ -15,9 +15,11 @@ def test_help_describes_the_commands(capsys: pytest.CaptureFixture[str]) -> None
     assert "actor_rollout_ref.actor.policy_loss.loss_mode=gspo" in out
 
 
-def test_verl_engine_is_refused_plainly(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["trainer.engine=verl"]) == 2
-    assert "trainer.engine=verl is not available yet" in capsys.readouterr().err
+def test_verl_engine_explains_what_it_needs(capsys: pytest.CaptureFixture[str]) -> None:
+    # The embedded default (built-in task) is local-only; the verl engine says what is missing.
+    assert main(["trainer.engine=verl", "actor_rollout_ref.model.path=/m"]) == 2
+    err = capsys.readouterr().err
+    assert "trainer.engine=verl" in err and ("data.train_files is required" in err or "uv sync --extra" in err)
 
 
 def test_subcommands_dispatch(capsys: pytest.CaptureFixture[str]) -> None:

@@ -23,7 +23,7 @@ RL post-training for omni-modal models (GSPO/GRPO-style) on Qwen3-Omni and frien
       actor_rollout_ref.actor.policy_loss.loss_mode=gspo algorithm.adv_estimator=grpo
       actor_rollout_ref.rollout.n=8 trainer.total_training_steps=100
 
-Other jobs: trainer convert | tiny | plan-memory | merge | doctor  (each with --help)
+Other jobs: trainer convert | tiny | plan-memory | merge | model | doctor  (each with --help)
 
 Outputs go to trainer.default_local_dir (runs/<experiment_name>): config.yaml,
 metrics.jsonl, curve.png, checkpoints/, summary.txt. Rerunning the same command resumes
@@ -83,9 +83,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.print_config:
         print(to_yaml(config), end="")
         return 0
-    if config.trainer.engine != "local":
-        print("trainer.engine=verl is not available yet; use trainer.engine=local.", file=sys.stderr)
-        return 2
+    if config.trainer.engine == "verl":
+        from omni_trainer.verl_engine.errors import MissingExtrasError
+        from omni_trainer.verl_engine.launch import run as run_verl
+
+        try:
+            return run_verl(config)
+        except (MissingExtrasError, ConfigError) as exc:
+            print(exc, file=sys.stderr)
+            return 2
     from omni_trainer.local_trainer import LocalTrainer
 
     trainer = LocalTrainer(config)

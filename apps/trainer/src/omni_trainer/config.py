@@ -43,6 +43,10 @@ class ModelConfig:
     exclude_modules: str | None = None
     freeze_vision_tower: bool = True
     freeze_audio_tower: bool = True
+    # verl engine only: packed (padding-free) forward needs flash-attn 2, which is not in the
+    # lock; gradient checkpointing trades compute for activation memory in the FSDP actor.
+    use_remove_padding: bool = False
+    enable_gradient_checkpointing: bool = True
 
 
 @dataclass
@@ -61,6 +65,7 @@ class OptimConfig:
 
 @dataclass
 class ActorConfig:
+    strategy: str = "fsdp2"  # verl engine: fsdp | fsdp2
     policy_loss: PolicyLossSection = field(default_factory=PolicyLossSection)
     clip_ratio: float = 0.2
     clip_ratio_low: float | None = None
@@ -95,6 +100,17 @@ class RolloutConfig:
     pipeline_name: str = "qwen3_omni_moe"
     pipeline_mode: str = "thinker_only"
     agent: AgentConfig = field(default_factory=AgentConfig)
+    # verl engine (vLLM-Omni rollout); verl's names. tensor_model_parallel_size defaults to 1
+    # (verl's 2 does not fit one GPU); gpu_memory_utilization is verl's default.
+    name: str = "vllm_omni"
+    mode: str = "async"
+    tensor_model_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.5
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    cudagraph_capture_sizes: list[int] | None = None
+    enforce_eager: bool = False
+    free_cache_engine: bool = True  # sleep the engine while the colocated actor trains
 
 
 @dataclass
@@ -141,6 +157,79 @@ class TrainerConfig:
     logger: list[str] = field(default_factory=lambda: ["console"])
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda
+    nnodes: int = 1  # verl engine: Ray nodes
+    n_gpus_per_node: int = 8  # verl engine: GPUs used on each node
+
+
+@dataclass
+class RuntimeEnvConfig:
+    env_vars: dict[str, str] = field(default_factory=dict)  # extra env vars for every Ray worker
+
+
+@dataclass
+class RayInitConfig:
+    address: str | None = None  # None: start a local Ray; "auto": attach to `ray start --head`
+    num_cpus: int | None = None
+    num_gpus: int | None = None  # None: Ray counts them (more lets pools share a GPU, e.g. a smoke)
+    runtime_env: RuntimeEnvConfig = field(default_factory=RuntimeEnvConfig)
+
+
+@dataclass
+class RayKwargsConfig:
+    """verl engine: arguments of ``ray.init`` (verl's ``ray_kwargs``)."""
+
+    ray_init: RayInitConfig = field(default_factory=RayInitConfig)
+    timeline_json_file: str | None = None
+
+
+@dataclass
+class DistillationLossConfig:
+    loss_mode: str = "kl"  # kl|k1 (reverse KL on sampled tokens) | k3|low_var_kl | forward_kl_topk | ...
+    topk: int = 32  # forward_kl_topk only
+    use_task_rewards: bool = True  # false: pure distillation (rewards are still reported)
+    distillation_loss_coef: float = 1.0  # weight of the distillation loss next to the task loss
+    loss_max_clamp: float | None = None
+    log_prob_min_clamp: float | None = None
+    use_policy_gradient: bool = True  # -divergence as a per-token advantage; false: direct loss
+    clip_ratio: float = 0.2
+    clip_ratio_low: float | None = None
+    clip_ratio_high: float | None = None
+
+
+@dataclass
+class TeacherInferenceConfig:
+    """verl engine: the teacher's vLLM-Omni server (verl's ``teacher_model.inference``). Each
+    replica takes ``tensor_model_parallel_size`` GPUs of the teacher pool; ``max_model_len``
+    must hold prompt + response + 1 (None: the model's maximum)."""
+
+    tensor_model_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.5
+    max_model_len: int | None = None
+
+
+@dataclass
+class TeacherModelConfig:
+    model_path: str | None = None
+    # Local engine only (under verl the teacher is a vLLM-Omni server sized by `inference`):
+    log_prob_micro_batch_size_per_gpu: int = 16  # samples per teacher forward
+    param_offload: bool = False  # teacher weights stay on the CPU between uses
+    inference: TeacherInferenceConfig = field(default_factory=TeacherInferenceConfig)
+
+
+@dataclass
+class TeacherModelsConfig:
+    teacher_model: TeacherModelConfig = field(default_factory=TeacherModelConfig)
+
+
+@dataclass
+class DistillationConfig:
+    enabled: bool = False
+    # verl engine: the teacher's own GPU pool (nodes x GPUs), apart from trainer.nnodes x
+    # trainer.n_gpus_per_node; Ray must offer both.
+    n_gpus_per_node: int = 8
+    nnodes: int = 1
+    distillation_loss: DistillationLossConfig = field(default_factory=DistillationLossConfig)
+    teacher_models: TeacherModelsConfig = field(default_factory=TeacherModelsConfig)
 
 
 @dataclass
@@ -150,6 +239,8 @@ class Config:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    distillation: DistillationConfig = field(default_factory=DistillationConfig)
+    ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
 
 
 class ConfigError(ValueError):
@@ -163,6 +254,9 @@ CHOICES = {
     "actor_rollout_ref.actor.dtype": ("float32", "bfloat16"),
     "actor_rollout_ref.actor.optim.lr_scheduler_type": ("constant", "cosine"),
     "reward.on_unknown_data_source": ("raise", "skip"),
+    "actor_rollout_ref.actor.strategy": ("fsdp", "fsdp2"),
+    "actor_rollout_ref.rollout.name": ("vllm_omni",),
+    "actor_rollout_ref.rollout.mode": ("async",),
 }
 
 
@@ -285,6 +379,12 @@ def _check_choices(config: Config) -> None:
     unknown_loggers = [name for name in config.trainer.logger if name not in LOGGERS]
     if unknown_loggers:
         problems.append(f"trainer.logger has {unknown_loggers}; valid: {', '.join(LOGGERS)}")
+    teacher = config.distillation.teacher_models.teacher_model
+    if config.distillation.enabled and not teacher.model_path:
+        problems.append(
+            "distillation.enabled=true needs distillation.teacher_models.teacher_model.model_path "
+            "(the teacher checkpoint; it must share the student's tokenizer)"
+        )
     if problems:
         raise ConfigError("Invalid configuration:\n  - " + "\n  - ".join(problems))
 

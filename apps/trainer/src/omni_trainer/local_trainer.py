@@ -27,14 +27,15 @@ from omni_rollout.agent_loops import get_agent_loop
 from omni_rollout.local_engine import LocalEngine, find_policy_module
 from omni_rollout.sampling import SamplingSettings
 from omni_trainer import builtin_task
-from omni_trainer.config import Config, to_yaml, uses_embedded_default
+from omni_trainer.config import Config, ConfigError, to_yaml, uses_embedded_default
 from omni_trainer.loggers import build_sinks
 from omni_trainer.run_dir import MetricsLog, draw_curve
 from omni_training.actor import Actor
 from omni_training.advantages import AdvantageConfig, get_advantage_estimator
-from omni_training.batching import MicroBatch, collate, plan_micro_batches
+from omni_training.batching import MicroBatch, TeacherLogProbs, collate, plan_micro_batches
 from omni_training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from omni_training.consistency import rollout_actor_consistency
+from omni_training.distillation import DistillationConfigError, DistillationSettings, Teacher, check_shared_tokenizer
 from omni_training.kl import kl_penalized_rewards
 from omni_training.metrics import length_metrics
 from omni_training.policy_loss import PolicyLossConfig
@@ -119,9 +120,7 @@ class LocalTrainer:
             print(f"model: tiny Qwen3-Omni built offline at {model_path}")
         self.model_path = model_path
         hf_config = AutoConfig.from_pretrained(model_path)
-        architecture = (getattr(hf_config, "architectures", None) or ["<none>"])[0]
-        adapter = get_training_adapter(architecture, cfg.actor_rollout_ref.model.stage)
-        self.training_adapter = _with_freeze_settings(adapter, cfg)
+        self.training_adapter = self._adapter_for(model_path)
         self.rollout_adapter = get_rollout_adapter(cfg.actor_rollout_ref.rollout.pipeline_name)
         self.mode = cfg.actor_rollout_ref.rollout.pipeline_mode
         self.rollout_adapter.check_mode(self.mode)
@@ -129,10 +128,15 @@ class LocalTrainer:
         self.tokenizer = self.training_adapter.configure_tokenizer(model_path, hf_config)
         self.train_rows, self.val_rows = self._load_rows()
         self.total_steps = self._total_steps()
+        distillation = self._check_distillation()
         self.actor = Actor.from_pretrained(
             model_path, self.training_adapter,
-            settings=_actor_settings(cfg), lora=_lora_settings(cfg), optim=_optim_settings(cfg, self.total_steps),
+            settings=_actor_settings(cfg, distillation), lora=_lora_settings(cfg),
+            optim=_optim_settings(cfg, self.total_steps),
         )
+        self.teacher: Teacher | None = None
+        if distillation is not None:
+            self.teacher = self._load_teacher()
         eos = self.tokenizer.eos_token_id
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
         self.engine = LocalEngine(
@@ -150,6 +154,51 @@ class LocalTrainer:
                 on_unknown_data_source=cfg.reward.on_unknown_data_source,  # type: ignore[arg-type]
             )
         )
+
+    def _check_distillation(self) -> DistillationSettings | None:
+        """The distillation settings, after checking the teacher shares the student's tokenizer
+        (before any weights are loaded)."""
+        cfg = self.config.distillation
+        if not cfg.enabled:
+            return None
+        loss = cfg.distillation_loss
+        try:
+            settings = DistillationSettings(
+                loss_mode=loss.loss_mode, topk=loss.topk, use_task_rewards=loss.use_task_rewards,
+                distillation_loss_coef=loss.distillation_loss_coef, loss_max_clamp=loss.loss_max_clamp,
+                log_prob_min_clamp=loss.log_prob_min_clamp, use_policy_gradient=loss.use_policy_gradient,
+                clip_ratio=loss.clip_ratio, clip_ratio_low=loss.clip_ratio_low, clip_ratio_high=loss.clip_ratio_high,
+            )
+        except DistillationConfigError as exc:
+            raise ConfigError(f"Invalid configuration:\n  - distillation.distillation_loss: {exc}") from exc
+        teacher_path = cfg.teacher_models.teacher_model.model_path
+        assert teacher_path is not None  # checked with the config
+        self.teacher_adapter = self._adapter_for(teacher_path)
+        from transformers import AutoConfig
+
+        teacher_tokenizer = self.teacher_adapter.configure_tokenizer(teacher_path, AutoConfig.from_pretrained(teacher_path))
+        check_shared_tokenizer(self.tokenizer, teacher_tokenizer)
+        return settings
+
+    def _adapter_for(self, model_path: str) -> Any:
+        from transformers import AutoConfig
+
+        hf_config = AutoConfig.from_pretrained(model_path)
+        architecture = (getattr(hf_config, "architectures", None) or ["<none>"])[0]
+        adapter = get_training_adapter(architecture, self.config.actor_rollout_ref.model.stage)
+        return _with_freeze_settings(adapter, self.config)
+
+    def _load_teacher(self) -> Teacher:
+        cfg = self.config
+        teacher = cfg.distillation.teacher_models.teacher_model
+        assert teacher.model_path is not None
+        device = next(self.actor.model.parameters()).device
+        loaded = Teacher.from_pretrained(
+            teacher.model_path, self.teacher_adapter, dtype=cfg.actor_rollout_ref.actor.dtype,
+            device=device, offload=teacher.param_offload,
+        )
+        print(f"teacher: {teacher.model_path} (frozen, {'offloaded to CPU' if teacher.param_offload else 'resident'})")
+        return loaded
 
     def _steps_per_epoch(self) -> int:
         size = self.config.data.train_batch_size
@@ -258,7 +307,7 @@ class LocalTrainer:
         started = time.perf_counter()
         sampling = SamplingSettings(
             n=rollout.n, temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k,
-            max_new_tokens=cfg.data.max_response_length, seed=cfg.trainer.seed * 100_003 + step,
+            max_new_tokens=cfg.data.max_response_length, seed=rollout_seed(cfg.trainer.seed, step),
         )
         rollouts = self.engine.generate([p.inputs for p in batch], sampling)
         samples: list[RolloutSample] = []
@@ -292,6 +341,11 @@ class LocalTrainer:
         rollout_lp = torch.cat([_pad_cols(mb.rollout_log_probs, width) for mb in micro])  # type: ignore[arg-type]
         actor_lp = torch.cat([_pad_cols(lp, width) for lp in old])
         consistency = rollout_actor_consistency(rollout_lp, actor_lp, mask)
+        distill_metrics: dict[str, float] = {}
+        if self.teacher is not None:
+            teacher_started = time.perf_counter()
+            distill_metrics = self._score_with_teacher(samples, owners, micro, actor_lp, mask)
+            distill_metrics["timing_s/teacher"] = time.perf_counter() - teacher_started
         token_rewards = torch.zeros_like(mask)
         lengths = mask.sum(dim=-1).long()
         token_rewards[torch.arange(len(samples)), (lengths - 1).clamp(min=0)] = scores
@@ -334,6 +388,7 @@ class LocalTrainer:
             "critic/advantages/mean": float((advantages * mask).sum() / mask.sum().clamp(min=1)),
             **scored.metrics,
             **consistency,
+            **distill_metrics,
             **actor_metrics,
             **kl_metrics,
             **length_metrics(mask, max_response_length=cfg.data.max_response_length),
@@ -343,15 +398,50 @@ class LocalTrainer:
             **self.engine.stats.metrics(),
         }
 
-    def _micro_batches(self, samples: Sequence[RolloutSample], owners: Sequence[Prepared]) -> list[MicroBatch]:
-        """Consecutive samples per micro-batch: a fixed count, or a padded-token budget with
-        ``use_dynamic_bsz`` (``ppo_max_token_len_per_gpu``)."""
+    def _score_with_teacher(
+        self, samples: Sequence[RolloutSample], owners: Sequence[Prepared], micro: Sequence[MicroBatch],
+        student_lp: torch.Tensor, mask: torch.Tensor,
+    ) -> dict[str, float]:
+        """Teacher log-probs of the sampled responses, in teacher-sized micro-batches, laid onto
+        the actor's micro-batches; returns the ``distill/*`` metrics of the current policy."""
+        assert self.teacher is not None and self.actor.settings.distillation is not None
+        distill = self.actor.settings.distillation
+        size = self.config.distillation.teacher_models.teacher_model.log_prob_micro_batch_size_per_gpu
+        scored = self.teacher.score(self._micro_batches(samples, owners, size=size), topk=distill.topk if distill.uses_topk else None)
+        width = mask.shape[1]
+        log_probs = torch.cat([_pad_cols(t.log_probs, width) for t in scored])
+        topk_ids = topk_lp = None
+        if distill.uses_topk:
+            topk_ids = torch.cat([_pad_rows_cols(t.topk_ids, width) for t in scored])
+            topk_lp = torch.cat([_pad_rows_cols(t.topk_log_probs, width) for t in scored])
+        offset = 0
+        for mb in micro:
+            rows, cols = mb.responses.shape
+            mb.teacher = TeacherLogProbs(
+                log_probs[offset : offset + rows, :cols],
+                None if topk_ids is None else topk_ids[offset : offset + rows, :cols],
+                None if topk_lp is None else topk_lp[offset : offset + rows, :cols],
+            )
+            offset += rows
+        tokens = mask.sum().clamp(min=1)
+        return {
+            # k1 on the student's own samples: the Monte-Carlo estimate of KL(student || teacher).
+            "distill/kl_mean": float(((student_lp - log_probs) * mask).sum() / tokens),
+            "distill/teacher_logprob_mean": float((log_probs * mask).sum() / tokens),
+            "distill/student_logprob_mean": float((student_lp * mask).sum() / tokens),
+        }
+
+    def _micro_batches(
+        self, samples: Sequence[RolloutSample], owners: Sequence[Prepared], *, size: int | None = None
+    ) -> list[MicroBatch]:
+        """Consecutive samples per micro-batch: ``size`` rows, else the actor's count, or a
+        padded-token budget with ``use_dynamic_bsz`` (``ppo_max_token_len_per_gpu``)."""
         actor = self.config.actor_rollout_ref.actor
-        if actor.use_dynamic_bsz:
+        if size is None and actor.use_dynamic_bsz:
             lengths = [int(o.inputs["input_ids"].shape[1]) + len(s.response_ids) for s, o in zip(samples, owners, strict=True)]
             groups = plan_micro_batches(lengths, max_tokens=actor.ppo_max_token_len_per_gpu, max_rows=None)
         else:
-            size = actor.ppo_micro_batch_size_per_gpu
+            size = size or actor.ppo_micro_batch_size_per_gpu
             groups = [list(range(start, min(start + size, len(samples)))) for start in range(0, len(samples), size)]
         pad = self.engine.pad_token_id
         batches = []
@@ -432,6 +522,12 @@ class LocalTrainer:
         print(text)
 
 
+def rollout_seed(seed: int, step: int) -> int:
+    """The sampling seed of a step. The engine seeds prompt ``i`` with ``seed + i``, so steps
+    are spaced far apart: no prompt of one step replays another step's random stream."""
+    return (seed * 100_003 + step) * 1_000_003
+
+
 MULTIMODAL_TOKEN_ATTRIBUTES = (
     "image_token", "video_token", "audio_token",
     "vision_bos_token", "vision_eos_token", "audio_bos_token", "audio_eos_token",
@@ -450,6 +546,12 @@ def multimodal_token_ids(tokenizer: Any) -> tuple[int, ...]:
 
 def _pad_cols(tensor: torch.Tensor, width: int) -> torch.Tensor:
     return torch.nn.functional.pad(tensor, (0, width - tensor.shape[1]))
+
+
+def _pad_rows_cols(tensor: torch.Tensor | None, width: int) -> torch.Tensor:
+    """``[B, T, k]`` -> ``[B, width, k]`` (pads the response axis)."""
+    assert tensor is not None
+    return torch.nn.functional.pad(tensor, (0, 0, 0, width - tensor.shape[1]))
 
 
 def _group_micro_batches(micro: Sequence[MicroBatch], samples_per_update: int) -> list[list[MicroBatch]]:
@@ -474,7 +576,7 @@ def _with_freeze_settings(adapter: Any, cfg: Config) -> Any:
     return type(adapter)(**kwargs) if kwargs else adapter
 
 
-def _actor_settings(cfg: Config) -> ActorSettings:
+def _actor_settings(cfg: Config, distillation: DistillationSettings | None = None) -> ActorSettings:
     actor = cfg.actor_rollout_ref.actor
     return ActorSettings(
         loss_mode=actor.policy_loss.loss_mode,
@@ -485,6 +587,7 @@ def _actor_settings(cfg: Config) -> ActorSettings:
         use_kl_loss=actor.use_kl_loss, kl_loss_coef=actor.kl_loss_coef, kl_loss_type=actor.kl_loss_type,
         entropy_coeff=actor.entropy_coeff, temperature=cfg.actor_rollout_ref.rollout.temperature or 1.0,
         dtype=actor.dtype,  # type: ignore[arg-type]
+        distillation=distillation,
     )
 
 

@@ -32,6 +32,29 @@ def _merge(argv: Sequence[str]) -> int:
     return main(list(argv))
 
 
+MODEL_TOOLS = {
+    "noise": "write a noised copy of a checkpoint (the student of on-policy distillation)",
+    "merge": "merge a LoRA adapter into its base checkpoint (same as trainer merge)",
+}
+
+
+def _model(argv: Sequence[str]) -> int:
+    """``trainer model <tool> ...``: checkpoint tools."""
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in MODEL_TOOLS:
+        print("usage: trainer model {" + ",".join(MODEL_TOOLS) + "} [--help]\n\ncheckpoint tools:")
+        for name, summary in MODEL_TOOLS.items():
+            print(f"  {name:<8}{summary}")
+        known = not argv or argv[0] in ("-h", "--help")
+        if not known:
+            print(f"\nunknown tool {argv[0]!r}")
+        return 0 if known else 2
+    if argv[0] == "merge":
+        return _merge(argv[1:])
+    from omni_training.noise import main
+
+    return main(list(argv[1:]))
+
+
 def _doctor(argv: Sequence[str]) -> int:
     """Versions, accelerator, and which optional extras are installed."""
     print(f"python {platform.python_version()} on {platform.system()} {platform.machine()}")
@@ -63,5 +86,6 @@ SUBCOMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "tiny": (_tiny, "build the tiny offline Qwen3-Omni checkpoint"),
     "plan-memory": (_plan_memory, "size vLLM-Omni rollout memory for colocated training"),
     "merge": (_merge, "merge a LoRA adapter into its base checkpoint"),
+    "model": (_model, "checkpoint tools: noise (distillation student), merge"),
     "doctor": (_doctor, "print versions, GPU and installed extras"),
 }

@@ -22,6 +22,7 @@ from torch import Tensor
 from omni_contracts import RESPONSE_LENGTHS_KEY, TrainingAdapter
 from omni_training.aggregation import aggregate_loss
 from omni_training.batching import MicroBatch
+from omni_training.distillation import distillation_loss
 from omni_training.kl import kl_estimate
 from omni_training.logprobs import ResponseLogProbs, response_log_probs
 from omni_training.model_loading import load_policy
@@ -93,10 +94,12 @@ class Actor:
         micro_batch = {**batch.extra, RESPONSE_LENGTHS_KEY: batch.response_lengths()}
         return self.adapter.prepare_model_inputs(dict(batch.model_inputs), micro_batch, self.model_config)
 
-    def _forward(self, module: Any, batch: MicroBatch, *, with_entropy: bool) -> ResponseLogProbs:
+    def _forward(
+        self, module: Any, batch: MicroBatch, *, with_entropy: bool, gather_ids: Tensor | None = None
+    ) -> ResponseLogProbs:
         return response_log_probs(
             module, self._inputs(batch), batch.responses,
-            temperature=self.settings.temperature, with_entropy=with_entropy,
+            temperature=self.settings.temperature, with_entropy=with_entropy, gather_ids=gather_ids,
         )
 
     @contextlib.contextmanager
@@ -136,18 +139,39 @@ class Actor:
         counts = _counts(batches)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        totals = {"pg_loss": 0.0, "kl_loss": 0.0, "entropy": 0.0, "clipfrac": 0.0, "ppo_kl": 0.0, "clipfrac_lower": 0.0}
+        distill = settings.distillation
+        totals = {
+            "pg_loss": 0.0, "kl_loss": 0.0, "entropy": 0.0, "clipfrac": 0.0, "ppo_kl": 0.0,
+            "clipfrac_lower": 0.0, "distill_loss": 0.0,
+        }
         started = time.perf_counter()
         for batch in batches:
             if batch.old_log_probs is None or batch.advantages is None:
                 raise ValueError("update needs old_log_probs and advantages on every micro-batch.")
             mask = batch.response_mask.to(torch.float32)
-            out = self._forward(self.model, batch, with_entropy=True)
+            gather_ids = None
+            if distill is not None:
+                if batch.teacher is None:
+                    raise ValueError("Distillation is on but a micro-batch has no teacher log-probs.")
+                gather_ids = batch.teacher.topk_ids if distill.uses_topk else None
+            out = self._forward(self.model, batch, with_entropy=True, gather_ids=gather_ids)
             pg = self.loss_fn(
                 old_log_prob=batch.old_log_probs, log_prob=out.log_probs, advantages=batch.advantages,
                 response_mask=mask, config=settings.policy_loss, counts=counts,
             )
             loss = pg.loss
+            if distill is not None:
+                assert batch.teacher is not None
+                distill_loss, _ = distillation_loss(
+                    student_log_probs=out.log_probs, old_log_probs=batch.old_log_probs, teacher=batch.teacher,
+                    response_mask=mask, settings=distill, loss_agg_mode=settings.policy_loss.loss_agg_mode,
+                    counts=counts, student_topk_log_probs=out.gathered_log_probs,
+                )
+                if distill.use_task_rewards:
+                    loss = loss + distill.distillation_loss_coef * distill_loss
+                else:
+                    loss = distill_loss
+                totals["distill_loss"] += float(distill_loss.detach())
             assert out.entropy is not None
             entropy = aggregate_loss(out.entropy, mask, "token-mean", num_tokens=counts.num_tokens)
             if settings.entropy_coeff:
@@ -185,6 +209,7 @@ class Actor:
             "actor/pg_clipfrac": totals["clipfrac"],
             "actor/ppo_kl": totals["ppo_kl"],
             "actor/pg_clipfrac_lower": totals["clipfrac_lower"],
+            **({"actor/distill_loss": totals["distill_loss"]} if distill is not None else {}),
             "actor/grad_norm": grad_norm,
             "actor/lr": lr,
             "actor/skipped_step": float(not stepped),

@@ -19,6 +19,19 @@ import torch
 from torch import Tensor
 
 SEQUENCE_KEYS = ("input_ids", "attention_mask")
+
+
+@dataclass
+class TeacherLogProbs:
+    """A teacher's view of the sampled responses (on-policy distillation).
+
+    ``log_probs`` are the teacher's log-probs of the sampled tokens; the top-k fields are
+    filled only for losses that need the teacher's distribution (``forward_kl_topk``).
+    """
+
+    log_probs: Tensor  # [B, T]
+    topk_ids: Tensor | None = None  # [B, T, k]
+    topk_log_probs: Tensor | None = None  # [B, T, k]
 TIME_PADDED_KEYS = ("input_features", "feature_attention_mask")  # [1, ..., frames]
 
 
@@ -33,6 +46,7 @@ class MicroBatch:
     advantages: Tensor | None = None  # [B, T]
     ref_log_probs: Tensor | None = None  # [B, T]
     rollout_log_probs: Tensor | None = None  # [B, T]
+    teacher: TeacherLogProbs | None = None  # on-policy distillation only
     extra: dict[str, list[Any]] = field(default_factory=dict)  # namespaced extra fields
 
     @property

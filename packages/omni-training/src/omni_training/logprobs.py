@@ -22,6 +22,9 @@ from omni_training.kl import entropy_from_logits
 class ResponseLogProbs:
     log_probs: Tensor  # [B, T], 0 where the mask is 0
     entropy: Tensor | None  # [B, T] when asked for
+    topk_log_probs: Tensor | None = None  # [B, T, k]: the k most likely tokens per position
+    topk_ids: Tensor | None = None  # [B, T, k]
+    gathered_log_probs: Tensor | None = None  # [B, T, k]: at the ``gather_ids`` asked for
 
 
 def gather_response_log_probs(
@@ -30,8 +33,14 @@ def gather_response_log_probs(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    topk: int | None = None,
+    gather_ids: Tensor | None = None,  # [B, T, k]
 ) -> ResponseLogProbs:
-    """Log-probs of ``responses`` from a forward pass over ``prompt + response`` rows."""
+    """Log-probs of ``responses`` from a forward pass over ``prompt + response`` rows.
+
+    ``topk`` also returns each position's ``k`` most likely tokens and their log-probs;
+    ``gather_ids`` returns the log-probs of the given tokens (a teacher's top-k) instead.
+    """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 for log-probs, got {temperature}.")
     t = responses.shape[1]
@@ -41,9 +50,20 @@ def gather_response_log_probs(
             "pass logits for the whole prompt + response row."
         )
     scores = logits[:, -t - 1 : -1, :].float() / temperature  # position i predicts token i + 1
-    log_probs = torch.log_softmax(scores, dim=-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
+    all_log_probs = torch.log_softmax(scores, dim=-1)
+    log_probs = all_log_probs.gather(-1, responses.unsqueeze(-1)).squeeze(-1)
     entropy = entropy_from_logits(scores) if with_entropy else None
-    return ResponseLogProbs(log_probs, entropy)
+    topk_log_probs = topk_ids = gathered = None
+    if topk is not None:
+        topk_log_probs, topk_ids = all_log_probs.topk(topk, dim=-1)
+    if gather_ids is not None:
+        if gather_ids.shape[:2] != responses.shape:
+            raise ValueError(
+                f"gather_ids has shape {tuple(gather_ids.shape)}; expected [B, T, k] with "
+                f"[B, T] = {tuple(responses.shape)}."
+            )
+        gathered = all_log_probs.gather(-1, gather_ids)
+    return ResponseLogProbs(log_probs, entropy, topk_log_probs, topk_ids, gathered)
 
 
 def response_log_probs(
@@ -53,6 +73,8 @@ def response_log_probs(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    topk: int | None = None,
+    gather_ids: Tensor | None = None,
 ) -> ResponseLogProbs:
     """Run ``model(**model_inputs)`` (``input_ids`` = prompt + response) and gather."""
     input_ids = model_inputs["input_ids"]
@@ -63,5 +85,6 @@ def response_log_probs(
         )
     outputs = model(**model_inputs, use_cache=False)
     return gather_response_log_probs(
-        outputs.logits, responses, temperature=temperature, with_entropy=with_entropy
+        outputs.logits, responses, temperature=temperature, with_entropy=with_entropy,
+        topk=topk, gather_ids=gather_ids,
     )

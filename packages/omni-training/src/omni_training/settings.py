@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from omni_training.policy_loss import PolicyLossConfig
+
+if TYPE_CHECKING:
+    from omni_training.distillation import DistillationSettings
 
 
 @dataclass(frozen=True)
@@ -55,3 +58,4 @@ class ActorSettings:
     entropy_coeff: float = 0.0
     temperature: float = 1.0  # the rollout's sampling temperature: log-probs must use it too
     dtype: Literal["float32", "bfloat16"] = "float32"
+    distillation: DistillationSettings | None = None  # on-policy distillation, when enabled

@@ -1,0 +1,104 @@
+"""Our training adapter inside verl's FSDP engine, registered with ``EngineRegistry``.
+
+verl's FSDP engine builds the actor (and the reference model) as: HF load -> drop
+``_verl_strip_modules`` -> monkey patches -> dtype -> gradient checkpointing
+(``_build_module``), then LoRA (``_build_lora_module``), then FSDP wrapping by
+``_no_split_modules`` (``_build_fsdp_module``), then the optimizer. This engine runs the
+adapter in that sequence: ``register_auto_classes`` before the load, and
+``configure_model`` (strip the inference-only stages, redirect the forward, set
+``_no_split_modules``, freeze encoders) right after ``_build_module`` -- before LoRA and
+before FSDP wrapping, as the adapter contract requires.
+
+It is registered under its own ``model_type`` (``omni_language_model``, set by the
+translated config) because verl's ``(language_model, fsdp|fsdp2)`` slot is taken and its
+registry refuses duplicates. verl's ``_build_module`` only loads a causal LM when the
+model type is ``language_model``; :func:`_as_language_model` presents that name for the
+duration of the call (the one place that relies on verl internals; tested in
+``test_verl_engine_hook.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from verl.workers.engine.base import EngineRegistry
+from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
+
+from omni_trainer.verl_engine.adapters import training_adapter
+from omni_trainer.verl_engine.settings import OMNI_MODEL_TYPE, VerlSettings
+
+VERL_LANGUAGE_MODEL = "language_model"
+DEFAULT_AUTO_CLASS = "AutoModelForMultimodalLM"  # what the local engine loads (omni_training)
+
+
+@contextmanager
+def _as_language_model(model_config: Any) -> Iterator[None]:
+    saved = model_config.model_type
+    model_config.model_type = VERL_LANGUAGE_MODEL
+    try:
+        yield
+    finally:
+        model_config.model_type = saved
+
+
+def ensure_tie_word_embeddings(hf_config: Any) -> None:
+    """verl's loader reads ``hf_config.tie_word_embeddings``; a composite config such as
+    ``Qwen3OmniMoeConfig`` (transformers 5.10) has none at the top level. Take the text
+    model's value (it decides whether verl may load on the meta device)."""
+    if not hasattr(hf_config, "tie_word_embeddings"):
+        text_config = hf_config.get_text_config()
+        hf_config.tie_word_embeddings = bool(getattr(text_config, "tie_word_embeddings", False))
+
+
+def ensure_auto_class(hf_config: Any, adapter: Any) -> None:
+    """Make the auto class verl picks (``get_hf_auto_model_class``) own this config.
+
+    verl resolves ``AutoModel`` for configs it does not know (Qwen3-Omni's among them),
+    which cannot load ``Qwen3OmniMoeConfig``. The class the local engine loads -- the
+    adapter's ``auto_model_class`` or ``AutoModelForMultimodalLM`` -- is registered for the
+    config with transformers' own ``Auto*.register``, so both engines load the same class.
+    """
+    import transformers
+    from verl.utils.model import get_hf_auto_model_class
+
+    verl_auto = get_hf_auto_model_class(hf_config=hf_config)
+    config_cls = type(hf_config)
+    if config_cls in verl_auto._model_mapping.keys():
+        return
+    ours = getattr(transformers, adapter.auto_model_class or DEFAULT_AUTO_CLASS)
+    if config_cls not in ours._model_mapping.keys():
+        raise RuntimeError(
+            f"Neither {verl_auto.__name__} (verl's choice) nor {ours.__name__} loads "
+            f"{config_cls.__name__}; set auto_model_class on {type(adapter).__name__} or register "
+            "the model class in its register_auto_classes()."
+        )
+    verl_auto.register(config_cls, ours._model_mapping[config_cls], exist_ok=True)
+
+
+def configure_for_training(module: Any, hf_config: Any, settings: VerlSettings) -> None:
+    """Apply the run's training adapter to a loaded module (before LoRA and FSDP)."""
+    adapter = training_adapter(hf_config, settings)
+    adapter.configure_model(module, hf_config)
+    if not getattr(module, "_no_split_modules", None):
+        raise RuntimeError(
+            f"{type(adapter).__name__}.configure_model left _no_split_modules empty; FSDP would "
+            "wrap the whole model as one unit. Set it to the decoder layer class name."
+        )
+
+
+@EngineRegistry.register(model_type=OMNI_MODEL_TYPE, backend=["fsdp", "fsdp2"], device=["cuda", "npu"])
+class OmniFSDPEngine(FSDPEngineWithLMHead):
+    """verl's FSDP engine with the omni-rl training adapter applied before LoRA and FSDP."""
+
+    def _build_module(self) -> Any:
+        settings = VerlSettings.from_env()
+        adapter = training_adapter(self.model_config.hf_config, settings)
+        adapter.register_auto_classes()
+        ensure_auto_class(self.model_config.hf_config, adapter)
+        ensure_tie_word_embeddings(self.model_config.hf_config)
+        with _as_language_model(self.model_config):
+            module = super()._build_module()
+        configure_for_training(module, self.model_config.hf_config, settings)
+        return module

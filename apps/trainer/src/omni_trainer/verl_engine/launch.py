@@ -1,0 +1,96 @@
+"""``trainer.engine=verl``: translate the config, start or attach Ray, run verl's trainer.
+
+Ray: ``ray_kwargs.ray_init.address`` unset starts a local Ray on this machine;
+``address=auto`` attaches to a cluster started with ``ray start --head`` (multi-node:
+see README "verl engine / multi-node"). Either way the runtime env carries
+``VERL_USE_EXTERNAL_MODULES`` and our settings to every worker, since verl does not
+forward that variable itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from omni_trainer.config import Config, ConfigError
+from omni_trainer.verl_engine.distillation import check_teacher_tokenizer, validate_with_verl
+from omni_trainer.verl_engine.errors import require_extras
+from omni_trainer.verl_engine.settings import EXTERNAL_MODULE, EXTERNAL_MODULES_ENV, SETTINGS_ENV
+from omni_trainer.verl_engine.translate import check_config, settings_for, to_verl_config
+
+
+def adapter_lora_defaults(model_path: str, stage: str) -> tuple[list[str] | None, str | None]:
+    """The training adapter's LoRA defaults, found from the checkpoint's ``config.json``."""
+    from omni_contracts import get_training_adapter
+
+    config_file = Path(model_path) / "config.json"
+    if not config_file.is_file():
+        raise ConfigError(
+            f"actor_rollout_ref.model.path={model_path} has no config.json; point it at a Hugging Face "
+            "checkpoint directory (e.g. one written by `uv run trainer tiny`)."
+        )
+    architecture = (json.loads(config_file.read_text()).get("architectures") or ["<none>"])[0]
+    adapter = get_training_adapter(architecture, stage)
+    targets = list(adapter.lora_target_modules) if adapter.lora_target_modules else None
+    return targets, adapter.lora_exclude_modules
+
+
+def build_verl_config(config: Config) -> DictConfig:
+    check_config(config)
+    model_path = config.actor_rollout_ref.model.path
+    targets, exclude = (None, None)
+    if model_path is not None:
+        targets, exclude = adapter_lora_defaults(model_path, config.actor_rollout_ref.model.stage)
+    return to_verl_config(config, lora_target_modules=targets, lora_exclude_modules=exclude)
+
+
+def ray_init_kwargs(verl_config: DictConfig) -> dict[str, Any]:
+    """What ``ray.init`` gets: verl's default runtime env merged with ``ray_kwargs.ray_init``
+    (ours on top), exactly as verl's ``run_ppo`` would merge them."""
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+
+    container = OmegaConf.to_container(verl_config.ray_kwargs.ray_init, resolve=True)
+    assert isinstance(container, dict)
+    ray_init: dict[str, Any] = {str(k): v for k, v in container.items()}
+    runtime_env = OmegaConf.merge(get_ppo_ray_runtime_env(verl_config), ray_init.get("runtime_env") or {})
+    ray_init["runtime_env"] = OmegaConf.to_container(runtime_env, resolve=True)
+    return {k: v for k, v in ray_init.items() if v is not None}
+
+
+def run(config: Config) -> int:
+    """Run ``config`` on verl; returns the process exit code."""
+    require_extras()
+    verl_config = build_verl_config(config)  # config errors first: verl takes ~25 s to import
+    check_teacher_tokenizer(config, verl_config.actor_rollout_ref.model.path)
+    from omni_trainer.verl_engine.external import check_algorithms
+
+    check_algorithms(config.actor_rollout_ref.actor.policy_loss.loss_mode, config.algorithm.adv_estimator)
+    validate_with_verl(verl_config)  # verl's own distillation checks, otherwise first run inside Ray
+    # The driver imports verl below: it must see the same external modules as the workers.
+    os.environ[EXTERNAL_MODULES_ENV] = EXTERNAL_MODULE
+    os.environ[SETTINGS_ENV] = settings_for(config, verl_config.actor_rollout_ref.model.path).to_env()
+
+    import ray
+    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+    from verl.utils.device import auto_set_device
+
+    auto_set_device(verl_config)
+    validate_config(
+        config=verl_config, use_reference_policy=need_reference_policy(verl_config), use_critic=need_critic(verl_config)
+    )
+    run_dir = Path(config.trainer.default_local_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "verl_config.yaml").write_text(OmegaConf.to_yaml(verl_config))
+    if not ray.is_initialized():
+        ray.init(**ray_init_kwargs(verl_config))
+    try:
+        run_ppo(verl_config, task_runner_class=TaskRunnerV1)
+    finally:
+        ray.shutdown()
+    return 0

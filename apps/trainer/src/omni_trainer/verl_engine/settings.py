@@ -1,0 +1,52 @@
+"""What our modules inside verl's processes need to know, carried by one env variable.
+
+verl builds its engines, rollout servers and agent loops from its own config; our
+adapter choice (training stage, encoder freezing, rollout pipeline) has no verl key, so
+the launcher puts it in ``OMNI_RL_VERL_SETTINGS`` (JSON) in the Ray runtime env, next to
+``VERL_USE_EXTERNAL_MODULES``. Light: no verl, torch or Ray import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+
+SETTINGS_ENV = "OMNI_RL_VERL_SETTINGS"
+EXTERNAL_MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"
+EXTERNAL_MODULE = "omni_trainer.verl_engine.external"
+OMNI_MODEL_TYPE = "omni_language_model"
+"""verl ``model_type`` our training engine is registered under (verl's own is ``language_model``)."""
+ROLLOUT_NAME = "vllm_omni"
+AGENT_LOOPS = {"single_turn_agent": "omni_single_turn_agent"}
+"""Our agent-loop names -> the verl agent loops registered by ``external``."""
+
+
+@dataclass(frozen=True)
+class VerlSettings:
+    model_path: str
+    stage: str = "thinker"
+    freeze_vision_tower: bool = True
+    freeze_audio_tower: bool = True
+    pipeline_name: str = "qwen3_omni_moe"
+    pipeline_mode: str = "thinker_only"
+
+    def to_env(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_env(cls) -> VerlSettings:
+        """The settings the launcher exported.
+
+        Raises:
+            RuntimeError: the variable is missing (the process was not started by
+                ``trainer.engine=verl``, or the runtime env did not reach it).
+        """
+        raw = os.environ.get(SETTINGS_ENV)
+        if not raw:
+            raise RuntimeError(
+                f"{SETTINGS_ENV} is not set in this process. omni-rl's verl modules run only in a "
+                "job started by `uv run trainer trainer.engine=verl ...`, which exports it to every "
+                "Ray worker through ray_kwargs.ray_init.runtime_env.env_vars."
+            )
+        return cls(**json.loads(raw))

@@ -1,0 +1,224 @@
+"""Our resolved config -> verl's: verl's packaged ``ppo_trainer.yaml`` defaults, our keys set.
+
+Keys keep verl's names; where ours differ in meaning the mapping is explicit below
+(``trainer.test_freq=0`` -> ``-1``; a missing ``clip_ratio_low/high`` -> ``clip_ratio``;
+LoRA targets default to the adapter's). Our modules go into verl's extension keys:
+``data.custom_cls``, ``reward.custom_reward_function``, ``actor_rollout_ref.model.model_type``
+(our FSDP engine), ``actor_rollout_ref.rollout.name`` (our vLLM-Omni replica, also the
+distillation teacher's server) and the agent loop; ``distillation.*`` maps in
+``verl_engine.distillation``. Only Hydra and OmegaConf are imported here; verl's YAML is read
+from its install.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from omni_trainer.config import Config, ConfigError
+from omni_trainer.verl_engine.distillation import distillation_problems, distillation_values
+from omni_trainer.verl_engine.errors import EXTRAS_COMMAND, MissingExtrasError
+from omni_trainer.verl_engine.settings import (
+    AGENT_LOOPS,
+    EXTERNAL_MODULE,
+    EXTERNAL_MODULES_ENV,
+    OMNI_MODEL_TYPE,
+    SETTINGS_ENV,
+    VerlSettings,
+)
+
+DATASET_CLASS = ("pkg://omni_trainer.verl_engine.dataset", "OmniRLHFDataset")
+REWARD_FUNCTION = ("pkg://omni_trainer.verl_engine.reward", "compute_score")
+
+
+def verl_config_dir() -> Path:
+    """verl's packaged Hydra config directory (found without importing verl)."""
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingExtrasError(f"verl is not installed; install it with: {EXTRAS_COMMAND}")
+    return Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"
+
+
+def verl_defaults() -> DictConfig:
+    """verl's ``ppo_trainer`` config as its own entry point composes it (no overrides)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
+        return compose(config_name="ppo_trainer")
+
+
+def settings_for(config: Config, model_path: str) -> VerlSettings:
+    model = config.actor_rollout_ref.model
+    rollout = config.actor_rollout_ref.rollout
+    return VerlSettings(
+        model_path=model_path, stage=model.stage,
+        freeze_vision_tower=model.freeze_vision_tower, freeze_audio_tower=model.freeze_audio_tower,
+        pipeline_name=rollout.pipeline_name, pipeline_mode=rollout.pipeline_mode,
+    )
+
+
+def to_verl_config(
+    config: Config,
+    *,
+    lora_target_modules: list[str] | None,
+    lora_exclude_modules: str | None,
+    model_path: str | None = None,
+) -> DictConfig:
+    """verl's config for ``config``. ``lora_*`` are the adapter's defaults (used when the
+    config names none); ``model_path`` overrides ``actor_rollout_ref.model.path``.
+
+    Raises:
+        ConfigError: the config cannot run on verl (no data files, unknown agent loop).
+    """
+    check_config(config)
+    model_path = model_path or config.actor_rollout_ref.model.path
+    if model_path is None:
+        raise ConfigError(
+            "trainer.engine=verl needs actor_rollout_ref.model.path (the embedded tiny model is "
+            "built by `uv run trainer tiny`; pass its directory)."
+        )
+    verl = verl_defaults()
+    with open_dict(verl):
+        for key, value in _values(config, model_path, lora_target_modules, lora_exclude_modules).items():
+            OmegaConf.update(verl, key, value, merge=False, force_add=True)
+    return verl
+
+
+def check_config(config: Config) -> None:
+    """Raise :class:`ConfigError` listing every reason ``config`` cannot run on verl."""
+    problems = []
+    if not config.data.train_files:
+        problems.append(
+            "data.train_files is required (the built-in task exists for the local engine only); "
+            "convert a dataset with `uv run trainer convert ...`"
+        )
+    loop = config.actor_rollout_ref.rollout.agent.default_agent_loop
+    if loop not in AGENT_LOOPS:
+        problems.append(
+            f"actor_rollout_ref.rollout.agent.default_agent_loop={loop!r} has no verl agent loop; "
+            f"valid: {', '.join(AGENT_LOOPS)}"
+        )
+    problems.extend(distillation_problems(config))
+    if problems:
+        raise ConfigError("Invalid configuration for trainer.engine=verl:\n  - " + "\n  - ".join(problems))
+
+
+def _values(
+    config: Config, model_path: str, target_modules: list[str] | None, exclude_modules: str | None
+) -> dict[str, Any]:
+    data, trainer, algorithm = config.data, config.trainer, config.algorithm
+    model = config.actor_rollout_ref.model
+    actor = config.actor_rollout_ref.actor
+    rollout = config.actor_rollout_ref.rollout
+    ray_init = config.ray_kwargs.ray_init
+    settings = settings_for(config, model_path)
+    env_vars = {
+        EXTERNAL_MODULES_ENV: EXTERNAL_MODULE,
+        SETTINGS_ENV: settings.to_env(),
+        **ray_init.runtime_env.env_vars,
+    }
+    micro = actor.ppo_micro_batch_size_per_gpu
+    values: dict[str, Any] = {
+        "data.train_files": list(data.train_files or []),
+        "data.val_files": list(data.val_files or data.train_files or []),
+        "data.train_batch_size": data.train_batch_size,
+        "data.val_batch_size": data.val_batch_size,
+        "data.max_prompt_length": data.max_prompt_length,
+        "data.max_response_length": data.max_response_length,
+        "data.shuffle": data.shuffle,
+        "data.seed": data.seed,
+        "data.filter_overlong_prompts": True,
+        "data.custom_cls.path": DATASET_CLASS[0],
+        "data.custom_cls.name": DATASET_CLASS[1],
+        "actor_rollout_ref.model.path": model_path,
+        "actor_rollout_ref.model.model_type": OMNI_MODEL_TYPE,
+        "actor_rollout_ref.model.lora_rank": model.lora_rank,
+        "actor_rollout_ref.model.lora_alpha": model.lora_alpha,
+        "actor_rollout_ref.model.target_modules": list(model.target_modules or target_modules or []) or "all-linear",
+        "actor_rollout_ref.model.exclude_modules": model.exclude_modules or exclude_modules,
+        "actor_rollout_ref.model.use_remove_padding": model.use_remove_padding,
+        "actor_rollout_ref.model.enable_gradient_checkpointing": model.enable_gradient_checkpointing,
+        "actor_rollout_ref.actor.strategy": actor.strategy,
+        "actor_rollout_ref.actor.freeze_vision_tower": model.freeze_vision_tower,
+        "actor_rollout_ref.actor.policy_loss.loss_mode": actor.policy_loss.loss_mode,
+        "actor_rollout_ref.actor.clip_ratio": actor.clip_ratio,
+        "actor_rollout_ref.actor.clip_ratio_low": _or(actor.clip_ratio_low, actor.clip_ratio),
+        "actor_rollout_ref.actor.clip_ratio_high": _or(actor.clip_ratio_high, actor.clip_ratio),
+        "actor_rollout_ref.actor.clip_ratio_c": actor.clip_ratio_c,
+        "actor_rollout_ref.actor.loss_agg_mode": actor.loss_agg_mode,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": actor.ppo_mini_batch_size,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": micro,
+        "actor_rollout_ref.actor.use_dynamic_bsz": actor.use_dynamic_bsz,
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": actor.ppo_max_token_len_per_gpu,
+        "actor_rollout_ref.actor.ppo_epochs": actor.ppo_epochs,
+        "actor_rollout_ref.actor.use_kl_loss": actor.use_kl_loss,
+        "actor_rollout_ref.actor.kl_loss_coef": actor.kl_loss_coef,
+        "actor_rollout_ref.actor.kl_loss_type": actor.kl_loss_type,
+        "actor_rollout_ref.actor.entropy_coeff": actor.entropy_coeff,
+        "actor_rollout_ref.actor.grad_clip": actor.grad_clip,
+        "actor_rollout_ref.actor.optim.lr": actor.optim.lr,
+        "actor_rollout_ref.actor.optim.weight_decay": actor.optim.weight_decay,
+        "actor_rollout_ref.actor.optim.lr_warmup_steps": actor.optim.lr_warmup_steps or -1,
+        "actor_rollout_ref.actor.optim.lr_scheduler_type": actor.optim.lr_scheduler_type,
+        "actor_rollout_ref.actor.optim.min_lr_ratio": actor.optim.min_lr_ratio,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": micro,
+        "actor_rollout_ref.rollout.name": rollout.name,
+        "actor_rollout_ref.rollout.mode": rollout.mode,
+        "actor_rollout_ref.rollout.n": rollout.n,
+        "actor_rollout_ref.rollout.temperature": rollout.temperature,
+        "actor_rollout_ref.rollout.top_p": rollout.top_p,
+        "actor_rollout_ref.rollout.top_k": rollout.top_k,
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": rollout.tensor_model_parallel_size,
+        "actor_rollout_ref.rollout.gpu_memory_utilization": rollout.gpu_memory_utilization,
+        "actor_rollout_ref.rollout.max_num_seqs": rollout.max_num_seqs,
+        "actor_rollout_ref.rollout.max_num_batched_tokens": rollout.max_num_batched_tokens,
+        "actor_rollout_ref.rollout.cudagraph_capture_sizes": rollout.cudagraph_capture_sizes,
+        "actor_rollout_ref.rollout.enforce_eager": rollout.enforce_eager,
+        "actor_rollout_ref.rollout.free_cache_engine": rollout.free_cache_engine,
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": micro,
+        "actor_rollout_ref.rollout.agent.default_agent_loop": AGENT_LOOPS[rollout.agent.default_agent_loop],
+        "actor_rollout_ref.rollout.engine_kwargs.vllm_omni": {
+            "pipeline_name": rollout.pipeline_name, "pipeline_mode": rollout.pipeline_mode,
+        },
+        "algorithm.adv_estimator": algorithm.adv_estimator,
+        "algorithm.norm_adv_by_std_in_grpo": algorithm.norm_adv_by_std_in_grpo,
+        "algorithm.gamma": algorithm.gamma,
+        "algorithm.use_kl_in_reward": algorithm.use_kl_in_reward,
+        "algorithm.kl_penalty": algorithm.kl_penalty,
+        "algorithm.kl_ctrl.kl_coef": algorithm.kl_ctrl.kl_coef,
+        "reward.custom_reward_function.path": REWARD_FUNCTION[0],
+        "reward.custom_reward_function.name": REWARD_FUNCTION[1],
+        "reward.custom_reward_function.reward_kwargs": {
+            "num_workers": config.reward.num_workers, "timeout_s": config.reward.timeout_s,
+            "on_unknown_data_source": config.reward.on_unknown_data_source,
+        },
+        "trainer.total_epochs": trainer.total_epochs,
+        "trainer.total_training_steps": trainer.total_training_steps,
+        "trainer.save_freq": trainer.save_freq or -1,
+        "trainer.test_freq": trainer.test_freq or -1,
+        "trainer.max_actor_ckpt_to_keep": trainer.max_checkpoints_to_keep,
+        "trainer.resume_mode": trainer.resume_mode,
+        "trainer.default_local_dir": trainer.default_local_dir,
+        "trainer.project_name": trainer.project_name,
+        "trainer.experiment_name": trainer.experiment_name,
+        "trainer.logger": list(trainer.logger),
+        "trainer.nnodes": trainer.nnodes,
+        "trainer.n_gpus_per_node": trainer.n_gpus_per_node,
+        "trainer.device": "cuda",
+        "ray_kwargs.ray_init.num_cpus": ray_init.num_cpus,
+        "ray_kwargs.ray_init.runtime_env.env_vars": env_vars,
+        "ray_kwargs.timeline_json_file": config.ray_kwargs.timeline_json_file,
+    }
+    if ray_init.address is not None:
+        values["ray_kwargs.ray_init.address"] = ray_init.address
+    if ray_init.num_gpus is not None:
+        values["ray_kwargs.ray_init.num_gpus"] = ray_init.num_gpus
+    values.update(distillation_values(config))
+    return values
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value

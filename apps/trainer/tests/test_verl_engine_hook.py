@@ -1,0 +1,118 @@
+"""The training adapter inside verl's FSDP engine build, on the tiny model, on CPU.
+
+Calls the functions verl's engine calls (``_build_module``, ``_build_lora_module``, the
+FSDP wrap policy) on an ``OmniFSDPEngine`` without FSDP itself (which needs a GPU here).
+Needs the distributed extra.
+"""
+
+from __future__ import annotations
+
+import socket
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("verl", reason="needs the distributed extra (uv sync --extra distributed --extra gpu)")
+
+import torch  # noqa: E402
+
+from omni_trainer.verl_engine.settings import OMNI_MODEL_TYPE, SETTINGS_ENV, VerlSettings  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from omni_qwen3.tiny import build_tiny_qwen3_omni
+
+    return str(build_tiny_qwen3_omni(tmp_path_factory.mktemp("tiny") / "ckpt", seed=0))
+
+
+@pytest.fixture(scope="module")
+def process_group() -> object:
+    """verl's weight-init context asks torch.distributed for the rank: one gloo process."""
+    if not torch.distributed.is_initialized():
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    yield
+    torch.distributed.destroy_process_group()
+
+
+def _engine(tiny_path: str, lora_rank: int = 8) -> object:
+    """An OmniFSDPEngine with the attributes ``_build_module`` reads, built without
+    ``__init__`` (which creates a device mesh for FSDP)."""
+    from transformers import AutoConfig
+
+    from omni_trainer.verl_engine.engine import OmniFSDPEngine
+
+    engine = object.__new__(OmniFSDPEngine)
+    engine.model_config = SimpleNamespace(
+        model_type=OMNI_MODEL_TYPE, hf_config=AutoConfig.from_pretrained(tiny_path), local_path=tiny_path,
+        trust_remote_code=False, use_liger=False, fused_kernel_options={}, use_fused_kernels=False,
+        enable_gradient_checkpointing=True, lora_rank=lora_rank, lora_alpha=2 * lora_rank,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], target_parameters=None,
+        exclude_modules=r".*(visual|audio_tower|lm_head|talker|code2wav).*", lora_adapter_path=None,
+    )
+    engine.engine_config = SimpleNamespace(model_dtype="fp32", forward_only=False)
+    engine.device_mesh = None
+    engine.use_remove_padding = False
+    engine.ulysses_sequence_parallel_size = 1
+    return engine
+
+
+def test_build_module_applies_adapter_before_lora_and_fsdp(
+    tiny_path: str, process_group: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from verl.utils.fsdp_utils import get_fsdp_wrap_policy
+
+    from omni_qwen3.training_adapter import THINKER_DECODER_LAYER
+
+    monkeypatch.setenv(SETTINGS_ENV, VerlSettings(model_path=tiny_path).to_env())
+    engine = _engine(tiny_path)
+    module = engine._build_module()
+
+    # configure_model ran: speech stages stripped, forward and accessors on the thinker,
+    # FSDP shards at the thinker's decoder layers, encoders frozen.
+    assert not hasattr(module, "talker") and not hasattr(module, "code2wav")
+    assert module.forward == module.thinker.forward
+    assert module._no_split_modules == [THINKER_DECODER_LAYER]
+    assert not any(p.requires_grad for p in module.thinker.visual.parameters())
+    assert not any(p.requires_grad for p in module.thinker.audio_tower.parameters())
+    # verl's loader saw its own model type and the engine's is restored afterwards.
+    assert engine.model_config.model_type == OMNI_MODEL_TYPE
+
+    module = engine._build_lora_module(module)
+    lora = module.peft_config["default"]
+    assert (lora.r, lora.lora_alpha) == (8, 16)
+    assert set(lora.target_modules) == {"q_proj", "k_proj", "v_proj", "o_proj"}
+    lora_names = [n for n, p in module.named_parameters() if p.requires_grad]
+    assert lora_names and all("lora_" in n for n in lora_names)
+    assert all(".thinker.model.layers." in n for n in lora_names)  # never encoders or heads
+
+    # The wrap policy verl gives FSDP wraps each thinker decoder layer as its own unit.
+    policy = get_fsdp_wrap_policy(module=module, config={"min_num_params": 0}, is_lora=True)
+    layers = [m for m in module.modules() if type(m).__name__ == THINKER_DECODER_LAYER]
+    assert layers
+    assert all(policy(module=layer, recurse=False, nonwrapped_numel=0) for layer in layers)
+    # and not an arbitrary leaf (the lm_head), which rides with its parent's unit
+    assert not policy(module=module.base_model.model.thinker.lm_head, recurse=False, nonwrapped_numel=0)
+
+
+def test_build_module_without_settings_explains(tiny_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(SETTINGS_ENV, raising=False)
+    with pytest.raises(RuntimeError, match="trainer.engine=verl"):
+        _engine(tiny_path)._build_module()
+
+
+def test_verl_loader_still_branches_on_language_model() -> None:
+    """``_as_language_model`` exists because verl's loader only loads a causal LM for
+    ``model_type == "language_model"``; this fails when upstream changes that."""
+    import inspect
+
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
+
+    source = inspect.getsource(FSDPEngine._build_module)
+    assert 'self.model_config.model_type == "language_model"' in source
+    assert "_verl_strip_modules" in source

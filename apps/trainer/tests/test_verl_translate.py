@@ -1,0 +1,94 @@
+"""Config translation for the verl engine: golden resolved verl configs for the recipes.
+
+The recipes' overrides are read from the example scripts themselves (a stand-in ``uv`` on
+PATH prints the arguments the script would pass), so a change to a script or to the
+translation shows up as a golden diff. Regenerate deliberately:
+``OMNI_RL_UPDATE_GOLDEN=1 uv run pytest apps/trainer/tests/test_verl_translate.py``.
+Needs only Hydra/OmegaConf and verl's installed YAML (the distributed extra), not verl's import.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from omni_trainer.config import ConfigError, load_config
+from omni_trainer.verl_engine.settings import EXTERNAL_MODULE, SETTINGS_ENV, VerlSettings
+from omni_trainer.verl_engine.translate import to_verl_config, verl_config_dir
+
+ROOT = Path(__file__).resolve().parents[3]
+GOLDEN = Path(__file__).parent / "golden" / "verl"
+RECIPES = ("gsm8k_gspo_lora.sh", "mmk12_gspo_lora.sh", "avqa_gspo_lora.sh")
+QWEN3_LORA = (["q_proj", "k_proj", "v_proj", "o_proj"], r".*(visual|audio_tower|lm_head|talker|code2wav).*")
+
+if importlib.util.find_spec("verl") is None or not verl_config_dir().is_dir():  # pragma: no cover
+    pytest.skip("needs the distributed extra (uv sync --extra distributed --extra gpu)", allow_module_level=True)
+
+
+def script_overrides(script: str, tmp_path: Path) -> list[str]:
+    fake = tmp_path / "bin"
+    fake.mkdir(exist_ok=True)
+    (fake / "uv").write_text('#!/usr/bin/env bash\nshift 2\nprintf "%s\\n" "$@"\n')
+    (fake / "uv").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "MODEL_PATH": "/models/Qwen3-Omni-30B-A3B-Instruct",
+           "TRAIN_FILE": "/data/train.parquet", "VAL_FILE": "/data/val.parquet"}
+    done = subprocess.run(["bash", str(ROOT / "examples" / script)], env=env, capture_output=True, text=True, check=True)
+    return done.stdout.splitlines()
+
+
+@pytest.mark.parametrize("script", RECIPES)
+def test_recipe_translates_to_golden_verl_config(script: str, tmp_path: Path) -> None:
+    overrides = script_overrides(script, tmp_path)
+    assert overrides[0].startswith("actor_rollout_ref.model.path=")  # the stand-in saw the script's arguments
+    config = load_config(overrides + ["trainer.engine=verl", "trainer.n_gpus_per_node=4"])
+    verl = to_verl_config(config, lora_target_modules=QWEN3_LORA[0], lora_exclude_modules=QWEN3_LORA[1])
+    resolved = OmegaConf.to_yaml(verl, resolve=True)
+    golden = GOLDEN / script.replace(".sh", ".yaml")
+    if os.environ.get("OMNI_RL_UPDATE_GOLDEN"):
+        golden.write_text(resolved)
+    assert resolved == golden.read_text()
+
+
+def test_translation_uses_our_extension_points_and_keys(tmp_path: Path) -> None:
+    config = load_config(script_overrides("avqa_gspo_lora.sh", tmp_path) + [
+        "trainer.engine=verl", "trainer.nnodes=2", "trainer.n_gpus_per_node=8",
+        "ray_kwargs.ray_init.address=auto", "ray_kwargs.ray_init.runtime_env.env_vars.NCCL_DEBUG=INFO",
+        "actor_rollout_ref.actor.clip_ratio_high=null",
+    ])
+    verl = to_verl_config(config, lora_target_modules=QWEN3_LORA[0], lora_exclude_modules=QWEN3_LORA[1])
+    arr = verl.actor_rollout_ref
+    assert (verl.trainer.nnodes, verl.trainer.n_gpus_per_node) == (2, 8)
+    assert verl.ray_kwargs.ray_init.address == "auto"
+    env = verl.ray_kwargs.ray_init.runtime_env.env_vars
+    assert env.VERL_USE_EXTERNAL_MODULES == EXTERNAL_MODULE and env.NCCL_DEBUG == "INFO"
+    settings = VerlSettings(**json.loads(env[SETTINGS_ENV]))
+    assert (settings.stage, settings.pipeline_name, settings.pipeline_mode) == ("thinker", "qwen3_omni_moe", "thinker_only")
+    assert arr.model.model_type == "omni_language_model" and arr.rollout.name == "vllm_omni"
+    assert (arr.model.lora_rank, arr.model.lora_alpha) == (32, 64)
+    assert list(arr.model.target_modules) == QWEN3_LORA[0]  # the script names them
+    assert arr.actor.policy_loss.loss_mode == "gspo" and verl.algorithm.adv_estimator == "grpo"
+    assert arr.actor.clip_ratio_high == arr.actor.clip_ratio  # null -> verl's symmetric clip
+    assert arr.rollout.agent.default_agent_loop == "omni_single_turn_agent"
+    assert verl.data.custom_cls.name == "OmniRLHFDataset"
+    assert verl.reward.custom_reward_function.name == "compute_score"
+    assert verl.data.max_prompt_length == 4096 and verl.data.val_files == ["/data/val.parquet"]
+
+
+def test_adapter_lora_defaults_apply_when_config_names_none(tmp_path: Path) -> None:
+    config = load_config(["actor_rollout_ref.model.path=/m", "data.train_files=[/d.parquet]", "trainer.engine=verl"])
+    verl = to_verl_config(config, lora_target_modules=QWEN3_LORA[0], lora_exclude_modules=QWEN3_LORA[1])
+    assert list(verl.actor_rollout_ref.model.target_modules) == QWEN3_LORA[0]
+    assert verl.actor_rollout_ref.model.exclude_modules == QWEN3_LORA[1]
+    assert list(verl.data.val_files) == ["/d.parquet"]  # verl needs val files: the train files
+
+
+def test_builtin_task_is_refused_with_a_reason() -> None:
+    config = load_config(["actor_rollout_ref.model.path=/m", "trainer.engine=verl"])
+    with pytest.raises(ConfigError, match="data.train_files is required"):
+        to_verl_config(config, lora_target_modules=None, lora_exclude_modules=None)

@@ -1,0 +1,204 @@
+"""GPU smoke of the verl engine on the tiny Qwen3-Omni, one GPU, two phases:
+
+1. 3 GSPO steps, colocated: verl (FSDP2 actor, our engine hook) and vLLM-Omni (our replica,
+   sleep/wake between steps) share the GPU. Prints per step: step time, rollout<->actor
+   log-prob pearson, log_ppl_diff and peak GPU memory, then checks them.
+2. 2 steps of on-policy distillation: student = `trainer model noise` of the tiny model
+   (25%), teacher = the tiny model served by our vLLM-Omni replica as verl's teacher
+   (prompt log-probs of the student's samples). verl gives the teacher a GPU pool of its
+   own, so Ray is told there are 2 GPUs while the workers' runtime env names the one
+   device: Ray maps a GPU slot beyond the worker's CUDA_VISIBLE_DEVICES back to the
+   devices listed there, so both pools land on it. Prints verl's distillation/* metrics
+   per step and checks them.
+
+Data: a tiny synthetic gsm8k, converted by `trainer convert gsm8k`; nothing is downloaded.
+
+Usage (from tests/gpu/run_gpu_smoke.sh): uv run python tests/gpu/verl_smoke.py [key=value ...]
+(the extra overrides go to both phases). Exit code 0 when both phases ran their steps and
+the metrics are finite and sane.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+STEPS = 3
+OPD_STEPS = 2
+WANTED = {
+    "step time (s)": "timing_s/step",
+    "pearson rollout~actor": "training/rollout_actor_probs_pearson_corr",
+    "log_ppl_diff": "log_ppl_diff",
+    "peak GPU memory (GB)": "max_memory_allocated_gb",
+}
+OPD_WANTED = {
+    "distillation/loss": "distillation/loss",
+    "distillation/abs_loss": "distillation/abs_loss",
+    "distillation/loss_max": "distillation/loss_max",
+    "pg_loss (task)": "actor/pg_loss",
+}
+NUMBER = r"(-?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf))"
+UV_RUN = ["uv", "run", "--frozen", "--extra", "gpu", "--extra", "distributed"]
+
+
+def raw_gsm8k(directory: Path, rows: int = 64) -> None:
+    for split in ("train", "test"):
+        lines = [{"question": f"Tom has {i} apples and buys {i + 2}. How many now?",
+                  "answer": f"{i} + {i + 2} = {2 * i + 2}\n#### {2 * i + 2}"} for i in range(rows)]
+        (directory / f"{split}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def parse_steps(log: str) -> dict[int, dict[str, float]]:
+    """verl's console logger prints ``step:N - key:value - key:value ...`` per step."""
+    steps: dict[int, dict[str, float]] = {}
+    for line in log.splitlines():
+        match = re.search(r"step:(\d+) - (.*)", line)
+        if not match:
+            continue
+        pairs = re.findall(r"([\w/@.\-]+):" + NUMBER, match.group(2))
+        steps[int(match.group(1))] = {key: float(value) for key, value in pairs}
+    return steps
+
+
+def pick(metrics: dict[str, float], suffix: str) -> float | None:
+    hits = [value for key, value in metrics.items() if key == suffix or key.endswith("/" + suffix)]
+    return hits[0] if hits else None
+
+
+def run_trainer(overrides: list[str], log_path: Path, env: dict[str, str | None] | None = None) -> str | None:
+    """Run ``trainer`` with ``overrides`` in ``os.environ`` updated by ``env`` (a ``None``
+    value removes the variable); its stdout, or None (tail printed) when it failed."""
+    started = time.perf_counter()
+    environment = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    done = subprocess.run(
+        [*UV_RUN, "trainer", *overrides], capture_output=True, text=True, check=False,
+        env={key: value for key, value in environment.items() if value is not None},
+    )
+    log = done.stdout + done.stderr
+    log_path.write_text(log)
+    print(f"trainer exited {done.returncode} after {time.perf_counter() - started:.0f} s; log: {log_path}")
+    if done.returncode != 0:
+        print(log[-8000:])
+        return None
+    return done.stdout
+
+
+def training_steps(stdout: str, count: int, problems: list[str]) -> dict[int, dict[str, float]]:
+    """Training steps only (validation before training logs as step 0 without a step time)."""
+    steps = {n: m for n, m in parse_steps(stdout).items() if pick(m, "timing_s/step") is not None}
+    if sorted(steps) != list(range(1, count + 1)):
+        problems.append(f"expected training steps 1..{count} in verl's console log, got {sorted(steps)}")
+    return steps
+
+
+def print_table(steps: dict[int, dict[str, float]], wanted: dict[str, str], problems: list[str]) -> None:
+    print(f"{'step':>4} | " + " | ".join(f"{name:>22}" for name in wanted))
+    for step, metrics in sorted(steps.items()):
+        values = {name: pick(metrics, key) for name, key in wanted.items()}
+        print(f"{step:>4} | " + " | ".join(f"{'missing' if v is None else f'{v:.4f}':>22}" for v in values.values()))
+        for name, value in values.items():
+            if value is None or not math.isfinite(value):
+                problems.append(f"step {step}: {name} is {value}")
+
+
+def gspo_phase(base: list[str], extra: list[str], model: Path, work: Path, problems: list[str]) -> None:
+    stdout = run_trainer(
+        [*base, f"actor_rollout_ref.model.path={model}", f"trainer.total_training_steps={STEPS}",
+         f"trainer.default_local_dir={work / 'run'}", *extra],
+        work / "trainer.log",
+    )
+    if stdout is None:
+        problems.append("GSPO phase: the trainer failed")
+        return
+    steps = training_steps(stdout, STEPS, problems)
+    print_table(steps, WANTED, problems)
+    for step, metrics in sorted(steps.items()):
+        pearson, diff = pick(metrics, WANTED["pearson rollout~actor"]), pick(metrics, WANTED["log_ppl_diff"])
+        # bf16 rollout vs fp32-master FSDP actor on a random tiny model: loose bounds that
+        # still catch a broken weight sync (pearson ~0) or misaligned log-probs.
+        if pearson is not None and pearson < 0.9:
+            problems.append(f"step {step}: pearson {pearson:.4f} < 0.9 (rollout and actor disagree)")
+        if diff is not None and abs(diff) > 0.1:
+            problems.append(f"step {step}: |log_ppl_diff| {abs(diff):.4f} > 0.1")
+
+
+def distillation_phase(base: list[str], extra: list[str], teacher: Path, work: Path, problems: list[str]) -> None:
+    student = work / "student"
+    noised = subprocess.run(
+        [*UV_RUN, "trainer", "model", "noise", "--src", str(teacher), "--out", str(student),
+         "--fraction", "0.25", "--seed", "0"], capture_output=True, text=True, check=False,
+    )
+    print(noised.stdout.strip() or noised.stderr[-2000:])
+    if noised.returncode != 0:
+        problems.append("distillation phase: `trainer model noise` failed")
+        return
+    # Ray refuses num_gpus beyond the driver's CUDA_VISIBLE_DEVICES, so the driver runs
+    # without it and the workers get it from the runtime env; Ray then maps the teacher's
+    # GPU slot 1 to this one device (see ray._private.worker, get_accelerator_ids_for_...).
+    device = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] or "0"
+    stdout = run_trainer(
+        [*base, f"actor_rollout_ref.model.path={student}", f"trainer.total_training_steps={OPD_STEPS}",
+         f"trainer.default_local_dir={work / 'run_opd'}",
+         "distillation.enabled=true", f"distillation.teacher_models.teacher_model.model_path={teacher}",
+         "distillation.distillation_loss.loss_mode=kl", "distillation.distillation_loss.use_policy_gradient=true",
+         "distillation.nnodes=1", "distillation.n_gpus_per_node=1",
+         "distillation.teacher_models.teacher_model.inference.tensor_model_parallel_size=1",
+         "distillation.teacher_models.teacher_model.inference.gpu_memory_utilization=0.2",
+         "ray_kwargs.ray_init.num_gpus=2", f"ray_kwargs.ray_init.runtime_env.env_vars.CUDA_VISIBLE_DEVICES='{device}'", *extra],
+        work / "trainer_opd.log", env={"CUDA_VISIBLE_DEVICES": None},
+    )
+    if stdout is None:
+        problems.append("distillation phase: the trainer failed")
+        return
+    steps = training_steps(stdout, OPD_STEPS, problems)
+    print_table(steps, OPD_WANTED, problems)
+    for step, metrics in sorted(steps.items()):
+        # k1 on the student's own samples: |log p_student - log p_teacher| is 0 only if the
+        # teacher returned the student's numbers (or nothing); 25% noise makes it positive.
+        abs_loss = pick(metrics, OPD_WANTED["distillation/abs_loss"])
+        if abs_loss is not None and not abs_loss > 0:
+            problems.append(f"step {step}: distillation/abs_loss {abs_loss} is not > 0 (teacher == student?)")
+
+
+def main(extra: list[str]) -> int:
+    from omni_data.convert.cli import main as convert
+    from omni_qwen3.tiny import build_tiny_qwen3_omni
+
+    work = Path(tempfile.mkdtemp(prefix="verl_smoke_"))
+    model = build_tiny_qwen3_omni(work / "tiny")
+    (work / "raw").mkdir()
+    raw_gsm8k(work / "raw")
+    assert convert(["gsm8k", "--input", str(work / "raw"), "--output-dir", str(work / "data")]) == 0
+    base = [
+        "trainer.engine=verl",
+        f"data.train_files=[{work / 'data' / 'train.parquet'}]", f"data.val_files=[{work / 'data' / 'test.parquet'}]",
+        "data.train_batch_size=8", "data.val_batch_size=8", "data.max_prompt_length=256", "data.max_response_length=32",
+        "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+        "actor_rollout_ref.actor.policy_loss.loss_mode=gspo", "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
+        "actor_rollout_ref.rollout.gpu_memory_utilization=0.3", "actor_rollout_ref.rollout.enforce_eager=true",
+        "actor_rollout_ref.rollout.max_num_seqs=64",
+        "trainer.nnodes=1", "trainer.n_gpus_per_node=1",
+        "trainer.save_freq=0", "trainer.test_freq=0", "trainer.logger=[console]",
+        "ray_kwargs.ray_init.num_cpus=8",
+    ]
+    problems: list[str] = []
+    print("== phase 1: GSPO ==")
+    gspo_phase(base, extra, model, work, problems)
+    print("== phase 2: on-policy distillation ==")
+    distillation_phase(base, extra, model, work, problems)
+    for problem in problems:
+        print("FAIL:", problem)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
