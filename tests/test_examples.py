@@ -119,6 +119,8 @@ def test_recipe_runs_in_tiny_cpu_mode(
     for row in rows:
         for key in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", scorer_metric):
             assert isinstance(row[key], float) and math.isfinite(row[key]), (key, row.get(key))
+        # Rollout log-probs (gsm8k: several prompts per left-padded generate call) agree with the actor's.
+        assert row["training/rollout_actor_probs_pearson_corr"] > 0.99, row["training/rollout_actor_probs_pearson_corr"]
     import yaml
 
     config = yaml.safe_load((run / "config.yaml").read_text())

@@ -85,6 +85,31 @@ def test_log_probs_are_those_of_the_processed_distribution(model: Any) -> None:
         torch.testing.assert_close(torch.tensor(output.logprobs), expected, rtol=0, atol=1e-5)
 
 
+def test_text_prompts_share_one_left_padded_call(model: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prompts of different lengths in one call: each sample's log-probs are those of its own
+    unpadded prompt + response, and every rollout belongs to its prompt."""
+    calls: list[int] = []
+    original = model.generate
+
+    def counting(**kwargs: Any) -> Any:
+        calls.append(int(kwargs["input_ids"].shape[0]))
+        return original(**kwargs)
+
+    monkeypatch.setattr(model, "generate", counting)
+    prompts = [prompt(5, 6, 7, 8, 9), prompt(3), prompt(11, 12)]
+    rollouts = engine(model).generate(prompts, SamplingSettings(n=2, max_new_tokens=6, seed=3))
+    assert calls == [6]
+    for given, rollout in zip(prompts, rollouts, strict=True):
+        assert rollout.prompt_ids == tuple(given["input_ids"][0].tolist())
+        for output in rollout.outputs:
+            ids = torch.tensor([[*rollout.prompt_ids, *output.token_ids]])
+            with torch.no_grad():
+                logits = model(input_ids=ids).logits[0, len(rollout.prompt_ids) - 1 : -1]
+            expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(output.token_ids)[:, None]).squeeze(-1)
+            assert output.logprobs is not None
+            torch.testing.assert_close(torch.tensor(output.logprobs), expected, rtol=0, atol=1e-4)
+
+
 def test_same_seed_same_samples(model: Any) -> None:
     sampling = SamplingSettings(n=4, max_new_tokens=5, seed=7)
     first = engine(model).generate([prompt(3, 4), prompt(9)], sampling)

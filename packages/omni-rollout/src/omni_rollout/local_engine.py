@@ -24,6 +24,7 @@ from omni_contracts import RolloutAdapter, StageOutput
 from omni_rollout.sampling import SamplingSettings
 
 BATCH_FIRST_KEYS = ("input_ids", "attention_mask", "input_features", "feature_attention_mask")
+TEXT_KEYS = ("input_ids", "attention_mask")
 
 
 def find_policy_module(model: Any, adapter: RolloutAdapter, mode: str) -> Any:
@@ -113,18 +114,36 @@ class LocalEngine:
     stats: GenerationStats = field(default_factory=GenerationStats)
 
     def generate(self, prompts: Sequence[Mapping[str, Any]], sampling: SamplingSettings) -> list[PromptRollout]:
-        """``sampling.n`` samples for each prompt (a processor output with batch dim 1)."""
-        rollouts = []
+        """``sampling.n`` samples for each prompt (a processor output with batch dim 1).
+
+        Text-only prompts share one left-padded ``generate`` call; a prompt with media
+        (pixel values, audio features, precomputed positions) gets a call of its own.
+        """
+        rollouts: list[PromptRollout | None] = [None] * len(prompts)
         started = time.perf_counter()
+        text_only = [i for i, prompt in enumerate(prompts) if set(prompt) <= set(TEXT_KEYS)]
+        if len(text_only) > 1:
+            batched = self._generate([prompts[i] for i in text_only], text_only[0], sampling)
+            for index, rollout in zip(text_only, batched, strict=True):
+                rollouts[index] = rollout
         for index, prompt in enumerate(prompts):
-            rollouts.append(self._generate_one(index, prompt, sampling))
+            if rollouts[index] is None:
+                (rollouts[index],) = self._generate([prompt], index, sampling)
         self.stats.seconds += time.perf_counter() - started
         self.stats.prompts += len(prompts)
-        return rollouts
+        return [rollout for rollout in rollouts if rollout is not None]
 
-    def _generate_one(self, index: int, prompt: Mapping[str, Any], sampling: SamplingSettings) -> PromptRollout:
+    def _generate(
+        self, prompts: Sequence[Mapping[str, Any]], seed_index: int, sampling: SamplingSettings
+    ) -> list[PromptRollout]:
+        """One ``generate`` call for ``prompts`` (several only when text-only), seeded with
+        ``sampling.seed + seed_index``."""
         stops = tuple(dict.fromkeys((*self.eos_token_ids, *sampling.stop_token_ids)))
-        inputs = repeat_prompt(prompt, sampling.n)
+        inputs = (
+            repeat_prompt(prompts[0], sampling.n)
+            if len(prompts) == 1
+            else _left_padded_text_batch(prompts, sampling.n, self.pad_token_id)
+        )
         prompt_len = int(inputs["input_ids"].shape[1])
         options: dict[str, Any] = {
             "max_new_tokens": sampling.max_new_tokens,
@@ -144,21 +163,39 @@ class LocalEngine:
             )
         with torch.random.fork_rng(devices=[]), torch.no_grad():
             if sampling.seed is not None:
-                torch.manual_seed(sampling.seed + index)
+                torch.manual_seed(sampling.seed + seed_index)
             out = self.module.generate(**inputs, **options)
-        tokens = out.sequences[:, prompt_len:]  # [n, T]
-        scores = torch.stack(out.scores, dim=1).float()  # [n, T, V], processed
+        tokens = out.sequences[:, prompt_len:]  # [prompts * n, T]
+        scores = torch.stack(out.scores, dim=1).float()  # [prompts * n, T, V], processed
         log_probs = torch.log_softmax(scores, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-        samples = []
-        for row in range(tokens.shape[0]):
-            ids, lps, reason = _trim(tokens[row], log_probs[row], stops)
-            self.stats.generated_tokens += len(ids)
-            samples.append(
-                StageOutput(self.stage_id, token_ids=ids, logprobs=lps, finished=True, data={"finish_reason": reason})
-            )
-        self.stats.samples += len(samples)
-        prompt_ids = tuple(int(t) for t in prompt["input_ids"][0])
-        return PromptRollout(prompt_ids, tuple(samples))
+        rollouts = []
+        for number, prompt in enumerate(prompts):
+            samples = []
+            for row in range(number * sampling.n, (number + 1) * sampling.n):
+                ids, lps, reason = _trim(tokens[row], log_probs[row], stops)
+                self.stats.generated_tokens += len(ids)
+                samples.append(
+                    StageOutput(self.stage_id, token_ids=ids, logprobs=lps, finished=True, data={"finish_reason": reason})
+                )
+            self.stats.samples += len(samples)
+            prompt_ids = tuple(int(t) for t in prompt["input_ids"][0])
+            rollouts.append(PromptRollout(prompt_ids, tuple(samples)))
+        return rollouts
+
+
+def _left_padded_text_batch(prompts: Sequence[Mapping[str, Any]], n: int, pad_token_id: int) -> dict[str, Tensor]:
+    """Text-only prompts (batch dim 1 each), left-padded to one length, each repeated ``n``
+    times in a row: rows ``k * n .. k * n + n - 1`` belong to prompt ``k``."""
+    length = max(int(prompt["input_ids"].shape[1]) for prompt in prompts)
+    ids, masks = [], []
+    for prompt in prompts:
+        pad = length - int(prompt["input_ids"].shape[1])
+        ids.append(torch.nn.functional.pad(prompt["input_ids"], (pad, 0), value=pad_token_id))
+        masks.append(torch.nn.functional.pad(prompt["attention_mask"], (pad, 0), value=0))
+    return {
+        "input_ids": torch.cat(ids).repeat_interleave(n, dim=0),
+        "attention_mask": torch.cat(masks).repeat_interleave(n, dim=0),
+    }
 
 
 def _trim(tokens: Tensor, log_probs: Tensor, stops: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[float, ...], str]:
