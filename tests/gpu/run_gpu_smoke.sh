@@ -3,7 +3,7 @@
 # into the workspace environment, runs every test marked `gpu` under tests/gpu, then the
 # verl engine smoke (3 GSPO steps on the tiny model, verl + vLLM-Omni colocated; then 2 steps
 # of on-policy distillation with a vLLM-Omni teacher on the same GPU).
-# Usage: bash tests/gpu/run_gpu_smoke.sh [extra pytest args]
+# Usage: [PARTS=vllm,verl-gspo,verl-opd] bash tests/gpu/run_gpu_smoke.sh [extra pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -16,5 +16,16 @@ nvidia-smi -L
 uv sync --frozen --extra gpu --extra distributed
 # Keep the tiny model's build cache inside the run so nothing is read from a stale home.
 export OMNI_RL_CACHE="${OMNI_RL_CACHE:-$(mktemp -d)}"
-uv run --frozen --extra gpu --extra distributed pytest tests/gpu -m gpu -q -x "$@"
-uv run --frozen --extra gpu --extra distributed python tests/gpu/verl_smoke.py
+# PARTS (default: all) runs a subset, so each part fits a short device session:
+#   vllm: the vLLM-Omni engine tests; verl-gspo, verl-opd: the two phases of verl_smoke.py.
+PARTS="${PARTS:-vllm,verl-gspo,verl-opd}"
+if [[ ",$PARTS," == *",vllm,"* ]]; then
+    uv run --frozen --extra gpu --extra distributed pytest tests/gpu -m gpu -q -x "$@"
+fi
+phases=()
+[[ ",$PARTS," == *",verl-gspo,"* ]] && phases+=(gspo)
+[[ ",$PARTS," == *",verl-opd,"* ]] && phases+=(opd)
+if (( ${#phases[@]} )); then
+    VERL_SMOKE_PHASES="$(IFS=,; echo "${phases[*]}")" \
+        uv run --frozen --extra gpu --extra distributed python tests/gpu/verl_smoke.py
+fi

@@ -59,7 +59,7 @@ def test_translation_uses_our_extension_points_and_keys(tmp_path: Path) -> None:
     config = load_config(script_overrides("avqa_gspo_lora.sh", tmp_path) + [
         "trainer.engine=verl", "trainer.nnodes=2", "trainer.n_gpus_per_node=8",
         "ray_kwargs.ray_init.address=auto", "ray_kwargs.ray_init.runtime_env.env_vars.NCCL_DEBUG=INFO",
-        "actor_rollout_ref.actor.clip_ratio_high=null",
+        "actor_rollout_ref.actor.clip_ratio_high=null", "actor_rollout_ref.actor.grad_clip=0.5",
     ])
     verl = to_verl_config(config, lora_target_modules=QWEN3_LORA[0], lora_exclude_modules=QWEN3_LORA[1])
     arr = verl.actor_rollout_ref
@@ -74,6 +74,7 @@ def test_translation_uses_our_extension_points_and_keys(tmp_path: Path) -> None:
     assert list(arr.model.target_modules) == QWEN3_LORA[0]  # the script names them
     assert arr.actor.policy_loss.loss_mode == "gspo" and verl.algorithm.adv_estimator == "grpo"
     assert arr.actor.clip_ratio_high == arr.actor.clip_ratio  # null -> verl's symmetric clip
+    assert arr.actor.optim.clip_grad == 0.5  # what verl's FSDP engine clips with (not actor.grad_clip)
     assert arr.rollout.agent.default_agent_loop == "omni_single_turn_agent"
     assert verl.data.custom_cls.name == "OmniRLHFDataset"
     assert verl.reward.custom_reward_function.name == "compute_score"

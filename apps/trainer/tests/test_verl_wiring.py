@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -134,3 +135,68 @@ def test_dataset_rows_have_the_shape_verls_agent_loop_reads(tmp_path: Path) -> N
     assert row["raw_prompt"] == [{"role": "user", "content": "What is 1 + 1?"}]
     assert row["reward_model"]["ground_truth"] == "2" and row["index"] == 1 and row["data_source"] == "openai/gsm8k"
     assert row["dummy_tensor"].shape == (1,)
+
+
+class _FakeStages:
+    """AsyncOmni's control surface the server's overrides use."""
+
+    def __init__(self, results: list[object]) -> None:
+        self.results = results
+        self.request_states: dict[str, object] = {}
+        self.calls: list[dict[str, object]] = []
+
+    async def collective_rpc(self, **call: object) -> list[object]:
+        self.calls.append(call)
+        return self.results
+
+
+@needs_extras
+def test_server_overrides_cover_what_asyncomni_lacks() -> None:
+    import asyncio
+    from types import SimpleNamespace
+
+    from transformers import Qwen3OmniMoeConfig
+    from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
+
+    from omni_trainer.verl_engine.rollout import VllmOmniHttpServer
+
+    server: Any = object.__new__(VllmOmniHttpServer)
+    hf_config = Qwen3OmniMoeConfig()
+    server.model_config = SimpleNamespace(hf_config=hf_config)
+    server.config = SimpleNamespace(max_model_len=None, enable_chunked_prefill=True, max_num_batched_tokens=8192)
+    # verl's own check finds no max_position_embeddings on the composite config ...
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        vLLMHttpServer._validate_configs(server)
+    # ... ours reads the thinker's text config and leaves the config object as it was.
+    server._validate_configs()
+    assert server.config.max_model_len == hf_config.get_text_config().max_position_embeddings
+    assert server.model_config.hf_config is hf_config
+
+    assert server._resolve_sleep_level() == 1  # AsyncOmni cannot wake from level 2
+
+    server.engine, server.sync_stages = _FakeStages([[None]]), [0]
+    asyncio.run(server.wait_for_requests_to_drain())  # AsyncOmni has no such method; verl calls it
+    asyncio.run(server.collective_rpc("update_weights_from_ipc", kwargs={"use_shm": False}))
+    assert server.engine.calls[0]["stage_ids"] == [0]
+    server.engine = _FakeStages([{"supported": False, "error": "boom"}])  # the stage pool's failure shape
+    with pytest.raises(RuntimeError, match="boom"):
+        asyncio.run(server.collective_rpc("update_weights_from_ipc"))
+
+
+@needs_extras
+def test_deploy_options_round_the_lora_rank_as_verl_does() -> None:
+    from types import SimpleNamespace
+
+    from omni_trainer.verl_engine.rollout import _lora_rank, deploy_options
+
+    rollout = SimpleNamespace(
+        cudagraph_capture_sizes=None, gpu_memory_utilization=0.5, max_num_seqs=8, max_model_len=1024,
+        enforce_eager=True, free_cache_engine=True, enable_prefix_caching=False, dtype="bfloat16",
+        logprobs_mode="processed_logprobs", load_format="dummy", max_num_batched_tokens=8192,
+        enable_chunked_prefill=True,
+    )
+    options = deploy_options(rollout, lora_rank=4, seed=0)
+    assert options.enable_lora and options.max_lora_rank == 8  # vLLM takes only its MaxLoRARanks
+    assert not deploy_options(rollout, lora_rank=0, seed=0).enable_lora
+    assert _lora_rank(SimpleNamespace(lora={"rank": 16, "merge": True}, lora_rank=0)) == 0  # merged: no adapter
+    assert _lora_rank(SimpleNamespace(lora={}, lora_rank=32)) == 32

@@ -15,8 +15,15 @@ layout, sleep/wake, weight transfer and request admission; what differs is the e
   ``generate`` gets prompt + response with ``max_tokens=1`` and ``prompt_logprobs`` and
   returns the teacher's log-probs in ``extra_fields`` (``prompt_logprobs.teacher_fields``).
 - ``collective_rpc`` (weight sync and verl's worker calls) goes to the adapter's
-  weight-sync stages only; ``wake_up`` reopens AsyncOmni's admission gate, which its
-  ``wake_up`` leaves closed after a sleep.
+  weight-sync stages only, and raises when a stage reports a failure (vLLM-Omni's stage
+  pool returns ``{"supported": False, "error": ...}`` instead of raising); ``wake_up``
+  reopens AsyncOmni's admission gate, which its ``wake_up`` leaves closed after a sleep,
+  once every stage is fully awake.
+- what verl's server asks of vLLM's ``AsyncLLM`` and ``AsyncOmni`` lacks or refuses:
+  ``wait_for_requests_to_drain`` (called by ``vLLMReplica.sleep`` every step) waits for
+  AsyncOmni's in-flight requests; sleeps are level 1 (``AsyncOmni.wake_up`` raises
+  ``NotImplementedError`` after level 2); the max-length check reads the text config of a
+  composite HF config (Qwen3-Omni has no top-level ``max_position_embeddings``).
 
 The worker-side half is verl's own ``ServerAdapter``: it finds this server by the actor
 name prefix ``vllm_omni_`` (from ``rollout.name``) and sends weights over verl's IPC.
@@ -25,13 +32,22 @@ name prefix ``vllm_omni_`` (from ``rollout.name``) and sends weights over verl's
 from __future__ import annotations
 
 import argparse
+import asyncio
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import ray
+from verl.utils.net_utils import get_free_port
 from verl.workers.rollout.replica import RolloutMode, TokenOutput
-from verl.workers.rollout.vllm_rollout.utils import VLLM_LORA_INT_ID, VLLM_LORA_NAME, VLLM_LORA_PATH
+from verl.workers.rollout.utils import get_vision_placeholder_token_ids
+from verl.workers.rollout.vllm_rollout.utils import (
+    VLLM_LORA_INT_ID,
+    VLLM_LORA_NAME,
+    VLLM_LORA_PATH,
+    get_vllm_max_lora_rank,
+)
 from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica
 
 from omni_rollout.vllm_omni import (
@@ -50,6 +66,7 @@ from omni_trainer.verl_engine.settings import ROLLOUT_NAME, VerlSettings
 
 WORKER_EXTENSION = "verl.workers.rollout.vllm_rollout.utils.vLLMColocateWorkerExtension"
 STOP_REASONS = {"abort": "aborted", "stop": "completed", "length": "completed"}
+DRAIN_TIMEOUT_S = 300.0
 
 
 def deploy_options(rollout: Any, *, lora_rank: int, seed: int) -> DeployOptions:
@@ -65,7 +82,8 @@ def deploy_options(rollout: Any, *, lora_rank: int, seed: int) -> DeployOptions:
         enable_prefix_caching=rollout.enable_prefix_caching,
         dtype=rollout.dtype,
         enable_lora=lora_rank > 0,
-        max_lora_rank=lora_rank or None,
+        # vLLM takes only its MaxLoRARanks (1, 8, 16, 32, ...); verl rounds up the same way.
+        max_lora_rank=get_vllm_max_lora_rank(lora_rank) if lora_rank > 0 else None,
         logprobs_mode=rollout.logprobs_mode,
         extra_policy_args={
             "worker_extension_cls": WORKER_EXTENSION,
@@ -89,6 +107,28 @@ class VllmOmniHttpServer(vLLMHttpServer):
         self.sync_stages = list(self.rollout_adapter.weight_sync_stage_ids(self.mode))
         self.dedup = dedup_function(adapter_processor(self.settings))
 
+    def _validate_configs(self) -> None:
+        # verl looks for max_position_embeddings on hf_config and hf_config.text_config only;
+        # a composite config (Qwen3-Omni) keeps it under thinker_config.text_config.
+        hf_config = self.model_config.hf_config
+        composite = (
+            getattr(hf_config, "max_position_embeddings", None) is None
+            and getattr(hf_config, "text_config", None) is None
+            and callable(getattr(hf_config, "get_text_config", None))
+        )
+        if not composite:
+            super()._validate_configs()
+            return
+        self.model_config.hf_config = hf_config.get_text_config()
+        try:
+            super()._validate_configs()
+        finally:
+            self.model_config.hf_config = hf_config
+
+    def _resolve_sleep_level(self) -> int:
+        # AsyncOmni.wake_up raises NotImplementedError after sleep(level=2).
+        return 1
+
     def _get_engine_kwargs_key(self) -> str:
         return ROLLOUT_NAME
 
@@ -109,18 +149,62 @@ class VllmOmniHttpServer(vLLMHttpServer):
         path = write_deploy_config(deploy, work_dir / "deploy.yaml")
         self.engine = AsyncOmni(model=self.model_config.local_path, deploy_config=str(path))
         await self.engine.reset_mm_cache()
-        # No HTTP app: verl's agent loop reaches this server through its Ray handle.
-        self._server_port = 0  # type: ignore[assignment]
+        # As verl's vLLM server does: mask the out-of-vocabulary tail and the vision
+        # placeholders (a sampled <|image_pad|> has no image behind it) on the policy stage.
+        await self._stage_rpc(
+            "monkey_patch_model",
+            kwargs={
+                "vocab_size": len(self.model_config.tokenizer),
+                "banned_token_ids": get_vision_placeholder_token_ids(self.model_config.processor),
+            },
+            stage_ids=[self.policy_stage],
+        )
+        # No HTTP app: verl's agent loop reaches this server through its Ray handle. verl keys
+        # its load balancer by "ip:port", so each replica needs a port of its own (a constant
+        # would merge the replicas of a node into one): a free one, held open as a reservation.
+        port, self._port_reservation = get_free_port(self._server_address, with_alive_sock=True)
+        self._server_port = port  # type: ignore[assignment]
+
+    async def _stage_rpc(
+        self,
+        method: Any,
+        *,
+        stage_ids: list[int],
+        timeout: float | None = None,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> list[Any]:
+        engine: Any = self.engine  # AsyncOmni (verl types it as vLLM's AsyncLLM)
+        results = list(
+            await engine.collective_rpc(method=method, timeout=timeout, args=args, kwargs=kwargs, stage_ids=stage_ids)
+        )
+        failures = [r for r in results if isinstance(r, dict) and (r.get("error") or r.get("supported") is False)]
+        if failures or not results:
+            name = getattr(method, "__name__", method)
+            raise RuntimeError(f"collective_rpc({name!r}) on stages {stage_ids} failed: {failures or 'no stage answered'}")
+        return results
 
     async def collective_rpc(
         self, method: Any, timeout: float | None = None, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
     ) -> None:
-        engine: Any = self.engine  # AsyncOmni (verl types it as vLLM's AsyncLLM)
-        await engine.collective_rpc(method=method, timeout=timeout, args=args, kwargs=kwargs, stage_ids=self.sync_stages)
+        await self._stage_rpc(method, timeout=timeout, args=args, kwargs=kwargs, stage_ids=self.sync_stages)
+
+    async def wait_for_requests_to_drain(self, drain_timeout: float = DRAIN_TIMEOUT_S) -> None:
+        """Wait until AsyncOmni tracks no request (it has no ``wait_for_requests_to_drain``)."""
+        engine: Any = self.engine
+        deadline = time.monotonic() + drain_timeout
+        while engine.request_states:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{len(engine.request_states)} vLLM-Omni request(s) still running after {drain_timeout} s."
+                )
+            await asyncio.sleep(0.1)
 
     async def wake_up(self, tags: list[str] | None = None) -> None:
         await super().wake_up(tags)
-        if self.node_rank == 0 and self.rollout_mode != RolloutMode.STANDALONE:
+        # Only once nothing sleeps: resuming after a partial (weights-only) wake would let the
+        # scheduler run while the KV cache is still unmapped.
+        if self.node_rank == 0 and self.rollout_mode != RolloutMode.STANDALONE and not await self.engine.is_sleeping():
             await self.engine.resume_generation()
 
     async def generate(  # type: ignore[override]
@@ -176,7 +260,10 @@ class VllmOmniHttpServer(vLLMHttpServer):
         finally:
             if not outputs:
                 self._admitting -= 1
-        converted = convert_request(self.rollout_adapter, self.mode, prompt_ids, outputs)
+        # One output per stage (its last): stages left at their default output kind report
+        # every step, and convert_request expects each stage once.
+        last = {getattr(output, "stage_id", None): output for output in outputs}
+        converted = convert_request(self.rollout_adapter, self.mode, prompt_ids, list(last.values()))
         sample = converted.sample
         extra_fields: dict[str, Any] = {"global_steps": self.global_steps}
         if num_prompt_logprobs is not None:
@@ -216,5 +303,8 @@ class VllmOmniReplica(vLLMReplica):
 
 
 def _lora_rank(model_config: Any) -> int:
+    """The adapter rank the engine serves; 0 when merged into the synced weights (as verl)."""
+    if model_config.lora.get("merge", False):
+        return 0
     rank = int(model_config.lora.get("rank", 0) or 0)
     return rank if rank > 0 else int(model_config.lora_rank or 0)

@@ -140,6 +140,9 @@ def _values(
         "actor_rollout_ref.model.target_modules": list(model.target_modules or target_modules or []) or "all-linear",
         "actor_rollout_ref.model.exclude_modules": model.exclude_modules or exclude_modules,
         "actor_rollout_ref.model.use_remove_padding": model.use_remove_padding,
+        # verl asks transformers for flash_attention_2 unless told otherwise; flash-attn 2 is not
+        # in the lock (it builds from source), so the FSDP actor would fail to load with it.
+        "actor_rollout_ref.model.override_config.attn_implementation": "sdpa",
         "actor_rollout_ref.model.enable_gradient_checkpointing": model.enable_gradient_checkpointing,
         "actor_rollout_ref.actor.strategy": actor.strategy,
         "actor_rollout_ref.actor.freeze_vision_tower": model.freeze_vision_tower,
@@ -158,7 +161,8 @@ def _values(
         "actor_rollout_ref.actor.kl_loss_coef": actor.kl_loss_coef,
         "actor_rollout_ref.actor.kl_loss_type": actor.kl_loss_type,
         "actor_rollout_ref.actor.entropy_coeff": actor.entropy_coeff,
-        "actor_rollout_ref.actor.grad_clip": actor.grad_clip,
+        # verl 0.9.1's FSDP engine clips with optim.clip_grad; actor.grad_clip is read nowhere.
+        "actor_rollout_ref.actor.optim.clip_grad": actor.grad_clip,
         "actor_rollout_ref.actor.optim.lr": actor.optim.lr,
         "actor_rollout_ref.actor.optim.weight_decay": actor.optim.weight_decay,
         "actor_rollout_ref.actor.optim.lr_warmup_steps": actor.optim.lr_warmup_steps or -1,
