@@ -120,7 +120,7 @@ class LocalTrainer:
             print(f"model: tiny Qwen3-Omni built offline at {model_path}")
         self.model_path = model_path
         hf_config = AutoConfig.from_pretrained(model_path)
-        self.training_adapter = self._adapter_for(model_path)
+        self.training_adapter = self._adapter_for(hf_config)
         self.rollout_adapter = get_rollout_adapter(cfg.actor_rollout_ref.rollout.pipeline_name)
         self.mode = cfg.actor_rollout_ref.rollout.pipeline_mode
         self.rollout_adapter.check_mode(self.mode)
@@ -173,17 +173,16 @@ class LocalTrainer:
             raise ConfigError(f"Invalid configuration:\n  - distillation.distillation_loss: {exc}") from exc
         teacher_path = cfg.teacher_models.teacher_model.model_path
         assert teacher_path is not None  # checked with the config
-        self.teacher_adapter = self._adapter_for(teacher_path)
         from transformers import AutoConfig
 
-        teacher_tokenizer = self.teacher_adapter.configure_tokenizer(teacher_path, AutoConfig.from_pretrained(teacher_path))
+        teacher_config = AutoConfig.from_pretrained(teacher_path)
+        self.teacher_adapter = self._adapter_for(teacher_config)
+        teacher_tokenizer = self.teacher_adapter.configure_tokenizer(teacher_path, teacher_config)
         check_shared_tokenizer(self.tokenizer, teacher_tokenizer)
         return settings
 
-    def _adapter_for(self, model_path: str) -> Any:
-        from transformers import AutoConfig
-
-        hf_config = AutoConfig.from_pretrained(model_path)
+    def _adapter_for(self, hf_config: Any) -> Any:
+        """The training adapter for a checkpoint's config (``architectures[0]`` and the stage)."""
         architecture = (getattr(hf_config, "architectures", None) or ["<none>"])[0]
         adapter = get_training_adapter(architecture, self.config.actor_rollout_ref.model.stage)
         return _with_freeze_settings(adapter, self.config)

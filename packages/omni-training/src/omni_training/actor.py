@@ -19,9 +19,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from omni_contracts import RESPONSE_LENGTHS_KEY, TrainingAdapter
+from omni_contracts import TrainingAdapter
 from omni_training.aggregation import aggregate_loss
-from omni_training.batching import MicroBatch
+from omni_training.batching import MicroBatch, adapter_model_inputs
 from omni_training.distillation import distillation_loss
 from omni_training.kl import kl_estimate
 from omni_training.logprobs import ResponseLogProbs, response_log_probs
@@ -90,15 +90,11 @@ class Actor:
         cosine = 0.5 * (1 + math.cos(math.pi * progress))
         return optim.min_lr_ratio + (1 - optim.min_lr_ratio) * cosine
 
-    def _inputs(self, batch: MicroBatch) -> dict[str, Any]:
-        micro_batch = {**batch.extra, RESPONSE_LENGTHS_KEY: batch.response_lengths()}
-        return self.adapter.prepare_model_inputs(dict(batch.model_inputs), micro_batch, self.model_config)
-
     def _forward(
         self, module: Any, batch: MicroBatch, *, with_entropy: bool, gather_ids: Tensor | None = None
     ) -> ResponseLogProbs:
         return response_log_probs(
-            module, self._inputs(batch), batch.responses,
+            module, adapter_model_inputs(batch, self.adapter, self.model_config), batch.responses,
             temperature=self.settings.temperature, with_entropy=with_entropy, gather_ids=gather_ids,
         )
 

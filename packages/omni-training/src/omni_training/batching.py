@@ -18,6 +18,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from omni_contracts import RESPONSE_LENGTHS_KEY, TrainingAdapter
+
 SEQUENCE_KEYS = ("input_ids", "attention_mask")
 
 
@@ -57,6 +59,13 @@ class MicroBatch:
         """Each row's response length: up to its last masked-in token (holes included)."""
         positions = torch.arange(1, self.response_mask.shape[1] + 1)
         return [int(v) for v in (positions * (self.response_mask > 0)).amax(dim=1)]
+
+
+def adapter_model_inputs(batch: MicroBatch, adapter: TrainingAdapter, model_config: Any) -> dict[str, Any]:
+    """The forward's keyword arguments: ``batch.model_inputs`` through the adapter's
+    ``prepare_model_inputs``, with the extra fields and response lengths it may need."""
+    micro_batch = {**batch.extra, RESPONSE_LENGTHS_KEY: batch.response_lengths()}
+    return adapter.prepare_model_inputs(dict(batch.model_inputs), micro_batch, model_config)
 
 
 def collate(

@@ -26,9 +26,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from omni_contracts import RESPONSE_LENGTHS_KEY, TrainingAdapter
+from omni_contracts import TrainingAdapter
 from omni_training.aggregation import aggregate_loss
-from omni_training.batching import MicroBatch, TeacherLogProbs
+from omni_training.batching import MicroBatch, TeacherLogProbs, adapter_model_inputs
 from omni_training.kl import KL_MODES, kl_estimate
 from omni_training.logprobs import response_log_probs
 from omni_training.model_loading import load_policy
@@ -76,10 +76,11 @@ class DistillationSettings:
     def uses_topk(self) -> bool:
         return self.loss_mode in TOPK_MODES
 
-    @property
-    def policy_loss_config(self) -> PolicyLossConfig:
+    def policy_loss_config(self, loss_agg_mode: str) -> PolicyLossConfig:
+        """The token-level clipped PG loss that carries ``-divergence`` as the advantage."""
         return PolicyLossConfig(
-            clip_ratio=self.clip_ratio, clip_ratio_low=self.clip_ratio_low, clip_ratio_high=self.clip_ratio_high
+            clip_ratio=self.clip_ratio, clip_ratio_low=self.clip_ratio_low,
+            clip_ratio_high=self.clip_ratio_high, loss_agg_mode=loss_agg_mode,
         )
 
 
@@ -130,14 +131,9 @@ def distillation_loss(
         student_log_probs, teacher, settings, student_topk_log_probs=student_topk_log_probs
     )
     if settings.use_policy_gradient:
-        config = settings.policy_loss_config
-        config = PolicyLossConfig(
-            clip_ratio=config.clip_ratio, clip_ratio_low=config.clip_ratio_low,
-            clip_ratio_high=config.clip_ratio_high, loss_agg_mode=loss_agg_mode,
-        )
         output = get_policy_loss("vanilla")(
             old_log_prob=old_log_probs, log_prob=student_log_probs, advantages=-losses.detach(),
-            response_mask=response_mask, config=config, counts=counts,
+            response_mask=response_mask, config=settings.policy_loss_config(loss_agg_mode), counts=counts,
         )
         return output.loss, losses
     loss = aggregate_loss(
@@ -200,8 +196,7 @@ class Teacher:
         results = []
         with self._on_device():
             for batch in batches:
-                micro_batch = {**batch.extra, RESPONSE_LENGTHS_KEY: batch.response_lengths()}
-                inputs = self.adapter.prepare_model_inputs(dict(batch.model_inputs), micro_batch, self.model_config)
+                inputs = adapter_model_inputs(batch, self.adapter, self.model_config)
                 out = response_log_probs(self.model, inputs, batch.responses, topk=topk)
                 mask = batch.response_mask > 0
                 results.append(TeacherLogProbs(

@@ -27,10 +27,10 @@ from verl.workers.engine.base import EngineRegistry
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
 from omni_trainer.verl_engine.adapters import training_adapter
+from omni_training.model_loading import DEFAULT_AUTO_CLASS  # what the local engine loads
 from omni_trainer.verl_engine.settings import OMNI_MODEL_TYPE, VerlSettings
 
 VERL_LANGUAGE_MODEL = "language_model"
-DEFAULT_AUTO_CLASS = "AutoModelForMultimodalLM"  # what the local engine loads (omni_training)
 
 
 @contextmanager
