@@ -1,20 +1,26 @@
-"""Reward scoring throughput: omni-rewards' manager vs verl's sequential scoring.
+"""Reward scoring throughput: omni-rewards' manager vs verl's fastest shipped reward manager.
 
-    uv run --extra distributed python benchmarks/rewards.py [--samples 600] [--workers N]
+    uv run python benchmarks/rewards.py [--prompts 40] [--n 8] [--workers N]
+        [--json outputs/benchmarks/rewards.json] [--reference-mmk12 PATH/mmk12_reward.py]
 
-One mixed gsm8k/MMK12 corpus (seeded, written here), scored three ways in one run:
+One mixed gsm8k / MMK12 corpus (seeded, written here): ``--prompts`` prompts, ``--n``
+responses each, as a GRPO rollout batch has them. Scored two ways, on the same CPUs:
 
-- verl, sequential: what verl's naive reward manager does, one sample after another in the
-  driver process. gsm8k by verl's ``gsm8k.compute_score``; MMK12 (verl ships no MMK12
-  scorer) by the same composite formula with verl's math-verify check
-  (``math_verify._verify_in_subprocess``) for every math comparison. That check is called
-  in-process: verl's own ``compute_score`` adds a process-pool round trip per call, so this
-  baseline is, if anything, faster than verl.
-- omni-rewards, sequential: ``omni_rewards.compute_score`` in a loop (the scorers alone).
-- omni-rewards, manager: ``RewardManager.score_batch`` with warm workers (one per CPU).
+- verl ``prime``: the scoring core of verl's process-pool reward manager
+  (``verl.workers.reward_manager.prime.run_reward_scoring``), with one process per worker
+  instead of its hard-coded 64, and a new pool per batch as ``prime`` makes one. Its
+  scorer: verl's ``gsm8k.compute_score``; for MMK12 the seeds' reference formula (the test
+  oracle ``packages/omni-rewards/tests/omni_rewards_reference_oracle.py``) with verl's
+  math-verify check called in-process (verl's own ``math_verify.compute_score`` adds a
+  process-pool round trip per call, so this is verl's fastest possible path).
+- omni-rewards: ``RewardManager.score_batch`` with warm workers (one per CPU by default).
 
-Scores must be identical across the three (asserted). Prints samples/s and the ratios.
-Not a CI gate.
+Scores must be identical (asserted). ``--reference-mmk12`` also scores the MMK12 samples
+with verl-omni's own ``mmk12_reward.py`` (sequentially; it needs verl-omni's import path or
+nothing beyond verl) and reports how many agree: the documented difference is an option
+text with a degree sign, which that file's code cannot credit (see ``omni_rewards.scorers.mmk12``).
+
+Prints samples/s and, last, the ratio; writes the raw numbers as JSON. Not a CI gate.
 """
 
 from __future__ import annotations
@@ -24,19 +30,15 @@ import importlib.util
 import json
 import os
 import random
+import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from math_verify.parser import parse_expr_cached, parse_latex_cached
-from sympy.core.cache import clear_cache as clear_sympy_cache
-
-from omni_rewards import RewardManager, RewardManagerConfig, compute_score
-from omni_rewards.scorers.mmk12 import DEFAULT_FORMAT_WEIGHT, choice_accuracy, format_reward
-from omni_rewards.scorers.options import read_options
-from omni_rewards.text import answer_payloads, normalise_angles
+ROOT = Path(__file__).resolve().parent.parent
+ORACLE_PATH = ROOT / "packages" / "omni-rewards" / "tests" / "omni_rewards_reference_oracle.py"
 
 Sample = tuple[str, str, str, dict[str, Any] | None]
 
@@ -50,38 +52,35 @@ REASONING = [
 ]
 
 
-def load_verl_module(name: str) -> ModuleType:
-    """``verl/utils/reward_score/<name>.py`` by path: importing ``verl`` pulls in torch."""
+def load_by_path(name: str, path: Path) -> ModuleType:
+    """A module from a file, registered under ``name`` (worker processes unpickle by name)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def verl_reward_score_module(name: str) -> ModuleType:
+    """``verl/utils/reward_score/<name>.py`` by path."""
     spec = importlib.util.find_spec("verl")
     if spec is None or spec.origin is None:
-        raise SystemExit("verl is not installed: run with `uv run --extra distributed ...`.")
+        raise SystemExit("verl is not installed: uv sync --extra distributed.")
     path = Path(spec.origin).parent / "utils" / "reward_score" / f"{name}.py"
-    module_spec = importlib.util.spec_from_file_location(f"verl_reference_{name}", path)
-    if module_spec is None or module_spec.loader is None:
-        raise SystemExit(f"cannot load {path}")
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module
+    return load_by_path(f"verl_reference_{name}", path)
+
+
+# --- the corpus ----------------------------------------------------------------------------
 
 
 def reasoning(rng: random.Random) -> str:
     return "".join(rng.choice(REASONING) for _ in range(rng.randint(4, 12)))
 
 
-def gsm8k_sample(rng: random.Random) -> Sample:
-    truth = str(rng.randint(1, 5000))
-    kind = rng.random()
-    if kind < 0.7:
-        answer = f"#### {int(truth):,}"
-    elif kind < 0.9:
-        answer = f"#### {int(truth) + rng.randint(1, 9)}"
-    else:
-        answer = f"The answer is {truth}."
-    return ("openai/gsm8k", reasoning(rng) + answer, truth, None)
-
-
 def math_value(rng: random.Random) -> tuple[str, str]:
-    """A random MMK12-style answer and the same value written another way."""
+    """An MMK12-style answer and the same value written another way."""
     kind = rng.randrange(6)
     a, b = rng.randint(1, 60), rng.randint(2, 60)
     if kind == 0:
@@ -97,107 +96,160 @@ def math_value(rng: random.Random) -> tuple[str, str]:
     return f"\\frac{{\\pi}}{{{b}}}", f"\\pi/{b}"
 
 
-def mmk12_sample(rng: random.Random) -> Sample:
-    kind = rng.random()
-    if kind < 0.3:  # a choice question
+def wrap(rng: random.Random, written: str) -> str:
+    tail = rng.random()
+    if tail < 0.7:
+        answer = f"<answer>The final answer is \\boxed{{{written}}}.</answer>"
+    elif tail < 0.85:
+        answer = f"<answer>{written}</answer>"
+    else:
+        answer = f"So the answer is $\\boxed{{{written}}}$."
+    return f"<think>{reasoning(rng)}</think>{answer}"
+
+
+def gsm8k_group(rng: random.Random, n: int) -> list[Sample]:
+    truth = str(rng.randint(1, 5000))
+    group = []
+    for _ in range(n):
+        kind = rng.random()
+        if kind < 0.7:
+            answer = f"#### {int(truth):,}"
+        elif kind < 0.9:
+            answer = f"#### {int(truth) + rng.randint(1, 9)}"
+        else:
+            answer = f"The answer is {truth}."
+        group.append(("openai/gsm8k", reasoning(rng) + answer, truth, None))
+    return group
+
+
+def mmk12_group(rng: random.Random, n: int) -> list[Sample]:
+    """One prompt's responses: a few distinct final answers, as a policy gives them."""
+    if rng.random() < 0.3:  # a choice question
         options = {letter: math_value(rng)[0] for letter in "ABCD"}
         truth = rng.choice("ABCD")
-        written = rng.choice([truth, rng.choice("ABCD"), options[truth]])
+        written_forms = [truth, rng.choice("ABCD"), options[truth]]
         extra: dict[str, Any] | None = {"options": json.dumps(options)}
     else:
         truth, same = math_value(rng)
-        written = rng.choice([truth, truth, same, math_value(rng)[0]])
+        written_forms = [truth, same, math_value(rng)[0]]
         extra = None
-    wrapper = rng.random()
-    if wrapper < 0.75:
-        tail = f"<answer>The final answer is \\boxed{{{written}}}.</answer>"
-    elif wrapper < 0.9:
-        tail = f"<answer>{written}</answer>"
-    else:
-        tail = f"So the answer is $\\boxed{{{written}}}$."
-    return ("mmk12", f"<think>{reasoning(rng)}</think>{tail}", truth, extra)
+    weights = [0.6, 0.25, 0.15]
+    return [
+        ("mmk12", wrap(rng, rng.choices(written_forms, weights)[0]), truth, extra)
+        for _ in range(n)
+    ]
 
 
-def build_corpus(size: int, seed: int) -> list[Sample]:
+def build_corpus(prompts: int, n: int, seed: int) -> list[Sample]:
     rng = random.Random(seed)
-    return [gsm8k_sample(rng) if i % 2 == 0 else mmk12_sample(rng) for i in range(size)]
+    corpus: list[Sample] = []
+    for i in range(prompts):
+        corpus += gsm8k_group(rng, n) if i % 2 == 0 else mmk12_group(rng, n)
+    return corpus
 
 
-def verl_sequential_scorer() -> Callable[[Sample], float]:
-    gsm8k = load_verl_module("gsm8k")
-    math_verify = load_verl_module("math_verify")
+# --- verl's side ---------------------------------------------------------------------------
 
-    def verl_equivalent(prediction: str, truth: str) -> bool:
+_VERL: dict[str, Any] = {}
+
+
+def verl_setup() -> None:
+    gsm8k = verl_reward_score_module("gsm8k")
+    math_verify = verl_reward_score_module("math_verify")
+    oracle = load_by_path("omni_rewards_reference_oracle", ORACLE_PATH)
+
+    def verify(boxed_truth: str, prediction: str) -> float:
         try:
-            return bool(math_verify._verify_in_subprocess("\\boxed{" + truth + "}", prediction))
+            return float(math_verify._verify_in_subprocess(boxed_truth, prediction))
         except Exception:
-            return False
+            return 0.0
 
-    def mmk12(solution: str, truth: str, extra: Mapping[str, Any] | None) -> float:
-        payloads = answer_payloads(solution)
-        answer = payloads[-1] if payloads else solution
-        truth = truth.strip()
-        if len(truth) == 1 and truth in "ABCDE":
-            accuracy = choice_accuracy(answer, truth, read_options(extra), verl_equivalent)
-        else:
-            accuracy = float(verl_equivalent(normalise_angles(answer), normalise_angles(truth)))
-        weight = DEFAULT_FORMAT_WEIGHT
-        return (accuracy + weight * format_reward(solution)) / (1.0 + weight)
+    _VERL.update(gsm8k=gsm8k.compute_score, mmk12=oracle.mmk12_reference, verify=verify)
 
-    def score(sample: Sample) -> float:
-        source, solution, truth, extra = sample
-        if source == "openai/gsm8k":
-            return float(gsm8k.compute_score(solution, truth))
-        return mmk12(solution, truth, extra)
 
-    return score
+def verl_compute_score(
+    data_source: str, solution: str, truth: str, extra_info: Mapping[str, Any] | None
+) -> float:
+    """prime's ``evaluation_func(task, completion, reference, extra_info)``; a number, as
+    prime needs (it reads ``result[0]`` of anything else)."""
+    if data_source == "openai/gsm8k":
+        return float(_VERL["gsm8k"](solution, truth))
+    return float(_VERL["mmk12"](solution, truth, extra_info, _VERL["verify"])["score"])
 
 
 def clear_math_caches() -> None:
-    """math-verify memoises parses and sympy memoises expressions; each contender must meet
-    the corpus fresh, as a trainer meets new responses every step (the manager's workers
-    never saw it)."""
+    """math-verify and sympy memoise parses; each contender meets the corpus cold, as a
+    trainer meets new responses every step."""
+    from math_verify.parser import parse_expr_cached, parse_latex_cached
+    from sympy.core.cache import clear_cache
+
     for cached in (parse_latex_cached, parse_expr_cached):
         cached.cache_clear()
-    clear_sympy_cache()
+    clear_cache()
 
 
 def throughput(label: str, count: int, seconds: float) -> float:
     rate = count / seconds
-    print(f"  {label:<28} {seconds:8.2f} s   {rate:9.1f} samples/s")
+    print(f"  {label:<34} {seconds:8.2f} s   {rate:9.1f} samples/s")
     return rate
+
+
+def reference_file_agreement(path: Path, corpus: list[Sample], ours: list[float]) -> dict[str, Any]:
+    reference = load_by_path("verl_omni_mmk12_reward", path)
+    agree = differ = 0
+    examples = []
+    for sample, score in zip(corpus, ours, strict=True):
+        source, solution, truth, extra = sample
+        if source != "mmk12":
+            continue
+        theirs = reference.compute_score(solution, truth, extra_info=extra)["score"]
+        if theirs == score:
+            agree += 1
+        else:
+            differ += 1
+            examples.append((solution[-60:], truth, extra, score, theirs))
+    print(f"  verl-omni mmk12_reward.py: agrees on {agree} of {agree + differ} MMK12 samples")
+    for example in examples[:3]:
+        print(f"    differs: {example}")
+    return {"path": str(path), "agree": agree, "differ": differ}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--samples", type=int, default=600)
+    parser.add_argument("--prompts", type=int, default=40)
+    parser.add_argument("--n", type=int, default=8, help="responses per prompt")
     parser.add_argument("--workers", type=int, default=None, help="default: one per CPU")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, default=ROOT / "outputs" / "benchmarks" / "rewards.json")
+    parser.add_argument("--reference-mmk12", type=Path, default=None)
     args = parser.parse_args()
 
-    corpus = build_corpus(args.samples, args.seed)
-    warm_up = build_corpus(60, args.seed + 1)
+    from verl.workers.reward_manager.prime import run_reward_scoring
+
+    from omni_rewards import RewardManager, RewardManagerConfig
+
+    verl_setup()
+    workers = args.workers or os.cpu_count() or 1
+    corpus = build_corpus(args.prompts, args.n, args.seed)
+    warm_up = build_corpus(8, args.n, args.seed + 1)
     columns = [list(column) for column in zip(*corpus, strict=True)]
-    verl_score = verl_sequential_scorer()
-    for sample in warm_up:  # lazy imports and first-call costs, on a different corpus
-        verl_score(sample)
-        compute_score(*sample)
+    print(f"{len(corpus)} samples ({args.prompts} prompts x {args.n}; gsm8k/MMK12 half each), "
+          f"{os.cpu_count()} CPUs, {workers} workers")
 
-    print(f"{len(corpus)} samples (gsm8k/MMK12 half each), {os.cpu_count()} CPUs")
+    # verl prime, warmed once on another corpus (first-call import costs), then cold caches.
+    sources, solutions, truths, extras = (list(c) for c in zip(*warm_up, strict=True))
+    run_reward_scoring(verl_compute_score, solutions, truths, sources, extras, workers)
     clear_math_caches()
     start = time.perf_counter()
-    verl_scores = [verl_score(sample) for sample in corpus]
-    verl_rate = throughput("verl, sequential", len(corpus), time.perf_counter() - start)
+    verl_scores = run_reward_scoring(
+        verl_compute_score, columns[1], columns[2], columns[0], columns[3], workers
+    )
+    verl_seconds = time.perf_counter() - start
+    verl_rate = throughput("verl prime (process pool)", len(corpus), verl_seconds)
 
-    clear_math_caches()
-    start = time.perf_counter()
-    sequential_scores = [compute_score(*sample)["score"] for sample in corpus]
-    seconds = time.perf_counter() - start
-    sequential_rate = throughput("omni-rewards, sequential", len(corpus), seconds)
-
-    config = RewardManagerConfig(num_workers=args.workers, timeout_s=30.0)
+    config = RewardManagerConfig(num_workers=workers, timeout_s=30.0)
     with RewardManager(config) as manager:
         start = time.perf_counter()
         manager.start()
@@ -205,22 +257,44 @@ def main() -> None:
         startup = time.perf_counter() - start
         start = time.perf_counter()
         result = manager.score_batch(*columns)
-        seconds = time.perf_counter() - start
-        label = f"omni-rewards, manager ({config.workers()} w)"
-        manager_rate = throughput(label, len(corpus), seconds)
-    print(f"  (worker start-up and warm-up, once per run: {startup:.2f} s)")
+        ours_seconds = time.perf_counter() - start
+    ours_rate = throughput(f"omni-rewards manager ({workers} w)", len(corpus), ours_seconds)
+    print(f"  (omni-rewards worker start-up and warm-up, once per run: {startup:.2f} s)")
 
-    if not (verl_scores == sequential_scores == result.scores):
+    if verl_scores != result.scores:
         differing = [
-            (i, corpus[i][1][-80:], corpus[i][2], verl_scores[i], sequential_scores[i])
+            (i, corpus[i][1][-80:], corpus[i][2], verl_scores[i], result.scores[i])
             for i in range(len(corpus))
-            if not verl_scores[i] == sequential_scores[i] == result.scores[i]
+            if verl_scores[i] != result.scores[i]
         ]
         raise SystemExit(f"scores differ on {len(differing)} samples, e.g. {differing[:3]}")
     failures = result.metrics["reward/timeouts"] + result.metrics["reward/errors"]
     print(f"identical scores on all {len(corpus)} samples; {failures:g} timeouts/errors")
-    print(f"manager / verl sequential:        {manager_rate / verl_rate:5.2f}x")
-    print(f"omni sequential / verl sequential: {sequential_rate / verl_rate:5.2f}x")
+
+    record: dict[str, Any] = {
+        "samples": len(corpus),
+        "prompts": args.prompts,
+        "n": args.n,
+        "seed": args.seed,
+        "cpus": os.cpu_count(),
+        "workers": workers,
+        "verl_prime": {"seconds": verl_seconds, "samples_per_s": verl_rate},
+        "omni_rewards_manager": {
+            "seconds": ours_seconds,
+            "samples_per_s": ours_rate,
+            "startup_seconds": startup,
+        },
+        "identical_scores": True,
+        "manager_over_verl_prime": ours_rate / verl_rate,
+    }
+    if args.reference_mmk12 is not None:
+        record["reference_mmk12_file"] = reference_file_agreement(
+            args.reference_mmk12, corpus, result.scores
+        )
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"raw numbers: {args.json}")
+    print(f"omni-rewards manager / verl prime: {ours_rate / verl_rate:5.2f}x")
 
 
 if __name__ == "__main__":

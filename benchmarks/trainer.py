@@ -269,7 +269,7 @@ def run_trl(setup: Setup, model_path: str, rows: Sequence[dict[str, Any]], workd
     from trl import GRPOTrainer
 
     from omni_qwen3.training_adapter import LORA_EXCLUDE_MODULES, LORA_TARGET_MODULES, Qwen3OmniThinkerAdapter
-    from omni_trainer.local_trainer import multimodal_token_ids
+    from omni_trainer.placeholders import placeholder_token_ids
 
     tokenizer = Qwen3OmniThinkerAdapter().configure_tokenizer(model_path, AutoConfig.from_pretrained(model_path))
     tokenizer.padding_side = "left"
@@ -293,7 +293,7 @@ def run_trl(setup: Setup, model_path: str, rows: Sequence[dict[str, Any]], workd
     probe = TrlRewardProbe()
     trainer = GRPOTrainer(
         model=load_trl_thinker(model_path, setup), reward_funcs=probe,
-        args=trl_config(setup, workdir / "trl", multimodal_token_ids(tokenizer)),
+        args=trl_config(setup, workdir / "trl", placeholder_token_ids(tokenizer)),
         train_dataset=dataset, processing_class=tokenizer, peft_config=lora, callbacks=[StepClock()],
     )
     trainer.remove_callback(PrinterCallback)  # one dict per step otherwise

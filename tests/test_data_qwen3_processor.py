@@ -78,9 +78,8 @@ def row(text: str, index: int, **media: Any) -> dict[str, Any]:
     )
 
 
-@pytest.fixture(scope="module")
-def mixed_parquet(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("media")
+def write_modality_rows(root: Path) -> Path:
+    """One RL parquet with a text, image, audio, image+audio and video row (in that order)."""
     image = {"bytes": png_bytes(96, 64, seed=1), "path": "a.png"}
     rows = [
         row("What is two plus two?", 0),
@@ -90,6 +89,11 @@ def mixed_parquet(tmp_path_factory: pytest.TempPathFactory) -> Path:
         row("<video>What happens?", 4, videos=[write_mp4(root / "clip.mp4", frames=8, fps=4, size=64)]),
     ]
     return write_rl_parquet(rows, root / "mixed.parquet")
+
+
+@pytest.fixture(scope="module")
+def mixed_parquet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_modality_rows(tmp_path_factory.mktemp("media"))
 
 
 def pad_count(processor: Any, ids: Any, token: str) -> int:

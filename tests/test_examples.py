@@ -36,8 +36,8 @@ def png(seed: int) -> bytes:
     return buffer.getvalue()
 
 
-def wav(path: Path, seconds: float = 0.5) -> None:
-    samples = (0.3 * np.sin(2 * np.pi * 440 * np.arange(int(16_000 * seconds)) / 16_000) * 32767).astype(np.int16)
+def wav(path: Path, seconds: float = 0.5, hz: float = 440.0) -> None:
+    samples = (0.3 * np.sin(2 * np.pi * hz * np.arange(int(16_000 * seconds)) / 16_000) * 32767).astype(np.int16)
     with wave.open(str(path), "wb") as handle:
         handle.setnchannels(1)
         handle.setsampwidth(2)
@@ -68,11 +68,13 @@ def raw_mmk12(directory: Path) -> None:
 def raw_avqa(directory: Path) -> None:
     media = directory / "media"
     media.mkdir()
-    for split in ("train", "validation"):
+    for k, split in enumerate(("train", "validation")):
         records = []
         for i in range(4):
-            (media / f"{split}{i}.png").write_bytes(png(i))
-            wav(media / f"{split}{i}.wav")
+            # Distinct media per row: the converter's strict split drops train rows whose
+            # picture or sound also appears in validation.
+            (media / f"{split}{i}.png").write_bytes(png(100 * k + i))
+            wav(media / f"{split}{i}.wav", hz=220.0 + 40 * (4 * k + i))
             records.append({
                 "problem": "What makes the sound in the picture?", "data_type": "image_audio",
                 "options": ["A. a dog", "B. a car", "C. a bell", "D. rain"], "solution": "<answer>C</answer>",
@@ -115,7 +117,10 @@ def test_recipe_runs_in_tiny_cpu_mode(
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [row["step"] for row in rows] == [1.0, 2.0]
+    # Step 0 is the validation before training (verl's val_before_train), then the two steps.
+    assert [row["step"] for row in rows] == [0.0, 1.0, 2.0]
+    assert any(key.startswith("val-core/") for key in rows[0]), rows[0]
+    rows = rows[1:]
     for row in rows:
         for key in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", scorer_metric):
             assert isinstance(row[key], float) and math.isfinite(row[key]), (key, row.get(key))
@@ -149,8 +154,8 @@ def test_opd_recipe_runs_in_tiny_cpu_mode(tmp_path: Path, tiny: Path) -> None:
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [row["step"] for row in rows] == [1.0, 2.0]
-    for row in rows:
+    assert [row["step"] for row in rows] == [0.0, 1.0, 2.0]  # validation before training, two steps
+    for row in rows[1:]:
         distill = {key: value for key, value in row.items() if "distill" in key}
         assert distill and all(isinstance(v, float) and math.isfinite(v) for v in distill.values()), row
     import yaml

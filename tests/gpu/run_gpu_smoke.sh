@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # GPU smoke checks (one CUDA GPU, a few minutes): installs the gpu and distributed extras
 # into the workspace environment, runs every test marked `gpu` under tests/gpu, then the
-# verl engine smoke (3 GSPO steps on the tiny model, verl + vLLM-Omni colocated; then 2 steps
-# of on-policy distillation with a vLLM-Omni teacher on the same GPU).
-# Usage: [PARTS=vllm,verl-gspo,verl-opd] bash tests/gpu/run_gpu_smoke.sh [extra pytest args]
+# verl engine smoke (3 GSPO steps on the tiny model, verl + vLLM-Omni colocated; 2 steps of
+# on-policy distillation with a vLLM-Omni teacher on the same GPU; 2 GSPO steps on
+# image+audio prompts). Each part is sized to fit 8 minutes on one H200 (not yet measured).
+# Usage: [PARTS=vllm,verl-gspo,verl-opd,verl-mm] bash tests/gpu/run_gpu_smoke.sh [extra pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -17,14 +18,15 @@ uv sync --frozen --extra gpu --extra distributed
 # Keep the tiny model's build cache inside the run so nothing is read from a stale home.
 export OMNI_RL_CACHE="${OMNI_RL_CACHE:-$(mktemp -d)}"
 # PARTS (default: all) runs a subset, so each part fits a short device session:
-#   vllm: the vLLM-Omni engine tests; verl-gspo, verl-opd: the two phases of verl_smoke.py.
-PARTS="${PARTS:-vllm,verl-gspo,verl-opd}"
+#   vllm: the vLLM-Omni engine tests; verl-gspo, verl-opd, verl-mm: the phases of verl_smoke.py.
+PARTS="${PARTS:-vllm,verl-gspo,verl-opd,verl-mm}"
 if [[ ",$PARTS," == *",vllm,"* ]]; then
     uv run --frozen --extra gpu --extra distributed pytest tests/gpu -m gpu -q -x "$@"
 fi
 phases=()
 [[ ",$PARTS," == *",verl-gspo,"* ]] && phases+=(gspo)
 [[ ",$PARTS," == *",verl-opd,"* ]] && phases+=(opd)
+[[ ",$PARTS," == *",verl-mm,"* ]] && phases+=(mm)
 if (( ${#phases[@]} )); then
     VERL_SMOKE_PHASES="$(IFS=,; echo "${phases[*]}")" \
         uv run --frozen --extra gpu --extra distributed python tests/gpu/verl_smoke.py

@@ -1,5 +1,6 @@
 """vLLM-Omni generates from the tiny Qwen3-Omni in thinker-only AR mode, with log-probs,
-and takes weight syncs in colocated sleep mode.
+through the one driver (also under verl's own ``generate``), clears its caches, and takes
+weight syncs in colocated sleep mode (a change of weights the rollout must show).
 
 Needs a CUDA GPU and the gpu extra; skipped otherwise. Run with tests/gpu/run_gpu_smoke.sh.
 The tiny thinker is widened to head_dim 64 (hidden 128, 2 heads): vLLM's attention
@@ -96,6 +97,63 @@ def test_same_seed_gives_same_samples(engine: tuple[Any, Path]) -> None:
     first = vllm_engine.generate(request, sampling)[0][0].sample.response_ids
     second = vllm_engine.generate(request, sampling)[0][0].sample.response_ids
     assert first == second
+
+
+def test_cache_clearing_really_runs_and_leaves_the_engine_generating(engine: tuple[Any, Path]) -> None:
+    """The driver's reset_prefix_cache (AsyncOmni's own only logs) pauses the policy stage with
+    clear_cache=True and resumes it: it returns, the engine is not left paused, and the same
+    seed samples the same tokens after it (a cleared prefix cache changes no result)."""
+    from omni_rollout.vllm_omni import EngineRequest, PolicySampling
+
+    vllm_engine, model_dir = engine
+    request = [EngineRequest(_prompt_ids(model_dir))]
+    sampling = PolicySampling(n=1, max_tokens=8, seed=5)
+    before = vllm_engine.generate(request, sampling)[0][0].sample.response_ids
+
+    async def clear(driver: Any) -> tuple[bool, bool]:
+        cleared = await driver.reset_prefix_cache(reset_connector=True)
+        await driver.reset_encoder_cache()
+        return cleared, await driver.is_paused()
+
+    assert vllm_engine.run(clear) == (True, False)
+    assert vllm_engine.generate(request, sampling)[0][0].sample.response_ids == before
+
+
+def test_verls_own_generate_runs_on_the_real_driver(engine: tuple[Any, Path]) -> None:
+    """verl's vLLMHttpServer.generate (unchanged, as our verl replica runs it) on the driver of a
+    real AsyncOmni: vLLM-Omni's output passes through verl's extraction with log-probs."""
+    pytest.importorskip("verl")
+    from types import SimpleNamespace
+
+    from verl.workers.rollout.replica import RolloutMode
+    from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
+
+    class Config(SimpleNamespace):
+        def get(self, key: str, default: Any = None) -> Any:
+            return getattr(self, key, default)
+
+    vllm_engine, model_dir = engine
+    prompt = _prompt_ids(model_dir)
+    server: Any = object.__new__(vLLMHttpServer)
+    server.config = Config(max_model_len=512, prompt_length=256, response_length=8, full_determinism=True, seed=3,
+                           repetition_penalty=1.1, ignore_eos=True, enable_rollout_routing_replay=False, mtp=None)
+    server.model_config = SimpleNamespace(lora_rank=0, lora={}, processor=None)
+    server.replica_rank, server.node_rank, server.global_steps = 0, 0, 1
+    server.rollout_mode = RolloutMode.COLOCATED
+    server._disaggregation_role, server._pd_decode_peers = "null", []
+    server._submission_paused, server._rejecting, server._admitting = False, False, 0
+
+    async def generate(driver: Any) -> Any:
+        server.engine = driver
+        return await server.generate(prompt_ids=list(prompt), sampling_params={"temperature": 1.0, "logprobs": True},
+                                     request_id="verl-gpu-0")
+
+    first, second = vllm_engine.run(generate), vllm_engine.run(generate)
+    # ignore_eos: exactly response_length tokens; full_determinism: the same seed, the same tokens.
+    assert len(first.token_ids) == 8 and first.stop_reason == "completed"
+    assert first.log_probs is not None and len(first.log_probs) == 8
+    assert all(lp <= 0.0 and math.isfinite(lp) for lp in first.log_probs)
+    assert second.token_ids == first.token_ids
 
 
 NORM = "thinker.model.norm.weight"

@@ -1,4 +1,4 @@
-"""GPU smoke of the verl engine on the tiny Qwen3-Omni, one GPU, two phases:
+"""GPU smoke of the verl engine on the tiny Qwen3-Omni, one GPU, three phases:
 
 1. 3 GSPO steps, colocated: verl (FSDP2 actor, our engine hook) and vLLM-Omni (our replica,
    sleep/wake between steps) share the GPU. Prints per step: step time, rollout<->actor
@@ -10,12 +10,16 @@
    device: Ray maps a GPU slot beyond the worker's CUDA_VISIBLE_DEVICES back to the
    devices listed there, so both pools land on it. Prints verl's distillation/* metrics
    per step and checks them.
+3. 2 GSPO steps on image+audio prompts (AVQA-shaped rows, a generated picture and tone per
+   row): the media must reach vLLM-Omni and verl's actor alike, so pearson and log_ppl_diff
+   are held to the same bounds as text.
 
-Data: a tiny synthetic gsm8k, converted by `trainer convert gsm8k`; nothing is downloaded.
+Data: a tiny synthetic gsm8k, converted by `trainer convert gsm8k`, and generated
+image+audio rows; nothing is downloaded.
 
 Usage (from tests/gpu/run_gpu_smoke.sh): uv run python tests/gpu/verl_smoke.py [key=value ...]
-(the extra overrides go to both phases; ``VERL_SMOKE_PHASES=gspo`` or ``=opd`` runs one). Exit code 0 when both phases ran their steps and
-the metrics are finite and sane.
+(the extra overrides go to every phase; ``VERL_SMOKE_PHASES=gspo``, ``=opd`` or ``=mm`` runs
+one). Exit code 0 when the phases ran their steps and the metrics are finite and sane.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from pathlib import Path
 
 STEPS = 3
 OPD_STEPS = 2
+MM_STEPS = 2
 WANTED = {
     "step time (s)": "timing_s/step",
     "pearson rollout~actor": "training/rollout_actor_probs_pearson_corr",
@@ -53,6 +58,40 @@ def raw_gsm8k(directory: Path, rows: int = 64) -> None:
         lines = [{"question": f"Tom has {i} apples and buys {i + 2}. How many now?",
                   "answer": f"{i} + {i + 2} = {2 * i + 2}\n#### {2 * i + 2}"} for i in range(rows)]
         (directory / f"{split}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def image_audio_rows(directory: Path, rows: int = 16) -> tuple[Path, Path]:
+    """AVQA-shaped RL parquet files: each prompt has a picture and a tone of its own."""
+    import wave
+
+    import numpy as np
+    from PIL import Image
+
+    from omni_data import rl_row, write_rl_parquet
+
+    directory.mkdir(parents=True, exist_ok=True)
+    files = []
+    for split, offset in (("train", 0), ("test", 1000)):
+        table = []
+        for i in range(rows):
+            picture = directory / f"{split}{i}.png"
+            Image.fromarray(np.random.default_rng(offset + i).integers(0, 256, (64, 96, 3), dtype=np.uint8)).save(picture)
+            tone = directory / f"{split}{i}.wav"
+            t = np.arange(16_000) / 16_000
+            with wave.open(str(tone), "wb") as handle:
+                handle.setnchannels(1)
+                handle.setsampwidth(2)
+                handle.setframerate(16_000)
+                handle.writeframes((0.3 * np.sin(2 * np.pi * (200 + 20 * i) * t) * 32767).astype(np.int16).tobytes())
+            table.append(rl_row(
+                data_source="avqa_r1_6k", ability="audio_visual",
+                messages=[{"role": "user", "content": "<image><audio>What makes the sound? A. a dog B. a bell "
+                           "C. rain D. a car. Answer with <answer>letter</answer>."}],
+                ground_truth="B", extra_info={"split": split, "index": i},
+                images=[str(picture)], audios=[str(tone)],
+            ))
+        files.append(write_rl_parquet(table, directory / f"{split}.parquet"))
+    return files[0], files[1]
 
 
 def parse_steps(log: str) -> dict[int, dict[str, float]]:
@@ -108,16 +147,19 @@ def print_table(steps: dict[int, dict[str, float]], wanted: dict[str, str], prob
                 problems.append(f"step {step}: {name} is {value}")
 
 
-def gspo_phase(base: list[str], extra: list[str], model: Path, work: Path, problems: list[str]) -> None:
+def gspo_phase(
+    base: list[str], extra: list[str], model: Path, work: Path, problems: list[str], *, steps_wanted: int = STEPS,
+    name: str = "run",
+) -> None:
     stdout = run_trainer(
-        [*base, f"actor_rollout_ref.model.path={model}", f"trainer.total_training_steps={STEPS}",
-         f"trainer.default_local_dir={work / 'run'}", *extra],
-        work / "trainer.log",
+        [*base, f"actor_rollout_ref.model.path={model}", f"trainer.total_training_steps={steps_wanted}",
+         f"trainer.default_local_dir={work / name}", *extra],
+        work / f"trainer_{name}.log",
     )
     if stdout is None:
-        problems.append("GSPO phase: the trainer failed")
+        problems.append(f"GSPO phase ({name}): the trainer failed")
         return
-    steps = training_steps(stdout, STEPS, problems)
+    steps = training_steps(stdout, steps_wanted, problems)
     print_table(steps, WANTED, problems)
     for step, metrics in sorted(steps.items()):
         pearson, diff = pick(metrics, WANTED["pearson rollout~actor"]), pick(metrics, WANTED["log_ppl_diff"])
@@ -191,10 +233,10 @@ def main(extra: list[str]) -> int:
         "ray_kwargs.ray_init.num_cpus=8",
     ]
     problems: list[str] = []
-    phases = os.environ.get("VERL_SMOKE_PHASES", "gspo,opd").split(",")
-    unknown = sorted(set(phases) - {"gspo", "opd"})
+    phases = os.environ.get("VERL_SMOKE_PHASES", "gspo,opd,mm").split(",")
+    unknown = sorted(set(phases) - {"gspo", "opd", "mm"})
     if unknown:
-        print(f"VERL_SMOKE_PHASES has {unknown}; valid: gspo, opd (comma-separated)")
+        print(f"VERL_SMOKE_PHASES has {unknown}; valid: gspo, opd, mm (comma-separated)")
         return 2
     if "gspo" in phases:
         print("== phase 1: GSPO ==")
@@ -202,6 +244,12 @@ def main(extra: list[str]) -> int:
     if "opd" in phases:
         print("== phase 2: on-policy distillation ==")
         distillation_phase(base, extra, model, work, problems)
+    if "mm" in phases:
+        print("== phase 3: GSPO on image+audio prompts ==")
+        train, test = image_audio_rows(work / "mm")
+        mm_base = [*(o for o in base if not o.startswith(("data.train_files", "data.val_files", "data.max_prompt"))),
+                   f"data.train_files=[{train}]", f"data.val_files=[{test}]", "data.max_prompt_length=512"]
+        gspo_phase(mm_base, extra, model, work, problems, steps_wanted=MM_STEPS, name="run_mm")
     for problem in problems:
         print("FAIL:", problem)
     return 1 if problems else 0

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from omni_trainer.cli import main
@@ -30,3 +32,13 @@ def test_subcommands_dispatch(capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit) as info:
             main([name, "--help"])
         assert info.value.code == 0
+
+
+def test_convert_never_writes_over_its_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    raw = tmp_path / "gsm8k"
+    raw.mkdir()
+    (raw / "train.parquet").write_bytes(b"raw data")
+    assert main(["convert", "gsm8k", "--input", str(raw), "--output-dir", str(raw)]) == 2
+    assert "could overwrite the raw ones" in capsys.readouterr().err
+    assert (raw / "train.parquet").read_bytes() == b"raw data"
+    assert main(["convert", "gsm8k", "--input", str(raw), "--output-dir", str(raw / "rl")]) == 2

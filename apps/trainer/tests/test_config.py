@@ -74,3 +74,27 @@ def test_yaml_values_are_typed() -> None:
     assert config.actor_rollout_ref.actor.optim.lr == 3e-6
     assert config.actor_rollout_ref.model.target_modules == ["q_proj", "v_proj"]
     assert config.actor_rollout_ref.actor.clip_ratio_high is None
+
+
+def test_verl_spellings_carry_over() -> None:
+    config = load_config([
+        "data.train_files=/d/train.parquet", "data.val_files=/d/test.parquet",  # verl: a single path
+        "+actor_rollout_ref.rollout.engine_kwargs.vllm_omni.pipeline_name=qwen3_omni_moe",
+        "+actor_rollout_ref.rollout.engine_kwargs.vllm_omni.max_num_seqs=64",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=omni_single_turn_agent",
+        "data.on_bad_row=skip", "+data.mm_processor_kwargs.sampling_rate=16000",
+    ])
+    assert config.data.train_files == ["/d/train.parquet"] and config.data.val_files == ["/d/test.parquet"]
+    assert config.actor_rollout_ref.rollout.max_num_seqs == 64
+    assert config.actor_rollout_ref.rollout.agent.default_agent_loop == "single_turn_agent"
+    assert config.data.on_bad_row == "skip" and config.data.mm_processor_kwargs == {"sampling_rate": 16000}
+    assert config.trainer.test_freq == -1 and config.trainer.val_before_train  # verl's defaults
+    with pytest.raises(ConfigError) as info:
+        load_config([
+            "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe",
+            "+actor_rollout_ref.rollout.engine_kwargs.vllm_omni.pipeline_name=other",
+            "+actor_rollout_ref.rollout.engine_kwargs.vllm_omni.output_mode=diffusion",
+        ])
+    message = str(info.value)
+    assert "engine_kwargs.vllm_omni.pipeline_name='other' contradicts actor_rollout_ref.rollout.pipeline_name" in message
+    assert "output_mode='diffusion'; valid: ar" in message

@@ -31,7 +31,9 @@ def test_short_run_writes_outputs_and_resumes(tmp_path: Path, isolated_cache: No
     first = capsys.readouterr().out
     assert "step    2/2" in first and f"run directory: {run.resolve()}" in first
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [row["step"] for row in rows] == [1.0, 2.0]
+    assert [row["step"] for row in rows] == [0.0, 1.0, 2.0]  # step 0: validation before training
+    assert "val-core/omni_rl/builtin_digits/score/mean@4" in rows[0]
+    rows = rows[1:]
     for key in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "rollout/tokens_per_s", "timing_s/step",
                 "training/rollout_actor_probs_pearson_corr", "rollout_corr/log_ppl_diff", "reward/timeouts"):
         assert all(isinstance(row[key], float) and math.isfinite(row[key]) for row in rows), key
@@ -45,7 +47,44 @@ def test_short_run_writes_outputs_and_resumes(tmp_path: Path, isolated_cache: No
     assert "resumed from" in second and "step_000002 (step 2)" in second
     assert "step    1/3" not in second and "step    3/3" in second
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [row["step"] for row in rows] == [1.0, 2.0, 3.0]
+    assert [row["step"] for row in rows] == [0.0, 1.0, 2.0, 3.0]
+
+    # Once more: nothing to do, and it says so (before: "3 steps in 0 s").
+    assert main([*SHORT, f"trainer.default_local_dir={run}", "trainer.total_training_steps=3"]) == 0
+    third = capsys.readouterr().out
+    assert "is already complete (3 of 3 steps" in third and "trainer.resume_mode=disable" in third
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_the_last_finished_step_and_resumes(tmp_path: Path, isolated_cache: None) -> None:
+    """One SIGINT to the process group, delivered twice (as uv forwards it): the run stops at
+    a step boundary, never trains on the interrupted step, saves, exits 0; the same command resumes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    command = [sys.executable, "-u", "-m", "omni_trainer.cli", *SHORT, f"trainer.default_local_dir={run}",
+               "trainer.total_training_steps=40", "trainer.save_freq=-1", "trainer.val_before_train=false"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True, env={**os.environ})
+    assert process.stdout is not None
+    seen = []
+    for line in process.stdout:
+        seen.append(line)
+        if line.startswith("step    2/40"):
+            os.killpg(process.pid, signal.SIGINT)
+            os.killpg(process.pid, signal.SIGINT)
+            break
+    output = "".join(seen) + process.stdout.read()
+    assert process.wait(timeout=300) == 0, output
+    assert "stopped after step" in output and "checkpoint saved" in output, output
+    rows = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    saved = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert saved == [f"step_{int(rows[-1]):06d}"] and rows == [float(s) for s in range(1, len(rows) + 1)], (saved, rows)
+    assert main([*SHORT, f"trainer.default_local_dir={run}", "trainer.total_training_steps=" + str(int(rows[-1]) + 1),
+                 "trainer.val_before_train=false"]) == 0
 
 
 def test_config_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -65,7 +104,8 @@ def test_embedded_default_learns(tmp_path: Path, isolated_cache: None, capsys: p
     run = tmp_path / "default"
     assert main([f"trainer.default_local_dir={run}", "trainer.total_training_steps=45", "trainer.test_freq=0",
                  "trainer.save_freq=0"]) == 0
-    rewards = [json.loads(line)["critic/score/mean"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rewards = [row["critic/score/mean"] for row in rows if row["step"] > 0]  # step 0: validation only
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert first < 0.1
     assert last > first + 0.5, rewards

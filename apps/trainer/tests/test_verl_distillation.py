@@ -97,28 +97,13 @@ def test_verl_constraints_are_config_errors_before_launch(tmp_path: Path) -> Non
         validate_with_verl(opd_verl_config(tmp_path, "distillation.distillation_loss.loss_mode=nope"))
 
 
-class _FakeOmni:
-    """AsyncOmni's surface that ``generate`` uses; yields one policy-stage output."""
-
-    default_sampling_params_list = [None]
-
-    def __init__(self, output: Any) -> None:
-        self.output = output
-        self.requests: list[dict[str, Any]] = []
-
-    async def list_loras(self) -> list[int]:
-        return []
-
-    async def generate(self, **request: Any) -> Any:
-        self.requests.append(request)
-        yield self.output
-
-
 def _engine_output(sequence: list[int], num_logprobs: int) -> Any:
     """A vLLM-shaped output: position p > 0 holds the sequence token first (rank p % 7 + 1
     for k = 0, outside the top-k otherwise), then for top-k tokens 100+r at rank r, as vLLM
     orders them; every log-prob is -(p + rank) / 10."""
     from vllm.logprobs import Logprob
+    from vllm.outputs import CompletionOutput
+    from vllm_omni.outputs import OmniRequestOutput
 
     entries: list[dict[int, Logprob] | None] = [None]
     for position in range(1, len(sequence)):
@@ -128,35 +113,45 @@ def _engine_output(sequence: list[int], num_logprobs: int) -> Any:
         for top in range(1, num_logprobs + 1):
             entry[100 + top] = Logprob(logprob=-(position + top) / 10, rank=top)
         entries.append(entry)
-    completion = SimpleNamespace(token_ids=[7], logprobs=None, finish_reason="length")
-    return SimpleNamespace(stage_id=0, prompt_token_ids=list(sequence), prompt_logprobs=entries,
-                           outputs=[completion], finished=True)
+    completion = CompletionOutput(index=0, text="", token_ids=[7], cumulative_logprob=None, logprobs=None,
+                                  finish_reason="length")
+    return OmniRequestOutput(request_id="t", stage_id=0, prompt_token_ids=list(sequence), prompt_logprobs=entries,
+                             outputs=[completion], finished=True)
 
 
-def _teacher_server(engine: _FakeOmni) -> Any:
-    """Our server with the state ``__init__``/``_post_init`` would set (no GPU, no engine start)."""
+def _teacher_server(omni: Any) -> Any:
+    """Our server as verl's ``__init__`` + our ``run_server`` leave it (no GPU): the engine is
+    the vLLM-Omni driver on a recording AsyncOmni; ``generate`` is verl's own."""
     from omni_contracts import get_rollout_adapter
+    from omni_rollout.vllm_omni import VllmOmniDriver
     from omni_trainer.verl_engine.rollout import VllmOmniHttpServer
 
+    class Config(SimpleNamespace):
+        def get(self, key: str, default: Any = None) -> Any:
+            return getattr(self, key, default)
+
     server: Any = object.__new__(VllmOmniHttpServer)
-    server.config = SimpleNamespace(max_model_len=4096, response_length=1)
-    server.model_config = SimpleNamespace(lora_rank=0, lora={})
-    server.rollout_adapter = get_rollout_adapter("qwen3_omni_moe")
-    server.mode, server.policy_stage, server.dedup, server.engine = "thinker_only", 0, None, engine
-    server.global_steps, server._submission_paused, server._admitting = 3, False, 0
+    server.config = Config(max_model_len=4096, prompt_length=4095, response_length=1, full_determinism=False,
+                           enable_rollout_routing_replay=False, mtp=None)
+    server.model_config = SimpleNamespace(lora_rank=0, lora={}, processor=None)
+    server._disaggregation_role, server._pd_decode_peers, server.replica_rank = "null", [], 0
+    server.global_steps, server._submission_paused, server._rejecting, server._admitting = 3, False, False, 0
+    server.engine = VllmOmniDriver(omni, get_rollout_adapter("qwen3_omni_moe"), "thinker_only")
     return server
 
 
 def test_teacher_server_answers_verls_teacher_client(tmp_path: Path) -> None:
     import torch
     from verl.experimental.teacher_loop.teacher_manager import AsyncTeacherLLMServerManager
-    from verl.workers.rollout.vllm_rollout.utils import extract_prompt_logprobs
+    from vllm import SamplingParams
 
-    from omni_trainer.verl_engine.prompt_logprobs import TeacherOutputError, teacher_fields
+    from omni_rollout.vllm_omni import PromptLogprobsError
+    from omni_rollout.vllm_omni.testing import RecordingAsyncOmni
 
     sequence = [11, 12, 13, 14, 15, 16]  # prompt + the student's sampled response
-    engine = _FakeOmni(_engine_output(sequence, num_logprobs=0))
-    server = _teacher_server(engine)
+    outputs = {"current": _engine_output(sequence, num_logprobs=0)}
+    omni = RecordingAsyncOmni([SamplingParams()], respond=lambda *_: [outputs["current"]])
+    server = _teacher_server(omni)
 
     class Client:  # verl's LLMServerClient, minus the load balancer
         async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
@@ -166,9 +161,10 @@ def test_teacher_server_answers_verls_teacher_client(tmp_path: Path) -> None:
 
     manager = AsyncTeacherLLMServerManager(opd_verl_config(tmp_path), {"default": Client()})  # type: ignore[dict-item]
     ids, logprobs = asyncio.run(manager.compute_teacher_logprobs_single(sequence_ids=sequence))
-    params = engine.requests[0]["sampling_params_list"][0]
+    call = omni.calls[0][1]
+    params = call["sampling_params_list"][0]
     assert (params.max_tokens, params.prompt_logprobs, params.temperature) == (1, 0, 1.0)
-    assert engine.requests[0]["prompt"]["prompt_token_ids"] == sequence
+    assert call["prompt"]["prompt_token_ids"] == sequence
     # [S, 1]: row i is the teacher's log-prob of token i + 1 (vLLM has none for token 0), the
     # last row padding; position p's token has rank p % 7 + 1 -> log-prob -(p + p % 7 + 1) / 10.
     assert ids.shape == logprobs.shape == (6, 1)
@@ -176,20 +172,18 @@ def test_teacher_server_answers_verls_teacher_client(tmp_path: Path) -> None:
     expected = [-(p + p % 7 + 1) / 10 for p in range(1, 6)] + [0.0]
     assert torch.allclose(logprobs[:, 0], torch.tensor(expected, dtype=logprobs.dtype))
 
-    # k = 0 and top-k (k = 2): the same rows verl's own vLLM server extracts from vLLM.
-    fields: dict[int, Any] = {}
-    for k in (0, 2):
-        output = _engine_output(sequence, num_logprobs=k)
-        fields[k] = teacher_fields(output.prompt_token_ids, output.prompt_logprobs, num_logprobs=k,
-                                   sequence_ids=sequence)
-        verls: dict[str, Any] = {}
-        extract_prompt_logprobs(output, k, verls)
-        assert fields[k] == verls
-    # Top-k row 0 (about position 1): tokens 101, 102 at ranks 1, 2 -> log-probs -0.2, -0.3.
-    assert fields[2]["prompt_ids"][0] == [101, 102] and fields[2]["prompt_logprobs"][0] == [-0.2, -0.3]
-    assert fields[2]["prompt_ids"][-1] == [0, 0]  # padding row, k wide
-    with pytest.raises(TeacherOutputError, match="expanded the media placeholders differently"):
-        teacher_fields(sequence + [17], output.prompt_logprobs, num_logprobs=0, sequence_ids=sequence)
+    # Top-k (k = 2) through the same path: row 0 (about position 1) holds tokens 101, 102 at
+    # ranks 1, 2 -> log-probs -0.2, -0.3; the padding row is k wide.
+    outputs["current"] = _engine_output(sequence, num_logprobs=2)
+    top = asyncio.run(server.generate(prompt_ids=sequence, sampling_params={"max_tokens": 1, "prompt_logprobs": 2},
+                                      request_id="k2"))
+    assert top.extra_fields["prompt_ids"][0] == [101, 102] and top.extra_fields["prompt_logprobs"][0] == [-0.2, -0.3]
+    assert top.extra_fields["prompt_ids"][-1] == [0, 0]
+    # An engine that scored another sequence (media expanded differently) is refused.
+    outputs["current"] = _engine_output(sequence + [17], num_logprobs=0)
+    with pytest.raises(PromptLogprobsError, match="expanded the media placeholders differently"):
+        asyncio.run(server.generate(prompt_ids=sequence, sampling_params={"max_tokens": 1, "prompt_logprobs": 0},
+                                    request_id="bad"))
 
 
 def test_tokenizer_mismatch_stops_the_launch_before_ray(tmp_path: Path) -> None:

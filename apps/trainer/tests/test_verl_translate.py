@@ -75,7 +75,9 @@ def test_translation_uses_our_extension_points_and_keys(tmp_path: Path) -> None:
     assert arr.actor.policy_loss.loss_mode == "gspo" and verl.algorithm.adv_estimator == "grpo"
     assert arr.actor.clip_ratio_high == arr.actor.clip_ratio  # null -> verl's symmetric clip
     assert arr.actor.optim.clip_grad == 0.5  # what verl's FSDP engine clips with (not actor.grad_clip)
-    assert arr.rollout.agent.default_agent_loop == "omni_single_turn_agent"
+    assert arr.rollout.agent.default_agent_loop == "single_turn_agent"
+    # verl starts our agent-loop workers (they carry the adapter's processor) through its hook.
+    assert arr.rollout.agent.agent_loop_manager_class == "omni_trainer.verl_engine.agent_loop.OmniAgentLoopManager"
     assert verl.data.custom_cls.name == "OmniRLHFDataset"
     assert verl.reward.custom_reward_function.name == "compute_score"
     assert verl.data.max_prompt_length == 4096 and verl.data.val_files == ["/data/val.parquet"]
@@ -93,3 +95,39 @@ def test_builtin_task_is_refused_with_a_reason() -> None:
     config = load_config(["actor_rollout_ref.model.path=/m", "trainer.engine=verl"])
     with pytest.raises(ConfigError, match="data.train_files is required"):
         to_verl_config(config, lora_target_modules=None, lora_exclude_modules=None)
+
+
+def test_lora_runs_merge_the_adapter_and_size_the_engine() -> None:
+    """Defects 1, 6 and 7 of issue 14, in the resolved config a user sees."""
+    base = ["actor_rollout_ref.model.path=/m", "data.train_files=[/d.parquet]", "trainer.engine=verl",
+            "data.max_prompt_length=3000", "data.max_response_length=1000"]
+    lora = to_verl_config(load_config(base + ["actor_rollout_ref.model.lora_rank=32"]),
+                          lora_target_modules=None, lora_exclude_modules=None)
+    arr = lora.actor_rollout_ref
+    # vLLM-Omni's stage 0 cannot serve a LoRA adapter: verl must merge it and sync full weights.
+    assert arr.model.lora.merge is True
+    # The frozen base in bf16 (verl casts the adapter to match), for the actor and the reference.
+    assert arr.actor.fsdp_config.model_dtype == "bf16" and arr.ref.fsdp_config.model_dtype == "bf16"
+    # The KV cache is sized for this run's sequences, not the model's 65,536-token context.
+    assert arr.rollout.max_model_len == 4000
+    # Each of verl's reward-loop workers starts a few scorer processes, not one per CPU.
+    assert lora.reward.custom_reward_function.reward_kwargs.num_workers == 2
+    assert lora.reward.num_workers == 8  # verl's own reward-loop worker count, untouched
+
+    full = to_verl_config(load_config(base + ["actor_rollout_ref.model.lora_rank=0", "reward.num_workers=3"]),
+                          lora_target_modules=None, lora_exclude_modules=None)
+    assert full.actor_rollout_ref.model.lora.merge is False
+    assert full.actor_rollout_ref.actor.fsdp_config.model_dtype == "fp32"  # full fine-tuning: fp32 master weights
+    assert full.reward.custom_reward_function.reward_kwargs.num_workers == 3
+
+
+def test_deploy_options_serve_no_lora_when_verl_merges() -> None:
+    """The replica reads the resolved model config: a merged run enables no LoRA in vLLM-Omni."""
+    pytest.importorskip("vllm_omni", reason="needs the gpu extra (uv sync --extra distributed --extra gpu)")
+    from omni_trainer.verl_engine.rollout import _lora_rank
+
+    verl = to_verl_config(load_config(["actor_rollout_ref.model.path=/m", "data.train_files=[/d.parquet]",
+                                       "trainer.engine=verl", "actor_rollout_ref.model.lora_rank=32"]),
+                          lora_target_modules=None, lora_exclude_modules=None)
+    model = verl.actor_rollout_ref.model
+    assert _lora_rank(model) == 0

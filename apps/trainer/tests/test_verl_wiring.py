@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -29,18 +30,27 @@ def test_missing_extras_error_names_the_install_command() -> None:
     require_extras(find_spec=lambda name: object())  # all present: no error
 
 
-def test_cli_reports_missing_extras(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_reports_missing_extras(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     from omni_trainer import cli
     from omni_trainer.verl_engine import errors
 
     monkeypatch.setattr(errors, "REQUIRED_MODULES", {"omni_rl_absent_module": "gpu"})
-    code = cli.main(["trainer.engine=verl", "actor_rollout_ref.model.path=/m", "data.train_files=[/d.parquet]"])
+    model, data = tmp_path / "m", tmp_path / "d.parquet"
+    model.mkdir()
+    (model / "config.json").write_text('{"architectures": ["Qwen3OmniMoeForConditionalGeneration"]}')
+    from omni_data import rl_row, write_rl_parquet
+
+    write_rl_parquet([rl_row(data_source="openai/gsm8k", messages=[{"role": "user", "content": "1+1?"}],
+                             ground_truth="2", ability="math", extra_info={"index": 0})], data)
+    code = cli.main(["trainer.engine=verl", f"actor_rollout_ref.model.path={model}", f"data.train_files=[{data}]",
+                     "data.train_batch_size=1", "actor_rollout_ref.actor.ppo_mini_batch_size=1"])
     assert code == 2 and EXTRAS_COMMAND in capsys.readouterr().err
 
 
 @needs_extras
 def test_external_module_registers_in_every_verl_registry() -> None:
-    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
     from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, POLICY_LOSS_REGISTRY
     from verl.workers.engine.base import EngineRegistry
     from verl.workers.rollout.base import _ROLLOUT_REGISTRY, get_rollout_class
@@ -58,7 +68,6 @@ def test_external_module_registers_in_every_verl_registry() -> None:
     assert get_rollout_replica_class("vllm_omni") is VllmOmniReplica
     assert ("vllm_omni", "async") in _ROLLOUT_REGISTRY
     assert get_rollout_class("vllm_omni", "async").__name__ == "ServerAdapter"
-    assert _agent_loop_registry["omni_single_turn_agent"]["_target_"].endswith("OmniSingleTurnAgentLoop")
     # verl implements every loss and estimator omni-training offers (under the same names).
     assert set(POLICY_LOSSES) <= set(POLICY_LOSS_REGISTRY)
     assert set(ADVANTAGE_ESTIMATORS) <= set(ADV_ESTIMATOR_REGISTRY)
@@ -137,24 +146,194 @@ def test_dataset_rows_have_the_shape_verls_agent_loop_reads(tmp_path: Path) -> N
     assert row["dummy_tensor"].shape == (1,)
 
 
-class _FakeStages:
-    """AsyncOmni's control surface the server's overrides use."""
+class _Config(SimpleNamespace):
+    """The fields of verl's ``RolloutConfig`` that its server reads, with its ``get``."""
 
-    def __init__(self, results: list[object]) -> None:
-        self.results = results
-        self.request_states: dict[str, object] = {}
-        self.calls: list[dict[str, object]] = []
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key, default)
 
-    async def collective_rpc(self, **call: object) -> list[object]:
-        self.calls.append(call)
-        return self.results
+
+def _server(omni: Any, *, dedup: Any = None, **config: Any) -> Any:
+    """Our server as verl's ``__init__`` + our ``run_server`` leave it, on a recording AsyncOmni
+    (no Ray actor, no GPU): ``self.engine`` is the driver."""
+    import asyncio
+
+    from verl.workers.rollout.replica import RolloutMode
+
+    from omni_contracts import get_rollout_adapter
+    from omni_rollout.vllm_omni import VllmOmniDriver
+    from omni_trainer.verl_engine.rollout import VllmOmniHttpServer
+
+    server: Any = object.__new__(VllmOmniHttpServer)
+    server.config = _Config(**{
+        "max_model_len": 64, "prompt_length": 32, "response_length": 16, "full_determinism": False, "seed": 0,
+        "repetition_penalty": 1.0, "ignore_eos": False, "enable_rollout_routing_replay": False, "mtp": None,
+        "free_cache_engine": True, **config,
+    })
+    server.model_config = SimpleNamespace(lora_rank=0, lora={}, processor=None)
+    server.replica_rank, server.node_rank, server.global_steps = 2, 0, 5
+    server.rollout_mode = RolloutMode.COLOCATED
+    server._disaggregation_role, server._pd_decode_peers = "null", []
+    server._submission_paused, server._rejecting, server._admitting = False, False, 0
+    server._resume_event = asyncio.Event()
+    server._resume_event.set()
+    server.engine = VllmOmniDriver(omni, get_rollout_adapter("qwen3_omni_moe"), "thinker_only", dedup_pad_tokens=dedup)
+    return server
+
+
+def _request_output(prompt_ids: list[int], token_ids: list[int], **fields: Any) -> Any:
+    """What vLLM-Omni yields for a finished policy stage: a vLLM ``RequestOutput`` (its
+    ``OmniRequestOutput`` subclass) with the sampled tokens' log-probs."""
+    from vllm.logprobs import Logprob
+    from vllm.outputs import CompletionOutput
+    from vllm_omni.outputs import OmniRequestOutput
+
+    logprobs = [{t: Logprob(logprob=-0.25 * (i + 1), rank=1)} for i, t in enumerate(token_ids)]
+    completion = CompletionOutput(index=0, text="", token_ids=token_ids, cumulative_logprob=None,
+                                  logprobs=logprobs, finish_reason="length")
+    completion.num_preempted = 2  # type: ignore[attr-defined]  # vLLM sets it when it preempted the request
+    return OmniRequestOutput(request_id="r", stage_id=0, prompt_token_ids=prompt_ids, outputs=[completion],
+                             finished=True, num_cached_tokens=3, **fields)
+
+
+def _recording_omni(respond: Any = lambda *_: ()) -> Any:
+    from vllm import SamplingParams
+
+    from omni_rollout.vllm_omni.testing import RecordingAsyncOmni
+
+    return RecordingAsyncOmni([SamplingParams(max_tokens=1)], respond=respond)
+
+
+@needs_extras
+def test_verls_own_generate_runs_on_the_driver_with_verls_defaults() -> None:
+    """verl's ``vLLMHttpServer.generate`` (not a copy) serves our replica: its repetition
+    penalty, ignore_eos and full-determinism seed reach the policy stage, and its token
+    ids, log-probs, stop reason and preemption count come back."""
+    import asyncio
+
+    from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
+
+    from omni_trainer.verl_engine.rollout import VllmOmniHttpServer
+
+    assert VllmOmniHttpServer.generate is vLLMHttpServer.generate
+    pad = 151655  # a run of pads, which the processor's dedup collapses for vLLM to expand again
+    prompt = [1, pad, pad, pad, 2]
+    omni = _recording_omni(lambda *_: [_request_output(prompt, [7, 8, 9])])
+
+    def dedup(ids: list[int]) -> list[int]:
+        return [t for i, t in enumerate(ids) if not (t == pad and i and ids[i - 1] == pad)]
+
+    server = _server(omni, dedup=dedup, repetition_penalty=1.3, ignore_eos=True, full_determinism=True, seed=40)
+    result = asyncio.run(server.generate(prompt_ids=prompt, sampling_params={"temperature": 0.7, "logprobs": True},
+                                         request_id="req-1", image_data=["img"]))
+    call = omni.calls[0][1]
+    (policy,) = call["sampling_params_list"]
+    assert (policy.repetition_penalty, policy.ignore_eos, policy.temperature) == (1.3, True, 0.7)
+    assert policy.seed == 42  # replica_rank 2 + seed 40, verl's per-replica seed
+    assert policy.logprobs == 0 and policy.max_tokens == 16  # verl: sampled-token log-probs, response_length
+    assert call["prompt"] == {"prompt_token_ids": [1, pad, 2], "multi_modal_data": {"image": ["img"]}}
+    assert call["request_id"] == "req-1"
+    assert result.token_ids == [7, 8, 9] and result.log_probs == [-0.25, -0.5, -0.75]
+    assert result.stop_reason == "completed" and result.num_preempted == 2
+    assert result.extra_fields == {"global_steps": 5, "num_cached_tokens": 3}
+
+
+@needs_extras
+def test_verls_teacher_request_gets_prompt_logprobs_checked_against_its_ids() -> None:
+    """A distillation teacher (``max_tokens=1``, ``prompt_logprobs=0``): verl extracts the
+    rows; the driver refuses an engine that scored a different sequence."""
+    import asyncio
+
+    from vllm.logprobs import Logprob
+
+    from omni_rollout.vllm_omni import PromptLogprobsError
+
+    sequence = [11, 12, 13, 14]
+    # Position p holds its own token first, log-prob -p / 10 (vLLM has none for position 0).
+    entries = [None] + [{t: Logprob(logprob=-p / 10, rank=p)} for p, t in enumerate(sequence) if p]
+    good = _request_output(sequence, [5], prompt_logprobs=entries)
+    server = _server(_recording_omni(lambda *_: [good]))
+    result = asyncio.run(server.generate(prompt_ids=sequence, sampling_params={"max_tokens": 1, "prompt_logprobs": 0},
+                                         request_id="t"))
+    # Row i is about token i + 1; a zero row pads the end (verl's layout).
+    assert result.extra_fields["prompt_ids"] == [[12], [13], [14], [0]]
+    assert result.extra_fields["prompt_logprobs"] == [[-0.1], [-0.2], [-0.3], [0.0]]
+    shifted = _request_output(sequence + [15], [5], prompt_logprobs=entries + [{15: Logprob(logprob=-1.0, rank=1)}])
+    server = _server(_recording_omni(lambda *_: [shifted]))
+    with pytest.raises(PromptLogprobsError, match="expanded the media placeholders differently"):
+        asyncio.run(server.generate(prompt_ids=sequence, sampling_params={"max_tokens": 1, "prompt_logprobs": 0},
+                                    request_id="t"))
+
+
+@needs_extras
+def test_verls_abort_wake_and_cache_clearing_run_on_the_driver() -> None:
+    """Defect 8: verl's ``abort_all_requests`` reads ``engine.output_processor`` and its
+    ``wake_up`` / ``clear_kv_cache`` call ``reset_prefix_cache``, which AsyncOmni only logs;
+    on the driver each makes the clearing call."""
+    import asyncio
+    from types import SimpleNamespace as State
+
+    from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
+
+    from omni_trainer.verl_engine.rollout import VllmOmniHttpServer
+
+    for name in ("abort_all_requests", "wake_up", "sleep", "clear_kv_cache", "collective_rpc",
+                 "wait_for_requests_to_drain", "resume_generation"):
+        assert getattr(VllmOmniHttpServer, name) is getattr(vLLMHttpServer, name), name  # verl's, unchanged
+    omni = _recording_omni()
+    server = _server(omni)
+    omni.request_states["req-3-abc"] = State(request_id="req-3-abc", external_request_id="req-3")
+    aborted = asyncio.run(server.abort_all_requests())
+    assert aborted == {"aborted_count": 1, "request_ids": ["req-3-abc"]}
+    assert omni.calls == [("pause_generation", {"mode": "abort", "clear_cache": True, "stage_ids": None})]
+    omni.request_states.clear()
+
+    omni.calls.clear()
+    asyncio.run(server.sleep())  # colocated: level 1 (our _resolve_sleep_level; AsyncOmni cannot wake from 2)
+    asyncio.run(server.wake_up())
+    # wake -> scheduling resumes once all is awake (vLLM's engine core does so) -> the cache
+    # clearing call on the policy stage, which restores the running state it found.
+    assert omni.names() == ["sleep", "wake_up", "resume_generation", "pause_generation", "resume_generation"]
+    assert omni.calls[0][1]["level"] == 1
+    assert omni.calls[3][1] == {"mode": "abort", "clear_cache": True, "stage_ids": [0]}
+    assert not omni.paused
+
+    omni.calls.clear()
+    asyncio.run(server.clear_kv_cache())  # after every weight update
+    assert omni.names() == ["pause_generation", "resume_generation", "reset_mm_cache",
+                            "pause_generation", "resume_generation"]
+    assert not any("no-op" in name for name in omni.names())
+    asyncio.run(server.wait_for_requests_to_drain())  # nothing in flight: returns
+
+
+@needs_extras
+def test_verls_weight_sync_rpc_reaches_the_sync_stages_and_failures_raise() -> None:
+    import asyncio
+
+    omni = _recording_omni()
+    server = _server(omni)
+    asyncio.run(server.collective_rpc("update_weights_from_ipc", kwargs={"use_shm": False}))
+    assert omni.calls[0][1]["stage_ids"] == [0] and omni.calls[0][1]["kwargs"] == {"use_shm": False}
+    omni.rpc_results["update_weights_from_ipc"] = [{"supported": False, "error": "boom"}]  # the stage pool's shape
+    with pytest.raises(RuntimeError, match="boom"):
+        asyncio.run(server.collective_rpc("update_weights_from_ipc"))
+
+
+@needs_extras
+def test_abort_request_goes_through_the_driver() -> None:
+    import asyncio
+    from types import SimpleNamespace as State
+
+    omni = _recording_omni()
+    server = _server(omni)
+    assert asyncio.run(server.abort_request("nope"))["aborted"] is False
+    omni.request_states["req-9-abc"] = State(request_id="req-9-abc", external_request_id="req-9")
+    assert asyncio.run(server.abort_request("req-9")) == {"aborted": True, "request_id": "req-9"}
+    assert omni.calls == [("abort", {"request_id": "req-9"})]
 
 
 @needs_extras
 def test_server_overrides_cover_what_asyncomni_lacks() -> None:
-    import asyncio
-    from types import SimpleNamespace
-
     from transformers import Qwen3OmniMoeConfig
     from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
 
@@ -173,19 +352,14 @@ def test_server_overrides_cover_what_asyncomni_lacks() -> None:
     assert server.model_config.hf_config is hf_config
 
     assert server._resolve_sleep_level() == 1  # AsyncOmni cannot wake from level 2
-
-    server.engine, server.sync_stages = _FakeStages([[None]]), [0]
-    asyncio.run(server.wait_for_requests_to_drain())  # AsyncOmni has no such method; verl calls it
-    asyncio.run(server.collective_rpc("update_weights_from_ipc", kwargs={"use_shm": False}))
-    assert server.engine.calls[0]["stage_ids"] == [0]
-    server.engine = _FakeStages([{"supported": False, "error": "boom"}])  # the stage pool's failure shape
-    with pytest.raises(RuntimeError, match="boom"):
-        asyncio.run(server.collective_rpc("update_weights_from_ipc"))
+    # Everything else verl calls on self.engine is the driver's (tests above).
+    overridden = {name for name in vars(VllmOmniHttpServer) if not name.startswith("__")}
+    assert overridden == {"_post_init", "_validate_configs", "_resolve_sleep_level", "_get_engine_kwargs_key",
+                          "_preprocess_engine_kwargs", "run_server", "abort_request"}
 
 
 @needs_extras
 def test_deploy_options_round_the_lora_rank_as_verl_does() -> None:
-    from types import SimpleNamespace
 
     from omni_trainer.verl_engine.rollout import _lora_rank, deploy_options
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +50,17 @@ def write_dataset(root: Path, media: Any) -> None:
         rec(13, path={"image": str(root.parent / "outside.wav"), "audio": "media/clip.wav"}),  # absolute escape
         rec(14, path={"image": "media/img.png", "audio": "media/link.wav"}),  # symlink escape
         "not a record",  # invalid_record
+        rec(15, solution="<answer> </answer>"),  # blank_answer_label
+        rec(16, solution=""),  # blank_answer_label
+        {k: v for k, v in rec(17).items() if k != "solution"},  # blank_answer_label (missing)
+        rec(18, solution="<answer>c</answer>"),  # kept: the letter upper-cased
     ]
     (root / "train.json").write_text(json.dumps(train))
-    (root / "validation.json").write_text(json.dumps([rec(20, solution="<answer>A</answer>")]))
+    # Validation media of its own (other pixels, a longer clip): nothing leaks.
+    media.picture(seed=1).save(root / "media" / "val.png")
+    media.wav(root / "media" / "val.wav", seconds=2.0)
+    validation = [rec(20, solution="<answer>A</answer>", path={"image": "media/val.png", "audio": "media/val.wav"})]
+    (root / "validation.json").write_text(json.dumps(validation))
 
 
 def test_converts_with_every_drop_reason(tmp_path: Path, media: Any, capsys: pytest.CaptureFixture[str]) -> None:
@@ -60,8 +69,9 @@ def test_converts_with_every_drop_reason(tmp_path: Path, media: Any, capsys: pyt
     assert main(["avqa", "--input", str(root), "--output-dir", str(tmp_path / "out")]) == 0
     printed = capsys.readouterr().out
     assert (
-        "train: read 15, kept 2, dropped 13 (empty_problem=1, invalid_options=2, invalid_record=1, "
-        "invalid_solution=2, missing_audio=2, missing_image=1, path_traversal=3, unsupported_modality=1)" in printed
+        "train: read 19, kept 3, dropped 16 (blank_answer_label=3, empty_problem=1, invalid_options=2, "
+        "invalid_record=1, invalid_solution=2, missing_audio=2, missing_image=1, path_traversal=3, "
+        "unsupported_modality=1)" in printed
     )
     assert "validation: read 1, kept 1, dropped 0 (none)" in printed
 
@@ -77,6 +87,8 @@ def test_converts_with_every_drop_reason(tmp_path: Path, media: Any, capsys: pyt
     assert message["content"].endswith(avqa.INSTRUCTION)
     assert first["reward_model"] == {"style": "rule", "ground_truth": "<answer>B</answer>"}
     assert rows[1]["reward_model"]["ground_truth"] == "<answer>D</answer>"  # whitespace normalised
+    assert rows[2]["reward_model"]["ground_truth"] == "<answer>C</answer>"  # letter upper-cased
+    assert rows[2]["extra_info"]["answer"] == "C"
     info = first["extra_info"]
     assert (info["split"], info["index"], info["problem_id"], info["answer"]) == ("train", 0, "1", "B")
     assert json.loads(info["options"]) == {"A": "a dog barking", "B": "a car horn", "C": "rain", "D": "a piano"}
@@ -97,3 +109,45 @@ def test_split_that_loses_every_row_still_writes_a_file(tmp_path: Path) -> None:
     report = avqa.convert(tmp_path / "raw", tmp_path / "out")
     assert report.splits["train"].kept == 0
     assert pq.read_table(tmp_path / "out" / "train.parquet").num_rows == 0
+
+
+def write_leaky_dataset(root: Path, media: Any) -> None:
+    """Train rows 1-2 reuse validation media under other names (same bytes); row 3 does not."""
+    (root / "media").mkdir(parents=True)
+    media.picture(seed=0).save(root / "media" / "val.png")
+    media.wav(root / "media" / "val.wav", seconds=1.0)
+    media.picture(seed=1).save(root / "media" / "own.png")
+    media.wav(root / "media" / "own.wav", seconds=1.5)
+    shutil.copy(root / "media" / "val.png", root / "media" / "copy_of_val.png")
+    shutil.copy(root / "media" / "val.wav", root / "media" / "copy_of_val.wav")
+    train = [
+        rec(1, path={"image": "media/copy_of_val.png", "audio": "media/own.wav"}),  # image leaks
+        rec(2, path={"image": "media/own.png", "audio": "media/copy_of_val.wav"}),  # audio leaks
+        rec(3, path={"image": "media/own.png", "audio": "media/own.wav"}),
+    ]
+    validation = [rec(10, path={"image": "media/val.png", "audio": "media/val.wav"})]
+    (root / "train.json").write_text(json.dumps(train))
+    (root / "validation.json").write_text(json.dumps(validation))
+
+
+def test_strict_split_drops_train_rows_sharing_media_content_with_validation(
+    tmp_path: Path, media: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "AVQA_R1"
+    write_leaky_dataset(root, media)
+    assert main(["avqa", "--input", str(root), "--output-dir", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    assert "train: read 3, kept 1, dropped 2 (shares_media_with_eval=2)" in printed
+    assert "validation: read 1, kept 1, dropped 0 (none)" in printed
+    train = pq.read_table(tmp_path / "out" / "train.parquet").to_pylist()
+    assert [row["extra_info"]["problem_id"] for row in train] == ["3"]
+
+
+def test_no_strict_split_keeps_the_shared_rows(tmp_path: Path, media: Any) -> None:
+    root = tmp_path / "AVQA_R1"
+    write_leaky_dataset(root, media)
+    report = avqa.convert(root, tmp_path / "out", strict_split=False)
+    assert (report.splits["train"].kept, report.splits["train"].dropped) == (3, {})
+    argv = ["avqa", "--input", str(root), "--output-dir", str(tmp_path / "cli"), "--no-strict-split"]
+    assert main(argv) == 0
+    assert pq.read_table(tmp_path / "cli" / "train.parquet").num_rows == 3

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import os
+from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
@@ -67,7 +69,7 @@ def test_missing_column_names_the_file(tmp_path: Path) -> None:
 def test_empty_input_directory_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "raw").mkdir()
     assert main(["gsm8k", "--input", str(tmp_path / "raw"), "--output-dir", str(tmp_path / "o")]) == 2
-    assert "No .parquet/.jsonl files under" in capsys.readouterr().err
+    assert "No GSM8K main split files under" in capsys.readouterr().err
 
 
 def test_runs_as_a_module(tmp_path: Path) -> None:
@@ -83,3 +85,117 @@ def test_runs_as_a_module(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("[gsm8k]\n  test: read 2, kept 2")
     assert (tmp_path / "out" / "train.parquet").is_file()
+
+
+def jsonl(path: Path, records: list[dict[str, str]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+
+
+def problems(prefix: str, count: int, socratic: bool = False) -> list[dict[str, str]]:
+    """GSM8K-shaped records; the socratic answers carry sub-questions, as the real ones do."""
+    step = "How many in all? ** " if socratic else ""
+    return [
+        {"question": f"{prefix} question {i}: {i} + 1?", "answer": f"{step}{i}+1={i + 1}\n#### {i + 1}"}
+        for i in range(count)
+    ]
+
+
+def write_openai_layout(data: Path) -> None:
+    """grade_school_math/data as OpenAI's repository has it (smaller)."""
+    jsonl(data / "train.jsonl", problems("train", 7))
+    jsonl(data / "test.jsonl", problems("test", 3))
+    jsonl(data / "train_socratic.jsonl", problems("train", 7, socratic=True))
+    jsonl(data / "test_socratic.jsonl", problems("test", 3, socratic=True))
+    # Model samples of the test questions: no "answer" field; not a split.
+    samples = [{"question": r["question"], "ground_truth": r["answer"], "model_solution": "..."}
+               for r in problems("test", 3)]
+    jsonl(data / "example_model_solutions.jsonl", samples)
+
+
+def converted(out: Path, split: str) -> list[dict[str, object]]:
+    return pq.read_table(out / f"{split}.parquet").to_pylist()
+
+
+def assert_no_duplicates(rows: list[dict[str, object]]) -> None:
+    questions = Counter(row["extra_info"]["question"] for row in rows)  # type: ignore[index]
+    assert max(questions.values()) == 1, questions.most_common(3)
+
+
+def test_openai_data_directory_converts_main_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_openai_layout(tmp_path / "data")
+    assert main(["gsm8k", "--input", str(tmp_path / "data"), "--output-dir", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    assert "train: read 7, kept 7, dropped 0 (none)" in printed
+    assert "test: read 3, kept 3, dropped 0 (none)" in printed
+    assert "skipped example_model_solutions.jsonl: not a GSM8K split file" in printed
+    assert "skipped train_socratic.jsonl: socratic config (convert it with --config socratic)" in printed
+    assert "skipped test_socratic.jsonl: socratic config" in printed
+    for split in ("train", "test"):
+        rows = converted(tmp_path / "out", split)
+        assert_no_duplicates(rows)
+        assert not any("**" in row["extra_info"]["answer"] for row in rows)  # type: ignore[index]
+
+
+def test_openai_data_directory_converts_socratic_when_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_openai_layout(tmp_path / "data")
+    argv = ["gsm8k", "--input", str(tmp_path / "data"), "--output-dir", str(tmp_path / "out"), "--config", "socratic"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "train: read 7, kept 7" in printed and "test: read 3, kept 3" in printed
+    assert "skipped train.jsonl: main config (convert it with --config main)" in printed
+    rows = converted(tmp_path / "out", "train")
+    assert_no_duplicates(rows)
+    assert all("**" in row["extra_info"]["answer"] for row in rows)  # type: ignore[index]
+
+
+def test_hugging_face_layout_keeps_the_configs_apart(tmp_path: Path) -> None:
+    root = tmp_path / "gsm8k"
+    for config, socratic in (("main", False), ("socratic", True)):
+        (root / config).mkdir(parents=True)
+        train = problems("train", 6, socratic)
+        # two shards of one split: read together, in shard order
+        pq.write_table(pa.Table.from_pylist(train[:4]), root / config / "train-00000-of-00002.parquet")
+        pq.write_table(pa.Table.from_pylist(train[4:]), root / config / "train-00001-of-00002.parquet")
+        pq.write_table(pa.Table.from_pylist(problems("test", 2, socratic)), root / config / "test-00000-of-00001.parquet")
+    (root / "README.md").write_text("dataset card")
+    report = gsm8k.convert(root, tmp_path / "main")
+    assert (report.splits["train"].kept, report.splits["test"].kept) == (6, 2)
+    assert report.skipped["README.md"] == "not a GSM8K split file"
+    assert report.skipped["socratic/train-00000-of-00002.parquet"].startswith("socratic config")
+    rows = converted(tmp_path / "main", "train")
+    assert [row["extra_info"]["index"] for row in rows] == list(range(6))
+    assert [row["reward_model"]["ground_truth"] for row in rows] == [str(i + 1) for i in range(6)]
+    assert not any("**" in row["extra_info"]["answer"] for row in rows)  # type: ignore[index]
+
+    socratic = gsm8k.convert(root, tmp_path / "socratic", config="socratic")
+    assert socratic.splits["train"].kept == 6
+    assert all("**" in row["extra_info"]["answer"] for row in converted(tmp_path / "socratic", "train"))  # type: ignore[index]
+
+
+def test_one_split_in_two_places_is_an_error_not_a_merge(tmp_path: Path) -> None:
+    jsonl(tmp_path / "raw" / "train.jsonl", problems("train", 2))
+    (tmp_path / "raw" / "main").mkdir()
+    pq.write_table(pa.Table.from_pylist(problems("train", 2)), tmp_path / "raw" / "main" / "train-00000-of-00001.parquet")
+    with pytest.raises(InputFormatError, match=r"main train split is in 2 places .*Point --input at one copy"):
+        gsm8k.convert(tmp_path / "raw", tmp_path / "out")
+
+
+def test_a_socratic_file_in_a_main_folder_is_skipped(tmp_path: Path) -> None:
+    jsonl(tmp_path / "raw" / "main" / "train.jsonl", problems("train", 2))
+    jsonl(tmp_path / "raw" / "main" / "train_socratic.jsonl", problems("train", 2, socratic=True))
+    report = gsm8k.convert(tmp_path / "raw", tmp_path / "out")
+    assert report.splits["train"].kept == 2
+    assert report.skipped == {"main/train_socratic.jsonl": "a socratic file in a main folder"}
+
+
+@pytest.mark.skipif(
+    not os.environ.get("OMNI_GSM8K_DATA_DIR"),
+    reason="set OMNI_GSM8K_DATA_DIR to grade-school-math's grade_school_math/data to run",
+)
+def test_real_grade_school_math_data_directory(tmp_path: Path) -> None:
+    report = gsm8k.convert(Path(os.environ["OMNI_GSM8K_DATA_DIR"]), tmp_path)
+    assert (report.splits["train"].kept, report.splits["test"].kept) == (7473, 1319)
+    assert sum(sum(split.dropped.values()) for split in report.splits.values()) == 0
+    for split in ("train", "test"):
+        assert_no_duplicates(converted(tmp_path, split))

@@ -15,7 +15,7 @@ from omni_contracts import RegistrationError
 from omni_qwen3.rollout_adapter import Qwen3OmniRolloutAdapter
 from omni_qwen3.vllm_pipeline import THINKER_TALKER_PIPELINE, register_thinker_talker_pipeline
 
-pytest.importorskip("vllm_omni")
+pytest.importorskip("vllm_omni", reason="needs the gpu extra (uv sync --extra distributed --extra gpu)")
 
 GOLDEN = (Path(__file__).resolve().parents[2]
           / "omni-rollout/tests/golden/qwen3_omni_moe_thinker_talker.json")

@@ -65,7 +65,15 @@ def verl_scorers() -> SimpleNamespace:
         except Exception:
             return 0.0
 
-    return SimpleNamespace(gsm8k=gsm8k.compute_score, math=math_reference)
+    def verify_boxed(boxed_truth: str, solution_str: str) -> float:
+        try:
+            return float(math_verify._verify_in_subprocess(boxed_truth, solution_str))
+        except Exception:
+            return 0.0
+
+    return SimpleNamespace(
+        gsm8k=gsm8k.compute_score, math=math_reference, verify_boxed=verify_boxed
+    )
 
 
 # --- scorers that misbehave, and a manager that runs them -------------------------------
@@ -114,6 +122,8 @@ class ScoringService:
     required_token: str | None = None
     delay_s: float = 0.0
     raw_answer: bytes | None = None  # answer this instead of scores
+    trickle_s: float = 0.0  # send the answer's body one byte per this many seconds
+    close_after_answer: bool = False  # close the socket after answering, keep-alive promised
     requests: list[dict[str, Any]] = field(default_factory=list)
     client_ports: set[int] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -147,6 +157,9 @@ class _Handler(BaseHTTPRequestHandler):
                 for r in body["requests"]
             ]
             self._send(200, json.dumps({"results": results}).encode())
+        if service.close_after_answer:
+            # Silently, as a server whose keep-alive expired does: no "Connection: close".
+            self.close_connection = True
 
     def _send(self, status: int, payload: bytes) -> None:
         try:
@@ -154,9 +167,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
-            self.wfile.write(payload)
+            if not self.service.trickle_s:
+                self.wfile.write(payload)
+                return
+            for position in range(len(payload)):
+                self.wfile.write(payload[position : position + 1])
+                self.wfile.flush()
+                threading.Event().wait(self.service.trickle_s)
         except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (the timeout test); nothing to answer
+            self.close_connection = True  # the client gave up (the timeout tests)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass

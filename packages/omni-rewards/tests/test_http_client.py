@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
+
+from omni_rewards import http_client
 
 from omni_rewards import (
     HttpScorerClient,
@@ -52,6 +56,60 @@ def test_transient_failures_are_retried(scoring_service) -> None:
     assert len(scoring_service.requests) == 4
 
 
+def test_408_and_every_5xx_are_retried(scoring_service) -> None:
+    # The module documents "408/429/5xx": 408 and 5xx codes beyond 500/502/503/504 included.
+    scoring_service.fail_next = [408, 501, 505, 520, 599]
+    with client_for(scoring_service.url, max_retries=5) as client:
+        assert client.compute_score("openai/gsm8k", "#### 3", "3")["score"] == 1.0
+    assert len(scoring_service.requests) == 6
+
+
+def test_timeout_bounds_the_whole_request_not_each_read(scoring_service) -> None:
+    # The answer (~30 bytes) comes a byte every 0.1 s: every single read is quick, the
+    # whole takes ~3 s. A 1 s timeout must end the attempt after ~1 s.
+    scoring_service.trickle_s = 0.1
+    with client_for(scoring_service.url, timeout_s=1.0, max_retries=0) as client:
+        start = time.monotonic()
+        with pytest.raises(RemoteScorerError, match=r"timed out: .*timeout_s=1 s"):
+            client.compute_score("openai/gsm8k", "#### 3", "3")
+        elapsed = time.monotonic() - start
+    assert 0.9 <= elapsed < 1.8, elapsed
+
+
+def test_a_trickling_answer_inside_the_timeout_is_read_whole(scoring_service) -> None:
+    scoring_service.trickle_s = 0.005
+    with client_for(scoring_service.url, timeout_s=5.0, max_retries=0) as client:
+        assert client.compute_score("openai/gsm8k", "#### 3", "3") == {
+            "score": 1.0,
+            "accuracy": 1.0,
+        }
+
+
+def test_a_keep_alive_connection_the_server_closed_is_reopened(scoring_service) -> None:
+    # The server drops each connection after answering without saying so; with no retries
+    # allowed, the second request can only succeed if the dead connection is not counted.
+    scoring_service.close_after_answer = True
+    with client_for(scoring_service.url, max_retries=0, pool_size=1) as client:
+        for _ in range(3):
+            assert client.compute_score("openai/gsm8k", "#### 3", "3")["score"] == 1.0
+    assert len(scoring_service.requests) == 3
+    assert len(scoring_service.client_ports) == 3
+
+
+def test_a_connection_closed_while_in_use_is_reopened_once(
+    scoring_service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The server closes the idle connection after the client's liveness check passed (a
+    # race the check cannot see): the send or the read on it fails, and the request goes
+    # again on a new connection, without spending a retry.
+    monkeypatch.setattr(http_client, "_looks_open", lambda connection: True)
+    scoring_service.close_after_answer = True
+    with client_for(scoring_service.url, max_retries=0, pool_size=1) as client:
+        for _ in range(3):
+            assert client.compute_score("openai/gsm8k", "#### 3", "3")["score"] == 1.0
+    assert len(scoring_service.requests) == 3
+
+
 def test_retries_are_bounded(scoring_service) -> None:
     scoring_service.fail_next = [503] * 10
     with client_for(scoring_service.url, max_retries=2) as client:
@@ -94,7 +152,7 @@ def test_bearer_token_comes_from_the_environment(
 def test_a_slow_service_times_out_and_is_retried(scoring_service) -> None:
     scoring_service.delay_s = 0.5
     with client_for(scoring_service.url, timeout_s=0.1, max_retries=1) as client:
-        timed_out = r"failed 2 times; last error: (TimeoutError|timeout)"
+        timed_out = r"failed 2 times; last error: timed out: no complete answer within timeout_s=0.1 s"
         with pytest.raises(RemoteScorerError, match=timed_out):
             client.compute_score("openai/gsm8k", "#### 3", "3")
 

@@ -46,7 +46,27 @@ def test_scores_equal_compute_score_in_input_order(manager: RewardManager) -> No
     assert result.metrics["reward/timeouts"] == result.metrics["reward/errors"] == 0
     # gsm8k: one of the two samples is right
     assert result.metrics["reward/openai/gsm8k/score/mean"] == 0.5
-    assert result.metrics["reward/mmk12/format_reward/mean"] == pytest.approx(0.75)
+    # mmk12: one pair with a box (0.3), one pair without (0.15): mean 0.225, as logged
+    assert result.metrics["reward/mmk12/format_reward/mean"] == pytest.approx(0.225)
+    assert result.metrics["reward/data_problems"] == 0
+
+
+def test_malformed_data_is_scored_and_counted(
+    manager: RewardManager, caplog: pytest.LogCaptureFixture
+) -> None:
+    bad_options = ("mmk12", "<answer>\\boxed{45}</answer>", "B", {"options": "{A: 30}"})
+    blank_label = ("avqa_r1_6k", "<answer></answer>", "<answer> </answer>", None)
+    rows = [*MIXED, bad_options, bad_options, blank_label]
+    with caplog.at_level(logging.WARNING, logger="omni_rewards"):
+        result = manager.score_batch(*columns(rows))
+    assert {o.status for o in result.outcomes} == {"ok"}
+    # malformed options: no partial credit, format 0.3 -> 0.3 / 1.3; blank label: 0
+    assert result.scores[-3:] == [pytest.approx(0.3 / 1.3)] * 2 + [0.0]
+    assert result.metrics["reward/data_problems"] == 3
+    assert result.metrics["reward/data_problems/mmk12"] == 2
+    assert result.metrics["reward/data_problems/avqa_r1_6k"] == 1
+    assert result.metrics["reward/data_problems/openai/gsm8k"] == 0
+    assert "3 samples in this batch have malformed data" in caplog.text
 
 
 def test_a_pathological_sample_is_cut_off_and_the_batch_completes(

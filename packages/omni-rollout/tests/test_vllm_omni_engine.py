@@ -1,4 +1,5 @@
-"""The engine wrapper against a stand-in for ``vllm_omni.AsyncOmni`` that records calls.
+"""The engine wrapper (over the one driver) against a stand-in for ``vllm_omni.AsyncOmni``
+that records calls.
 
 The real engine runs in tests/gpu/test_vllm_omni_rollout.py, and
 test_vllm_omni_upstream_api.py checks that the real AsyncOmni still takes the calls made
@@ -84,6 +85,9 @@ class FakeAsyncOmni:
     num_stages: int = 1
     calls: list[tuple[Any, ...]] = field(default_factory=list)
     rpc_results: list[Any] = field(default_factory=lambda: [[None]])
+    request_states: dict[str, Any] = field(default_factory=dict)
+    paused: bool = False
+    sleeping: set[str] = field(default_factory=set)
 
     @property
     def default_sampling_params_list(self) -> list[Any]:
@@ -91,7 +95,7 @@ class FakeAsyncOmni:
 
     async def generate(self, prompt: dict[str, Any], *, request_id: str,
                        sampling_params_list: list[Any], lora_request: Any = None,
-                       ) -> AsyncIterator[Output]:
+                       priority: int = 0) -> AsyncIterator[Output]:
         self.calls.append(("generate", request_id, sampling_params_list, lora_request))
         first = prompt["prompt_token_ids"][0]
         await asyncio.sleep(0.001 * (10 - first % 10))  # finish out of submission order
@@ -102,19 +106,29 @@ class FakeAsyncOmni:
     async def pause_generation(self, *, mode: str = "abort", clear_cache: bool = True,
                                stage_ids: list[int] | None = None) -> None:
         self.calls.append(("pause_generation", mode, stage_ids))
+        self.paused = True
 
     async def sleep(self, stage_ids: list[int] | None = None, level: int = 2,
                     mode: str = "abort") -> list[Any]:
         self.calls.append(("sleep", level, stage_ids))
+        self.paused, self.sleeping = True, {"weights", "kv_cache"}
         return []
 
     async def wake_up(self, stage_ids: list[int] | None = None,
                       tags: list[str] | None = None) -> list[Any]:
         self.calls.append(("wake_up", tags, stage_ids))
+        self.sleeping -= set(tags or self.sleeping)
         return []
+
+    async def is_sleeping(self) -> bool:
+        return bool(self.sleeping)
+
+    async def is_paused(self) -> bool:
+        return self.paused
 
     async def resume_generation(self, stage_ids: list[int] | None = None) -> None:
         self.calls.append(("resume_generation", stage_ids))
+        self.paused = False
 
     async def collective_rpc(self, method: str, timeout: float | None = None,
                              args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None,

@@ -1,14 +1,16 @@
-"""The vLLM / vLLM-Omni 0.28 calls the engine makes still exist with the same shape.
+"""The vLLM / vLLM-Omni 0.28 calls the driver makes still exist with the same shape, and the
+undocumented behaviour ``omni_rollout.vllm_omni.compat`` relies on is still there.
 
-test_vllm_omni_engine.py drives the engine against a fake; this module binds the exact
-arguments the engine passes to the real classes' signatures, so an upstream rename or
-signature change fails here, on CPU, instead of on a GPU run. Importing vllm_omni takes
+test_vllm_omni_driver.py and test_vllm_omni_engine.py drive the code against fakes; this
+module binds the exact arguments passed (and the recording fake's signatures) to the real
+classes, so an upstream rename or change fails here, on CPU, instead of on a GPU run. Importing vllm_omni takes
 one to two minutes on CPU; keep the checks in this one module. Skipped without the gpu
 extra.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +18,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("vllm_omni")
+pytest.importorskip("vllm_omni", reason="needs the gpu extra (uv sync --extra distributed --extra gpu)")
 
 
 def bind(function: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
@@ -42,14 +44,23 @@ def test_async_omni_takes_the_engines_calls() -> None:
     assert "lora_request" not in inspect.signature(Omni.generate).parameters, (
         "vLLM-Omni's offline Omni.generate now takes lora_request; the engine could use Omni."
     )
-    # The control plane, exactly as VllmOmniEngine._execute_step calls it.
+    bind(AsyncOmni.generate, {"prompt_token_ids": [1]}, request_id="r",
+         sampling_params_list=[None], lora_request=None, priority=0)
+    # The control plane, exactly as VllmOmniDriver calls it.
     calls: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
         "pause_generation": ((), {"mode": "abort", "clear_cache": True, "stage_ids": None}),
         "sleep": ((), {"stage_ids": None, "level": 1, "mode": "abort"}),
         "wake_up": ((), {"stage_ids": None, "tags": ["weights"]}),
         "resume_generation": ((), {"stage_ids": None}),
-        "collective_rpc": (("reload_weights",), {
-            "kwargs": {"weights_path": "/x", "is_checkpoint_format": True}, "stage_ids": [0]}),
+        "is_paused": ((), {}),
+        "is_sleeping": ((), {}),
+        "abort": (("r",), {}),
+        "reset_mm_cache": ((), {}),
+        "start_profile": ((), {"profile_prefix": None}),
+        "stop_profile": ((), {}),
+        "collective_rpc": ((), {"method": "reload_weights", "timeout": None, "args": (),
+                                "kwargs": {"weights_path": "/x", "is_checkpoint_format": True},
+                                "stage_ids": [0]}),
     }
     for name, (args, kwargs) in calls.items():
         method = getattr(AsyncOmni, name)
@@ -77,17 +88,117 @@ def test_stage_workers_reload_weights_from_a_path() -> None:
 def test_vllm_objects_the_engine_builds(tmp_path: Path) -> None:
     from vllm.sampling_params import RequestOutputKind
 
-    from omni_rollout.vllm_omni.engine import PolicySampling, ServedLora, _final_only
+    from omni_rollout.vllm_omni.driver import final_only
+    from omni_rollout.vllm_omni.engine import PolicySampling, ServedLora
 
     params = PolicySampling(n=4, temperature=0.7, top_k=0, max_tokens=8, seed=3,
                             stop_token_ids=(2,)).to_vllm(seed_offset=2)
     assert (params.n, params.seed, params.logprobs, params.stop_token_ids) == (1, 5, 0, [2])
     assert params.output_kind == RequestOutputKind.FINAL_ONLY
     default = type(params)(max_tokens=4)
-    final = _final_only(default)
+    final = final_only(default)
     assert final.output_kind == RequestOutputKind.FINAL_ONLY
     assert default.output_kind == RequestOutputKind.CUMULATIVE  # the engine's copy only
 
     lora = ServedLora("omni-rl-policy-v3", 3, tmp_path).to_vllm()
     assert (lora.lora_name, lora.lora_int_id, lora.lora_path) == (
         "omni-rl-policy-v3", 3, str(tmp_path))
+
+
+# ---- the recording fake and the compat module -------------------------------------------
+
+
+def test_the_recording_fake_takes_what_the_real_async_omni_takes() -> None:
+    """Each fake method's parameters are the real method's (names, kinds, defaults), so
+    the CPU tests cannot call AsyncOmni in a way it would refuse."""
+    from vllm_omni.entrypoints.async_omni import AsyncOmni
+
+    from omni_rollout.vllm_omni.testing import RecordingAsyncOmni
+
+    state = {f.name for f in dataclasses.fields(RecordingAsyncOmni)} | {"names"}
+    methods = {name: fake for name, fake in vars(RecordingAsyncOmni).items()
+               if inspect.isfunction(fake) and not name.startswith("_") and name not in state}
+    assert len(methods) == 15, sorted(methods)
+    for name, fake in methods.items():
+        real = inspect.signature(getattr(AsyncOmni, name)).parameters
+        for parameter in inspect.signature(fake).parameters.values():
+            assert parameter.name in real, f"AsyncOmni.{name} has no parameter {parameter.name!r}"
+            upstream = real[parameter.name]
+            assert (parameter.kind, parameter.default) == (upstream.kind, upstream.default), (
+                f"AsyncOmni.{name}({parameter.name}) is {upstream}; the fake says {parameter}")
+
+
+def test_compat_request_states_is_asyncomnis_in_flight_table() -> None:
+    from vllm_omni.entrypoints.async_omni import AsyncOmni
+    from vllm_omni.entrypoints.client_request_state import ClientRequestState
+    from vllm_omni.entrypoints.omni_base import OmniBase
+
+    assert "self.request_states: dict[str, ClientRequestState] = {}" in inspect.getsource(OmniBase.__init__)
+    generate = inspect.getsource(AsyncOmni.generate)
+    assert "self.request_states[request_id] = req_state" in generate  # registered per request ...
+    assert "self._log_summary_and_cleanup(request_id)" in generate  # ... and removed when it ends
+    assert "self.request_states.pop(request_id" in inspect.getsource(OmniBase._log_summary_and_cleanup)
+    # An entry carries the caller's id, which AsyncOmni.abort matches.
+    assert "external_request_id" in inspect.signature(ClientRequestState.__init__).parameters
+    assert "s.external_request_id in request_ids" in inspect.getsource(AsyncOmni.abort)
+
+
+def test_compat_rpc_failure_shape_is_the_stage_pools() -> None:
+    from vllm_omni.engine.stage_pool import StagePool
+
+    from omni_rollout.vllm_omni.compat import rpc_failures
+
+    source = inspect.getsource(StagePool.collective_rpc)
+    assert '"supported": False' in source and '"error": error' in source
+    assert rpc_failures([[None], {"supported": False, "error": "x"}, {"todo": True}]) == [
+        {"supported": False, "error": "x"}]
+
+
+def test_compat_lora_reaches_stage_zero_only() -> None:
+    from vllm_omni.engine.async_omni_engine import AsyncOmniEngine
+
+    from omni_rollout.vllm_omni.compat import LORA_STAGE_ID
+
+    assert LORA_STAGE_ID == 0
+    # generate's lora_request goes into stage 0's input processing, with stage 0's params.
+    source = inspect.getsource(AsyncOmniEngine._build_add_request_message)
+    assert "params = effective_sampling_params_list[0]" in source
+    assert "self.input_processor.process_inputs(" in source and "lora_request=lora_request," in source
+
+
+def test_compat_cache_clearing_goes_through_pause_generation() -> None:
+    """Why the driver clears caches with pause_generation: AsyncOmni's reset_prefix_cache and
+    reset_encoder_cache only log, while pause_generation reaches EngineCore.pause_scheduler,
+    which resets the prefix, mm and encoder caches once idle. When upstream implements the
+    resets, this fails: call them directly instead."""
+    from vllm.v1.engine.core import EngineCore, EngineCoreProc
+    from vllm_omni.engine.stage_pool import StagePool
+    from vllm_omni.entrypoints.async_omni import AsyncOmni
+
+    for name in ("reset_prefix_cache", "reset_encoder_cache"):
+        assert "not yet supported" in inspect.getsource(getattr(AsyncOmni, name)), name
+    pause = inspect.getsource(AsyncOmni.pause_generation)
+    assert '"pause_scheduler"' in pause and '"clear_cache": clear_cache' in pause
+    assert "pause_scheduler" in StagePool._ENGINE_CORE_CONTROL_ASYNC_METHODS  # to EngineCore, not workers
+    assert "self._reset_caches()" in inspect.getsource(EngineCore.pause_scheduler)
+    assert "engine._reset_caches()" in inspect.getsource(EngineCoreProc.pause_scheduler)
+    reset = inspect.getsource(EngineCore._reset_caches)
+    assert all(f"self.{call}(" in reset for call in ("reset_prefix_cache", "reset_mm_cache", "reset_encoder_cache"))
+    resume = inspect.getsource(AsyncOmni.resume_generation)
+    assert '"resume_scheduler"' in resume and "self._paused = False" in resume
+
+
+def test_compat_sleep_facts_the_driver_relies_on() -> None:
+    """wake_up keeps AsyncOmni's admission gate closed after an AR sleep (the driver resumes
+    once nothing sleeps, as vLLM's EngineCore.wake_up does) and cannot wake from level 2."""
+    from vllm.v1.engine.core import EngineCore
+    from vllm_omni.entrypoints.async_omni import AsyncOmni
+
+    from omni_rollout.vllm_omni.compat import MAX_SLEEP_LEVEL
+
+    wake = inspect.getsource(AsyncOmni.wake_up)
+    assert "_hold_admission_until_resume" in wake
+    assert "_level2_sleeping" in wake and "NotImplementedError" in wake and MAX_SLEEP_LEVEL == 1
+    assert "self._hold_admission_until_resume = True" in inspect.getsource(AsyncOmni.sleep)
+    assert "self.resume_scheduler()" in inspect.getsource(EngineCore.wake_up)
+    assert "clear_prefix_cache = level >= 1" in inspect.getsource(EngineCore.sleep)

@@ -9,9 +9,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from omni_contracts import ModelPackageImportError, ModelPackageLoader, rollout_adapters, training_adapters
 from omni_trainer.subcommands import SUBCOMMANDS
+
+if TYPE_CHECKING:
+    from omni_trainer.config import Config
 
 DESCRIPTION = """\
 RL post-training for omni-modal models (GSPO/GRPO-style) on Qwen3-Omni and friends.
@@ -25,9 +29,11 @@ RL post-training for omni-modal models (GSPO/GRPO-style) on Qwen3-Omni and frien
 
 Other jobs: trainer convert | tiny | plan-memory | merge | model | doctor  (each with --help)
 
-Outputs go to trainer.default_local_dir (runs/<experiment_name>): config.yaml,
-metrics.jsonl, curve.png, checkpoints/, summary.txt. Rerunning the same command resumes
-from the latest checkpoint (trainer.resume_mode=disable starts over).
+Outputs go to trainer.default_local_dir (runs/<experiment_name>; the name defaults to
+<model>-<data>-<digest>): config.yaml, metrics.jsonl, curve.png, checkpoints/, summary.txt.
+Rerunning the same command resumes from the newest complete checkpoint;
+trainer.resume_mode=disable starts over and moves the earlier run to <dir>.previous.
+Ctrl-C stops at the end of the step, saves and exits (Ctrl-C again: quit without saving).
 """
 
 
@@ -65,6 +71,20 @@ def list_models(loader: ModelPackageLoader) -> int:
     return 0
 
 
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Errors a user's config, files or data cause: a message and exit status 2, no traceback."""
+    from omni_contracts import OmniContractError
+    from omni_data.errors import OmniDataError
+    from omni_rewards import UnknownDataSourceError
+    from omni_trainer.config import ConfigError
+    from omni_trainer.custom_reward import CustomRewardError
+    from omni_trainer.verl_engine.errors import MissingExtrasError
+    from omni_training.distillation import DistillationConfigError
+
+    return (ConfigError, OmniContractError, OmniDataError, UnknownDataSourceError, CustomRewardError,
+            MissingExtrasError, DistillationConfigError)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SUBCOMMANDS:
@@ -74,27 +94,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.list_models:
         return list_models(training_adapters.loader)
     from omni_trainer.config import ConfigError, load_config, to_yaml
+    from omni_trainer.preflight import preflight
 
     try:
         config = load_config(list(args.overrides))
+        warnings = preflight(config)  # before any model, tokenizer or dataset loads
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if args.print_config:
         print(to_yaml(config), end="")
         return 0
+    try:
+        return _train(config)
+    except user_errors() as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"interrupted: quit without saving; the newest checkpoint in {config.trainer.default_local_dir} "
+              "is kept (run the same command to resume from it)", file=sys.stderr)
+        return 130
+
+
+def _train(config: Config) -> int:
     if config.trainer.engine == "verl":
-        from omni_trainer.verl_engine.errors import MissingExtrasError
         from omni_trainer.verl_engine.launch import run as run_verl
 
-        try:
-            return run_verl(config)
-        except (MissingExtrasError, ConfigError) as exc:
-            print(exc, file=sys.stderr)
-            return 2
+        return run_verl(config)
     from omni_trainer.local_trainer import LocalTrainer
+    from omni_trainer.run_dir import prepare_run_dir
 
-    trainer = LocalTrainer(config)
+    trainer = LocalTrainer(config, prepare_run_dir(config))
     trainer.setup()
     trainer.fit()
     return 0

@@ -9,8 +9,13 @@ wrong type is an error naming the key and the closest valid one.
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
+import os
+import re
 from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -20,8 +25,16 @@ from omni_trainer.loggers import LOGGERS
 
 
 @dataclass
+class CustomClassConfig:
+    """verl's ``data.custom_cls``: a dataset class by file path and name."""
+
+    path: str | None = None
+    name: str | None = None
+
+
+@dataclass
 class DataConfig:
-    train_files: list[str] | None = None  # None: the built-in task
+    train_files: list[str] | None = None  # None: the built-in task; a single path is accepted (as in verl)
     val_files: list[str] | None = None
     train_batch_size: int = 8  # prompts per step
     val_batch_size: int = 16
@@ -30,6 +43,9 @@ class DataConfig:
     shuffle: bool = True
     seed: int = 0
     builtin_task_size: int = 256  # rows of the built-in task
+    on_bad_row: str = "raise"  # raise | skip (counted in the step output and summary.txt)
+    mm_processor_kwargs: dict[str, Any] = field(default_factory=dict)  # extra processor kwargs
+    custom_cls: CustomClassConfig = field(default_factory=CustomClassConfig)
 
 
 @dataclass
@@ -92,6 +108,33 @@ class AgentConfig:
 
 
 @dataclass
+class VllmOmniKwargs:
+    """verl-omni's ``rollout.engine_kwargs.vllm_omni.*``; each folds into our key of the same
+    meaning (``pipeline_name`` -> ``rollout.pipeline_name``, ``max_num_seqs`` ->
+    ``rollout.max_num_seqs``); ``output_mode`` must be ``ar`` (text out)."""
+
+    pipeline_name: str | None = None
+    output_mode: str | None = None
+    max_num_seqs: int | None = None
+
+
+@dataclass
+class EngineKwargsConfig:
+    vllm_omni: VllmOmniKwargs = field(default_factory=VllmOmniKwargs)
+
+
+@dataclass
+class ValKwargsConfig:
+    """verl's ``rollout.val_kwargs``: how validation samples (default greedy, one response)."""
+
+    n: int = 1
+    do_sample: bool = False
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = -1
+
+
+@dataclass
 class RolloutConfig:
     n: int = 8
     temperature: float = 1.0
@@ -100,6 +143,8 @@ class RolloutConfig:
     pipeline_name: str = "qwen3_omni_moe"
     pipeline_mode: str = "thinker_only"
     agent: AgentConfig = field(default_factory=AgentConfig)
+    val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
+    engine_kwargs: EngineKwargsConfig = field(default_factory=EngineKwargsConfig)
     # verl engine (vLLM-Omni rollout); verl's names. tensor_model_parallel_size defaults to 1
     # (verl's 2 does not fit one GPU); gpu_memory_utilization is verl's default.
     name: str = "vllm_omni"
@@ -136,7 +181,18 @@ class AlgorithmConfig:
 
 
 @dataclass
+class CustomRewardFunctionConfig:
+    """verl's ``reward.custom_reward_function``: ``name`` in the Python file ``path`` scores
+    every response as ``name(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)``."""
+
+    path: str | None = None
+    name: str = "compute_score"
+    reward_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class RewardConfig:
+    custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
     num_workers: int | None = None  # None: one per CPU
     timeout_s: float = 30.0
     on_unknown_data_source: str = "raise"
@@ -146,17 +202,18 @@ class RewardConfig:
 class TrainerConfig:
     engine: str = "local"  # local | verl
     total_epochs: int = 1
-    total_training_steps: int | None = None
-    save_freq: int = 20
-    test_freq: int = 0  # 0: no periodic validation
+    total_training_steps: int | None = None  # None: total_epochs x steps per epoch
+    save_freq: int = 20  # -1 (verl's default) or 0: only at the end
+    test_freq: int = -1  # -1 or 0: no periodic validation
+    val_before_train: bool = True  # validate before the first step (as verl does)
     max_checkpoints_to_keep: int = 2
-    resume_mode: str = "auto"  # auto | disable
+    resume_mode: str = "auto"  # auto | disable (moves an earlier run in the run dir aside)
     default_local_dir: str = "runs/${trainer.experiment_name}"
     project_name: str = "omni-rl"
-    experiment_name: str = "tiny-default"
+    experiment_name: str | None = None  # None: derived from the model and the train files
     logger: list[str] = field(default_factory=lambda: ["console"])
     seed: int = 0
-    device: str = "auto"  # auto | cpu | cuda
+    device: str = "auto"  # auto | cpu | cuda | npu (local engine: CPU; verl engine: cuda)
     nnodes: int = 1  # verl engine: Ray nodes
     n_gpus_per_node: int = 8  # verl engine: GPUs used on each node
 
@@ -246,11 +303,19 @@ class Config:
 class ConfigError(ValueError):
     """A configuration problem; the message says what and how to fix it."""
 
+    @property
+    def problems(self) -> list[str]:
+        """The message's problems, one per item (``Invalid configuration:\n  - a\n  - b``)."""
+        lines = str(self).splitlines()
+        items = [line.strip()[2:] for line in lines if line.strip().startswith("- ")]
+        return items or [str(self)]
+
 
 CHOICES = {
     "trainer.engine": ("local", "verl"),
     "trainer.resume_mode": ("auto", "disable"),
-    "trainer.device": ("auto", "cpu", "cuda"),
+    "trainer.device": ("auto", "cpu", "cuda", "npu"),
+    "data.on_bad_row": ("raise", "skip"),
     "actor_rollout_ref.actor.dtype": ("float32", "bfloat16"),
     "actor_rollout_ref.actor.optim.lr_scheduler_type": ("constant", "cosine"),
     "reward.on_unknown_data_source": ("raise", "skip"),
@@ -293,6 +358,16 @@ def packaged_yaml(name: str) -> DictConfig:
 
 
 EMBEDDED_TRIGGERS = ("actor_rollout_ref.model.path", "data.train_files")
+FILE_LIST_KEYS = ("data.train_files", "data.val_files")
+"""Keys that take a list of paths; a single path (verl's usual ``data.train_files=x.parquet``) is a list of one."""
+AGENT_LOOP_ALIASES = {"omni_single_turn_agent": "single_turn_agent"}
+"""verl-omni's agent-loop names -> ours (under verl, ours runs as ``omni_single_turn_agent``)."""
+VLLM_OMNI_FOLDS = {
+    "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.pipeline_name": "actor_rollout_ref.rollout.pipeline_name",
+    "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.max_num_seqs": "actor_rollout_ref.rollout.max_num_seqs",
+}
+"""verl-omni's ``engine_kwargs.vllm_omni.*`` keys -> the keys of the same meaning here."""
+OUTPUT_MODES = ("ar",)
 
 
 def load_config(*override_groups: list[str]) -> Config:
@@ -314,22 +389,82 @@ def load_config(*override_groups: list[str]) -> Config:
     layers.extend(("overrides", layer) for layer in parsed)
     for origin, layer in layers:
         for key, value in _flatten(layer):
+            if key in FILE_LIST_KEYS and isinstance(value, str):
+                value = [value]
             try:
                 OmegaConf.update(config, key, value, merge=False)
             except (ConfigKeyError, AttributeError, KeyError):
                 problems.append(f"unknown key {key!r} (in {origin}); did you mean {closest_key(key)!r}?")
             except ValidationError as exc:
                 problems.append(f"{key}: {value!r} is not valid here ({_first_line(exc)})")
+    if not problems:
+        _fold_verl_aliases(config, user_keys, problems)
     if problems:
         raise ConfigError("Invalid configuration:\n  - " + "\n  - ".join(problems))
+    if OmegaConf.select(config, "trainer.experiment_name") is None:
+        OmegaConf.update(config, "trainer.experiment_name", derived_experiment_name(config))
     resolved = OmegaConf.to_object(config)
     assert isinstance(resolved, Config)
     _check_choices(resolved)
     return resolved
 
 
-def uses_embedded_default(config: Config) -> bool:
+def uses_embedded_default(config: Config | DictConfig) -> bool:
     return config.actor_rollout_ref.model.path is None and config.data.train_files is None
+
+
+GENERIC_SPLIT_NAMES = ("train", "test", "val", "valid", "validation", "dev", "data")
+
+
+def derived_experiment_name(config: Config | DictConfig) -> str:
+    """The run name when ``trainer.experiment_name`` is unset: what is trained, so two runs
+    of different models or data never share a run directory.
+
+    ``tiny-default`` for the embedded default; otherwise ``<model>-<data>-<digest>``, e.g.
+    ``Qwen3-Omni-30B-A3B-Instruct-gsm8k-train-1f3a9c``, where the digest covers the full
+    model path and train-file paths (equal names in different places stay apart).
+    """
+    if uses_embedded_default(config):
+        return "tiny-default"
+    model_path = config.actor_rollout_ref.model.path
+    files = list(config.data.train_files or [])
+    model = Path(model_path).name if model_path else "tiny-qwen3-omni"
+    data = _data_name(files) if files else "builtin-task"
+    identity = json.dumps([os.path.abspath(model_path) if model_path else None, [os.path.abspath(f) for f in files]])
+    digest = hashlib.sha1(identity.encode()).hexdigest()[:6]
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", f"{model}-{data}-{digest}")
+
+
+def _data_name(files: list[str]) -> str:
+    first = Path(files[0])
+    stem = first.name.split(".")[0]
+    generic = stem.lower() in GENERIC_SPLIT_NAMES or stem.lower().split("-")[0] in GENERIC_SPLIT_NAMES
+    name = f"{first.parent.name}-{stem}" if generic and first.parent.name else stem
+    return name + (f"+{len(files) - 1}" if len(files) > 1 else "")
+
+
+def _fold_verl_aliases(config: DictConfig, user_keys: set[str], problems: list[str]) -> None:
+    """verl-omni spellings -> ours: ``engine_kwargs.vllm_omni.*`` and agent-loop names."""
+    for alias, key in VLLM_OMNI_FOLDS.items():
+        value = OmegaConf.select(config, alias)
+        if value is None:
+            continue
+        current = OmegaConf.select(config, key)
+        if key in user_keys and current != value:
+            problems.append(f"{alias}={value!r} contradicts {key}={current!r}; set one of them")
+        else:
+            OmegaConf.update(config, key, value, merge=False)
+    output_mode = OmegaConf.select(config, "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.output_mode")
+    if output_mode is not None and output_mode not in OUTPUT_MODES:
+        problems.append(
+            f"actor_rollout_ref.rollout.engine_kwargs.vllm_omni.output_mode={output_mode!r}; valid: "
+            f"{', '.join(OUTPUT_MODES)} (the trained stage outputs tokens; speech output is chosen "
+            "by actor_rollout_ref.rollout.pipeline_mode)"
+        )
+    loop_key = "actor_rollout_ref.rollout.agent.default_agent_loop"
+    loop = OmegaConf.select(config, loop_key)
+    if loop in AGENT_LOOP_ALIASES:
+        OmegaConf.update(config, loop_key, AGENT_LOOP_ALIASES[loop], merge=False)
 
 
 def _parse(overrides: list[str], problems: list[str]) -> DictConfig:

@@ -1,11 +1,140 @@
-"""What a run leaves behind: config.yaml, metrics.jsonl, curve.png, checkpoints/, summary.txt."""
+"""What a run leaves behind: config.yaml, metrics.jsonl, curve.png, checkpoints/, summary.txt;
+and how a run starts in its directory (:func:`prepare_run_dir`), before anything is loaded.
+
+- ``trainer.resume_mode=auto`` (default): resume from the newest complete checkpoint. A
+  newer checkpoint that is incomplete or truncated is renamed ``step_<N>.broken`` and named
+  on the console; staging directories of a crashed save (``.tmp-step_*``) are deleted. A
+  checkpoint of another model, stage or LoRA shape is refused before anything is written.
+- ``trainer.resume_mode=disable``: start over. An earlier run in the directory is moved
+  aside to ``<dir>.previous`` (``.previous.2``, ...); a non-empty directory that holds no
+  run is refused.
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from omni_trainer.config import Config, ConfigError
+
+RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.txt", "checkpoints", "curve.png")
+"""Names whose presence marks a directory as a run directory."""
+IDENTITY_KEYS = ("path", "stage", "lora_rank", "lora_alpha", "target_modules", "exclude_modules")
+"""``actor_rollout_ref.model.*`` keys a checkpoint is only valid for."""
+
+
+@dataclass
+class RunStart:
+    """Where a run starts: its directory, the checkpoint to resume (if any), what was done."""
+
+    run_dir: Path
+    resume_from: Path | None = None
+    start_step: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+
+def run_identity(config: Config) -> dict[str, Any]:
+    """What a checkpoint is only valid for: the model and the shape of what trains."""
+    model = config.actor_rollout_ref.model
+    identity: dict[str, Any] = {key: getattr(model, key) for key in IDENTITY_KEYS}
+    identity["path"] = os.path.abspath(os.path.expanduser(model.path)) if model.path else None
+    identity["target_modules"] = list(model.target_modules) if model.target_modules else None
+    return identity
+
+
+def prepare_run_dir(config: Config) -> RunStart:
+    """Decide how the run starts in ``trainer.default_local_dir``; reads before it writes.
+
+    Raises:
+        ConfigError: the directory holds a checkpoint of another model or LoRA shape, or
+            (``resume_mode=disable``) files that are not a run.
+    """
+    from omni_training.checkpoint import clean_staging, newest_complete_checkpoint, read_state, set_aside
+
+    start = RunStart(Path(config.trainer.default_local_dir).expanduser())
+    if config.trainer.resume_mode == "disable":
+        _move_earlier_run_aside(start)
+        return start
+    newest, broken = newest_complete_checkpoint(start.checkpoints)
+    if newest is not None:
+        _check_identity(config, start.run_dir, newest, read_state(newest))
+    for path in clean_staging(start.checkpoints):
+        start.notes.append(f"deleted {path.name}, left by a save that did not finish")
+    for path, problem in broken:
+        moved = set_aside(path)
+        start.notes.append(f"checkpoint {path} cannot be resumed ({problem}); set aside as {moved.name}")
+    if newest is not None:
+        start.resume_from = newest
+        start.start_step = int(read_state(newest)["step"])
+    return start
+
+
+def _move_earlier_run_aside(start: RunStart) -> None:
+    run_dir = start.run_dir
+    if not run_dir.is_dir() or not any(run_dir.iterdir()):
+        return
+    names = sorted(p.name for p in run_dir.iterdir())
+    if not set(names) & set(RUN_FILES):
+        raise ConfigError(
+            f"Invalid configuration:\n  - trainer.resume_mode=disable: {run_dir} is not empty and holds no earlier "
+            f"run ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}); point trainer.default_local_dir "
+            "at an empty or new directory"
+        )
+    target = run_dir.with_name(run_dir.name + ".previous")
+    number = 1
+    while target.exists():
+        number += 1
+        target = run_dir.with_name(f"{run_dir.name}.previous.{number}")
+    run_dir.rename(target)
+    start.notes.append(f"trainer.resume_mode=disable: moved the earlier run in {run_dir} to {target}")
+
+
+def _check_identity(config: Config, run_dir: Path, checkpoint: Path, state: Mapping[str, Any]) -> None:
+    """Refuse to resume ``checkpoint`` into a run of another model, stage or LoRA shape."""
+    saved = (state.get("state") or {}).get("identity")
+    origin = f"{checkpoint}"
+    if saved is None:  # saved before identities were recorded: the run's config.yaml says
+        saved = _identity_from_config_file(run_dir / "config.yaml")
+        origin = f"{checkpoint} (per {run_dir / 'config.yaml'})"
+    if saved is None:
+        return
+    current = run_identity(config)
+    differences = [
+        f"actor_rollout_ref.model.{key}: checkpoint {saved.get(key)!r}, this run {current[key]!r}"
+        for key in IDENTITY_KEYS
+        if key in saved and saved.get(key) != current[key]
+    ]
+    if differences:
+        raise ConfigError(
+            f"Invalid configuration:\n  - {origin} belongs to another run and cannot be resumed:\n      "
+            + "\n      ".join(differences)
+            + f"\n    Give this run its own trainer.experiment_name (or trainer.default_local_dir), or set "
+            f"trainer.resume_mode=disable to move the earlier run in {run_dir} aside"
+        )
+
+
+def _identity_from_config_file(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        model = OmegaConf.to_container(OmegaConf.load(path)).get("actor_rollout_ref", {}).get("model", {})  # type: ignore[union-attr]
+    except Exception:  # an unreadable config.yaml identifies nothing
+        return None
+    identity = {key: model[key] for key in IDENTITY_KEYS if key in model}
+    if identity.get("path"):
+        identity["path"] = os.path.abspath(os.path.expanduser(str(identity["path"])))
+    return identity
 
 
 class MetricsLog:

@@ -5,13 +5,38 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import platform
+import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 
 def _convert(argv: Sequence[str]) -> int:
-    from omni_data.convert.cli import main
+    from omni_data.convert.cli import build_parser, main
 
+    if not any(flag in argv for flag in ("-h", "--help")):
+        args, _ = build_parser().parse_known_args(list(argv))
+        problem = output_overlaps_input(args.input, args.output_dir)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
     return main(list(argv))
+
+
+def output_overlaps_input(input_dir: Path, output_dir: Path) -> str | None:
+    """Why ``--output-dir`` may not be used with ``--input`` (None when it may).
+
+    A converter writes ``<output-dir>/<split>.parquet``; inside the input directory that can
+    be a raw input file (gsm8k's ``train.parquet``), and a later run would read its own
+    output as input. So the output directory must lie outside the input directory.
+    """
+    source, target = input_dir.expanduser().resolve(), output_dir.expanduser().resolve()
+    if target == source or source in target.parents:
+        return (
+            f"--output-dir {output_dir} is inside --input {input_dir}: the converted <split>.parquet files "
+            "could overwrite the raw ones (e.g. train.parquet). Write them to another directory, "
+            f"e.g. --output-dir {source.parent / (source.name + '-rl')}"
+        )
+    return None
 
 
 def _tiny(argv: Sequence[str]) -> int:

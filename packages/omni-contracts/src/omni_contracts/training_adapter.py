@@ -13,6 +13,7 @@ architecture is the checkpoint config's ``architectures[0]``. Call order, in bot
 from __future__ import annotations
 
 import abc
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal, TypeVar, get_args
 
@@ -62,6 +63,10 @@ class TrainingAdapter(abc.ABC):
     lora_exclude_modules: ClassVar[str | None] = None
     """Default LoRA ``exclude_modules`` regex (heads, encoders, inference-only stages)."""
 
+    options: ClassVar[tuple[str, ...]] = ()
+    """Keyword arguments the constructor takes from the trainer's config (e.g.
+    ``freeze_vision_tower``); :func:`resolve_training_adapter` passes exactly these."""
+
     @classmethod
     def register(cls, architecture: str, *, stage: Stage) -> Callable[[T], T]:
         """Class decorator: ``@TrainingAdapter.register("MyArch", stage="thinker")``.
@@ -76,6 +81,7 @@ class TrainingAdapter(abc.ABC):
             )
 
         def decorate(adapter_cls: T) -> T:
+            _check_options(adapter_cls)
             training_adapters.add((architecture, stage), adapter_cls)
             return adapter_cls
 
@@ -210,6 +216,72 @@ training_adapters: AdapterRegistry[TrainingKey, TrainingAdapter] = AdapterRegist
     describe_key=_describe_training_key,
     loader=default_loader,
 )
+
+
+def _check_options(adapter_cls: type[TrainingAdapter]) -> None:
+    """Refuse declared options the constructor does not take as keywords."""
+    parameters = inspect.signature(adapter_cls).parameters
+    keywords = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    missing = [
+        name
+        for name in adapter_cls.options
+        if not takes_any and (name not in parameters or parameters[name].kind not in keywords)
+    ]
+    if missing:
+        raise RegistrationError(
+            f"{adapter_cls.__qualname__} declares options {missing} that its constructor does "
+            "not take as keyword arguments; add them to __init__ or remove them from `options`."
+        )
+
+
+def architecture_of(model_config: Any) -> str:
+    """``architectures[0]`` of a checkpoint's config: a Hugging Face config object or the
+    parsed ``config.json`` mapping.
+
+    Raises:
+        AdapterNotFoundError: the config names no architecture.
+    """
+    if isinstance(model_config, Mapping):
+        architectures = model_config.get("architectures")
+    else:
+        architectures = getattr(model_config, "architectures", None)
+    if not architectures or not isinstance(architectures[0], str):
+        raise AdapterNotFoundError(
+            "The checkpoint's config names no architecture (config.json has no "
+            "'architectures' list), so no training adapter can be chosen. Add "
+            "\"architectures\": [\"<ModelClassName>\"] to its config.json."
+        )
+    return architectures[0]
+
+
+def resolve_training_adapter(
+    model_config: Any, stage: str, options: Mapping[str, Any] | None = None
+) -> TrainingAdapter:
+    """The one lookup both engines use: the adapter registered for the checkpoint's
+    ``architectures[0]`` and ``stage``, built with the ``options`` it declares.
+
+    Args:
+        model_config: the checkpoint's config (Hugging Face config object, or the mapping
+            read from ``config.json``).
+        stage: ``thinker`` | ``talker`` | ``all``.
+        options: the trainer's adapter options (e.g. ``{"freeze_vision_tower": True}``).
+            Only the names in the adapter's :attr:`TrainingAdapter.options` reach its
+            constructor; the others do not apply to it.
+
+    Raises:
+        AdapterNotFoundError: unknown stage, no architecture, or nothing registered.
+        ModelPackageImportError: an installed model package failed to import.
+    """
+    architecture = architecture_of(model_config)
+    if stage not in STAGES:
+        raise AdapterNotFoundError(
+            f"Unknown training stage {stage!r} for architecture {architecture!r}; "
+            f"valid stages: {', '.join(STAGES)}."
+        )
+    adapter_cls = training_adapters.get((architecture, stage))
+    given = dict(options or {})
+    return adapter_cls(**{name: given[name] for name in adapter_cls.options if name in given})
 
 
 def get_training_adapter(architecture: str, stage: str) -> TrainingAdapter:

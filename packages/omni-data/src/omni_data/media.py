@@ -180,3 +180,25 @@ def decode(ref: MediaRef, settings: MediaSettings, *, where: str) -> Any:
     if ref.kind == "audio":
         return audios[0]
     return videos[0]
+
+
+@dataclass(frozen=True)
+class DecodedMedia:
+    """A prompt's media in processor form, one list per kind (``None`` when it has none,
+    as verl's agent loop expects)."""
+
+    images: list[Any] | None
+    videos: list[Any] | None
+    audios: list[Any] | None
+
+
+def decode_all(refs: tuple[MediaRef, ...], settings: MediaSettings, *, where: str) -> DecodedMedia:
+    """Decode every medium of a prompt with :func:`decode` (the local engine's decoders):
+    images as PIL, audio as float32 at ``settings.sampling_rate``, videos as
+    ``(frames, metadata)``."""
+    by_kind: dict[str, list[Any]] = {"image": [], "video": [], "audio": []}
+    for ref in refs:
+        by_kind[ref.kind].append(decode(ref, settings, where=where))
+    return DecodedMedia(
+        images=by_kind["image"] or None, videos=by_kind["video"] or None, audios=by_kind["audio"] or None
+    )

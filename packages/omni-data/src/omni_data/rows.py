@@ -150,6 +150,27 @@ def raw_prompt(parsed: ParsedRow) -> list[dict[str, Any]]:
     return out
 
 
+def media_in_messages(messages: list[dict[str, Any]], *, where: str) -> tuple[MediaRef, ...]:
+    """The media of :func:`raw_prompt` messages, in prompt order, as references again.
+
+    verl's agent loop hands a rollout back the ``raw_prompt`` of a row; this recovers what
+    :func:`parse_row` found, so both engines decode the same files.
+
+    Raises:
+        RowError: a media part holds neither a path, ``{"bytes", "path"}`` nor frames.
+    """
+    refs: list[MediaRef] = []
+    for message in messages:
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        for part in content:
+            kind = part.get("type")
+            if kind in MEDIA_COLUMNS:
+                refs.append(_ref(kind, part.get(kind), where))
+    return tuple(refs)
+
+
 def _shown(ref: MediaRef) -> Any:
     if ref.frames is not None:
         return [_shown(frame) for frame in ref.frames]

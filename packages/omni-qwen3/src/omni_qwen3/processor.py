@@ -112,6 +112,22 @@ class Qwen3OmniThinkerProcessor(Qwen3OmniMoeProcessor):
         )
         return positions.long(), deltas.long()
 
+    def get_rope_index_kwargs(self, multi_modal_inputs: dict[str, Any]) -> dict[str, Any]:
+        """The arguments of :meth:`get_rope_index` beyond ids, mask and grids, read from the
+        processor's own output, exactly as the thinker's forward derives them: audio
+        lengths from ``feature_attention_mask``, ``video_second_per_grid``, and
+        ``use_audio_in_video=False`` (audio tracks of videos are not used).
+
+        verl's agent loop calls a processor's ``get_rope_index_kwargs`` by this name when it
+        computes the actor's positions.
+        """
+        mask = multi_modal_inputs.get("feature_attention_mask")
+        return {
+            "audio_seqlens": mask.sum(-1) if mask is not None else None,
+            "second_per_grids": multi_modal_inputs.get("video_second_per_grid"),
+            "use_audio_in_video": False,
+        }
+
     def dedup_pad_tokens(self, prompt_ids: Ids) -> Ids:
         """:func:`dedup_pad_tokens` with this checkpoint's image, video and audio pads."""
         return dedup_pad_tokens(prompt_ids, self.pad_token_ids)

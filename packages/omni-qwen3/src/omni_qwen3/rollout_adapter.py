@@ -4,9 +4,9 @@ Three modes, each its own vLLM-Omni pipeline: ``thinker_only`` (stage 0, text; w
 the thinker uses; ``qwen3_omni_moe_thinker_only``), ``thinker_talker`` (stages 0-1, codec
 tokens out; the thinker hands hidden states to the talker; ``qwen3_omni_moe_thinker_talker``,
 registered by this package, see ``omni_qwen3.vllm_pipeline``) and ``full`` (stages 0-2, a
-waveform out; ``qwen3_omni_moe``). When vLLM-Omni is installed, its pipeline definitions are
-the source of the topology; without it (the local engine) the built-in definition below
-answers, and a gpu-extra test checks that the two agree.
+waveform out; ``qwen3_omni_moe``). The topology is this package's own definition below, so
+the local engine never imports vLLM-Omni (its import takes ~20 s and patches torch); a
+gpu-extra test checks that it agrees with vLLM-Omni's pipeline definitions.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ PIPELINE_IDS = {
 
 
 def builtin_stage_configs(mode: str) -> tuple[StageConfig, ...]:
-    """The topology without vLLM-Omni installed."""
+    """The topology of each mode (vLLM-Omni's pipelines, restated without importing it)."""
     if mode == "thinker_only":
         return (StageConfig(0, THINKER_ARCH, "text", final_output=True),)
     thinker = StageConfig(0, THINKER_ARCH, "text", final_output=True, return_hidden_states=True)
@@ -88,8 +88,6 @@ class Qwen3OmniRolloutAdapter(RolloutAdapter):
 
     def build_stage_configs(self, mode: str) -> Sequence[StageConfig]:
         self.check_mode(mode)
-        if vllm_omni_installed():
-            return vllm_omni_stage_configs(mode)
         return builtin_stage_configs(mode)
 
     def rollout_flags(self, mode: str) -> dict[int, dict[str, object]]:

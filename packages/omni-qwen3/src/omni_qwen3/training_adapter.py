@@ -39,6 +39,7 @@ class Qwen3OmniThinkerAdapter(TrainingAdapter):
 
     lora_target_modules = LORA_TARGET_MODULES
     lora_exclude_modules = LORA_EXCLUDE_MODULES
+    options = ("freeze_vision_tower", "freeze_audio_tower")
 
     def __init__(self, *, freeze_vision_tower: bool = True, freeze_audio_tower: bool = True) -> None:
         self.freeze_vision_tower = freeze_vision_tower

@@ -23,7 +23,7 @@ def compute_score(
     The signature is verl's custom reward function's, so
     ``custom_reward_function.path=<omni_rewards>/api.py``, ``name=compute_score`` plugs it
     into verl. Extra keyword arguments (verl's ``reward_kwargs``) go to the scorer, e.g.
-    ``method="flexible"`` for gsm8k or ``format_weight=0.5`` for MMK12.
+    ``method="flexible"`` for gsm8k or ``format_score=0.5`` for MMK12.
 
     Returns:
         ``{"score": float, <sub-metric>: float, ...}``.

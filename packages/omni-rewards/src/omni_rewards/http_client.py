@@ -4,7 +4,11 @@ Wire format: ``POST <url>`` with ``{"requests": [{"data_source", "solution_str",
 "ground_truth", "extra_info"}, ...]}``; the service answers ``{"results": [{"score": ...,
 <sub-metric>: ...}, ...]}``, one result per request, in order. Requests go in batches of
 ``batch_size``, concurrently over a pool of keep-alive connections; connection errors,
-timeouts and 429/5xx answers are retried with exponential backoff, a bounded number of times.
+timeouts and 408/429/5xx answers are retried with exponential backoff, a bounded number of
+times. ``timeout_s`` is a deadline for each attempt as a whole (connecting, sending, waiting
+and reading every byte), so a server that trickles its answer cannot hold a caller longer. A
+pooled keep-alive connection that the server has closed meanwhile is reopened; that is not
+a failed attempt.
 """
 
 from __future__ import annotations
@@ -13,6 +17,9 @@ import http.client
 import json
 import os
 import queue
+import select
+import socket
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +30,14 @@ from urllib.parse import urlsplit
 from omni_rewards.api import normalise_output
 from omni_rewards.errors import RemoteScorerError
 
-RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+# A pooled connection failing like this was closed by the server while idle (keep-alive
+# expiry): the request is sent again on a new connection, once, without counting a failure.
+_STALE_CONNECTION_ERRORS = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+
+
+def is_retryable_status(status: int) -> bool:
+    """408 (request timeout), 429 (too many requests) and every 5xx are worth retrying."""
+    return status in (408, 429) or 500 <= status <= 599
 
 
 @dataclass(frozen=True)
@@ -34,10 +48,10 @@ class HttpScorerConfig:
     """Endpoint, e.g. ``http://reward-service:8000/score`` (http or https)."""
 
     timeout_s: float = 30.0
-    """Socket timeout per attempt (connect and each read)."""
+    """Deadline of one attempt as a whole: connect, send, wait and read the whole answer."""
 
     max_retries: int = 3
-    """Retries after the first attempt, for connection errors, timeouts, 429 and 5xx."""
+    """Retries after the first attempt, for connection errors, timeouts, 408, 429 and 5xx."""
 
     backoff_s: float = 0.5
     """Delay before the first retry; doubles per retry, capped at ``max_backoff_s``."""
@@ -125,7 +139,7 @@ class HttpScorerClient:
 
         Raises:
             RemoteScorerError: a batch still failed after the retries, the service refused
-                it (4xx other than 429), or it answered something other than one result
+                it (4xx other than 408 and 429), or it answered something other than one result
                 with a numeric ``"score"`` per request.
         """
         size = self.config.batch_size
@@ -188,33 +202,63 @@ class HttpScorerClient:
         token = self._token()
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
-        connection = self._acquire()
+        connection = self._idle_connection()
+        if connection is not None:
+            try:
+                status, data = self._exchange(connection, body, headers, reused=True)
+            except _StaleConnectionError:
+                connection = None
+        if connection is None:
+            status, data = self._exchange(self._new_connection(), body, headers, reused=False)
+        if is_retryable_status(status):
+            raise _RetryableError(f"HTTP {status} {_short(data.body)}", data.retry_after_s)
+        if status != 200:
+            raise RemoteScorerError(
+                f"The reward service at {self.config.url} refused the request: HTTP "
+                f"{status} {_short(data.body)}."
+                + (" Check the bearer token." if status in (401, 403) else "")
+            )
+        try:
+            return json.loads(data.body)
+        except ValueError as exc:
+            raise RemoteScorerError(
+                f"The reward service at {self.config.url} answered invalid JSON: "
+                f"{_short(data.body)}."
+            ) from exc
+
+    def _exchange(
+        self,
+        connection: http.client.HTTPConnection,
+        body: bytes,
+        headers: dict[str, str],
+        *,
+        reused: bool,
+    ) -> tuple[int, _Answer]:
+        """One request and its whole answer, within ``timeout_s`` from now."""
+        timeout = self.config.timeout_s
+        connection.timeout = timeout  # bounds connect() when the connection is new
+        if connection.sock is not None:
+            connection.sock.settimeout(timeout)
+        watchdog = _Watchdog(connection, timeout)
         try:
             connection.request("POST", self._path, body=body, headers=headers)
             response = connection.getresponse()
-            data = response.read()
+            payload = response.read()
         except (OSError, http.client.HTTPException) as exc:
+            watchdog.cancel()
             connection.close()
+            if watchdog.fired or isinstance(exc, TimeoutError):
+                raise _RetryableError(
+                    f"timed out: no complete answer within timeout_s={timeout:g} s"
+                ) from exc
+            if reused and isinstance(exc, _STALE_CONNECTION_ERRORS):
+                raise _StaleConnectionError from exc
             raise _RetryableError(f"{type(exc).__name__}: {exc}") from exc
-        self._release(connection, reusable=not response.will_close)
-        if response.status in RETRYABLE_STATUSES:
-            raise _RetryableError(
-                f"HTTP {response.status} {_short(data)}",
-                _retry_after(response.getheader("Retry-After")),
-            )
-        if response.status != 200:
-            raise RemoteScorerError(
-                f"The reward service at {self.config.url} refused the request: HTTP "
-                f"{response.status} {_short(data)}."
-                + (" Check the bearer token." if response.status in (401, 403) else "")
-            )
-        try:
-            return json.loads(data)
-        except ValueError as exc:
-            raise RemoteScorerError(
-                f"The reward service at {self.config.url} answered invalid JSON: {_short(data)}."
-            ) from exc
-
+        watchdog.cancel()
+        reusable = not response.will_close and not watchdog.fired
+        self._release(connection, reusable=reusable)
+        retry_after = _retry_after(response.getheader("Retry-After"))
+        return response.status, _Answer(payload, retry_after)
     def _token(self) -> str | None:
         name = self.config.token_env
         if name is None:
@@ -227,11 +271,18 @@ class HttpScorerClient:
             )
         return token
 
-    def _acquire(self) -> http.client.HTTPConnection:
-        try:
-            return self._idle.get_nowait()
-        except queue.Empty:
-            pass
+    def _idle_connection(self) -> http.client.HTTPConnection | None:
+        """A pooled connection that still looks open, or None."""
+        while True:
+            try:
+                connection = self._idle.get_nowait()
+            except queue.Empty:
+                return None
+            if _looks_open(connection):
+                return connection
+            connection.close()
+
+    def _new_connection(self) -> http.client.HTTPConnection:
         kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
         return kind(self._host, self._port, timeout=self.config.timeout_s)
 
@@ -240,6 +291,60 @@ class HttpScorerClient:
             self._idle.put(connection)
         else:
             connection.close()
+
+
+class _StaleConnectionError(Exception):
+    """A pooled keep-alive connection turned out to be closed by the server."""
+
+
+class _Answer:
+    def __init__(self, body: bytes, retry_after_s: float | None) -> None:
+        self.body = body
+        self.retry_after_s = retry_after_s
+
+
+class _Watchdog:
+    """Shuts a connection's socket down when its deadline passes, which ends any blocking
+    connect, send or read on it at once (socket timeouts bound each read, not their sum)."""
+
+    def __init__(self, connection: http.client.HTTPConnection, timeout_s: float) -> None:
+        self._connection = connection
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self.fired = False
+        self._timer = threading.Timer(timeout_s, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._cancelled:
+                return
+            self.fired = True
+            sock = self._connection.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+        self._timer.cancel()
+
+
+def _looks_open(connection: http.client.HTTPConnection) -> bool:
+    """False when an idle connection's socket is gone or readable: an idle keep-alive
+    socket only becomes readable when the server closed it (or broke the protocol)."""
+    sock = connection.sock
+    if sock is None:
+        return False
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return False
+    return not readable
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from omni_rewards.api import run_scorer
 from omni_rewards.equivalence import warm_up
 from omni_rewards.errors import UnknownDataSourceError
-from omni_rewards.metrics import batch_metrics
+from omni_rewards.metrics import DATA_PROBLEMS, batch_metrics
 from omni_rewards.outcomes import BatchResult, SampleOutcome
 from omni_rewards.pool import StartMethod, Task, TaskOutcome, TimedWorkerPool
 from omni_rewards.registry import SCORERS, ScorerRegistry
@@ -165,7 +165,16 @@ class RewardManager:
             self._outcome(source, by_position.get(i)) for i, source in enumerate(data_sources)
         ]
         errors = self._report_failures(outcomes)
-        return BatchResult(outcomes=outcomes, metrics=batch_metrics(outcomes), errors=errors)
+        metrics = batch_metrics(outcomes)
+        if metrics[DATA_PROBLEMS]:
+            logger.warning(
+                "reward: %d samples in this batch have malformed data (a blank label, malformed "
+                "options); they were scored, and are counted in %s per data source. Fix the "
+                "dataset.",
+                metrics[DATA_PROBLEMS],
+                DATA_PROBLEMS,
+            )
+        return BatchResult(outcomes=outcomes, metrics=metrics, errors=errors)
 
     def _check_data_sources(self, data_sources: Sequence[str]) -> None:
         unknown = sorted({s for s in data_sources if s not in self.registry})

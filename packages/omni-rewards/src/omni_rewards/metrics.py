@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from omni_rewards.outcomes import SampleOutcome
 
 FAILURE_COUNTERS = {"timeout": "timeouts", "error": "errors", "skipped": "skipped"}
+DATA_PROBLEM_KEY = "data_problem"
+DATA_PROBLEMS = "reward/data_problems"
 
 
 def batch_metrics(outcomes: Sequence[SampleOutcome]) -> dict[str, float]:
@@ -18,8 +20,12 @@ def batch_metrics(outcomes: Sequence[SampleOutcome]) -> dict[str, float]:
       keys (``accuracy``, ``format_reward``, ...) over the samples that were scored.
     - ``reward/timeouts``, ``reward/errors``, ``reward/skipped``: counts, also per source as
       ``reward/timeouts/<data_source>`` (present, as 0, for every source in the batch).
+    - ``reward/data_problems`` (and ``/<data_source>``): scored samples whose scorer flagged
+      their data as malformed (a non-zero ``data_problem`` key, e.g. MMK12's options or a
+      blank choice label); they were scored, but the dataset needs fixing.
     """
     metrics: dict[str, float] = {name: 0.0 for name in _counter_names()}
+    metrics[DATA_PROBLEMS] = 0.0
     if outcomes:
         metrics["reward/score/mean"] = sum(o.score for o in outcomes) / len(outcomes)
     by_source: dict[str, list[SampleOutcome]] = defaultdict(list)
@@ -35,6 +41,9 @@ def batch_metrics(outcomes: Sequence[SampleOutcome]) -> dict[str, float]:
                 metrics[f"{counter}/{source}"] += 1
         metrics[f"reward/{source}/score/mean"] = sum(o.score for o in group) / len(group)
         scored = [o for o in group if o.status == "ok"]
+        problems = sum(1.0 for o in scored if o.result.get(DATA_PROBLEM_KEY, 0.0))
+        metrics[DATA_PROBLEMS] += problems
+        metrics[f"{DATA_PROBLEMS}/{source}"] = problems
         keys = sorted({key for o in scored for key in o.result} - {"score"})
         for key in keys:
             values = [o.result[key] for o in scored if key in o.result]

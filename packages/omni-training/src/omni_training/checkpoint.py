@@ -14,6 +14,7 @@ import os
 import random
 import re
 import shutil
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,99 @@ def checkpoint_dirs(root: str | Path) -> list[Path]:
 def latest_checkpoint(root: str | Path) -> Path | None:
     dirs = checkpoint_dirs(root)
     return dirs[-1] if dirs else None
+
+
+STAGING_PREFIX = ".tmp-step_"
+
+
+def clean_staging(root: str | Path) -> list[Path]:
+    """Delete the staging directories a crashed save left under ``root``; returns them."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    stale = sorted(p for p in root.iterdir() if p.name.startswith(STAGING_PREFIX) and p.is_dir())
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return stale
+
+
+def checkpoint_problem(directory: str | Path) -> str | None:
+    """Why ``directory`` cannot be resumed from (a missing or truncated file), or None.
+
+    Reads every file's framing without building tensors: the zip archives ``torch.save``
+    writes (their CRCs), the safetensors header against the file size, ``state.json``.
+    """
+    directory = Path(directory)
+    kind = "adapter" if (directory / "adapter").is_dir() else "model"
+    weights = directory / kind / ("adapter_model.safetensors" if kind == "adapter" else "model.safetensors")
+    missing = [p.name for p in (weights, directory / "optim.pt", directory / "rng.pt", directory / "state.json")
+               if not p.is_file()]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    for name in ("optim.pt", "rng.pt"):
+        try:
+            with zipfile.ZipFile(directory / name) as archive:
+                bad = archive.testzip()
+        except (zipfile.BadZipFile, OSError, EOFError) as exc:
+            return f"{name} is truncated or corrupt ({exc})"
+        if bad is not None:
+            return f"{name} is corrupt (member {bad} fails its CRC)"
+    problem = _safetensors_problem(weights)
+    if problem:
+        return problem
+    try:
+        state = json.loads((directory / "state.json").read_text())
+        int(state["step"])
+    except (ValueError, KeyError, TypeError, OSError) as exc:
+        return f"state.json is unreadable ({exc})"
+    return None
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    size = path.stat().st_size
+    try:
+        with path.open("rb") as handle:
+            header_size = int.from_bytes(handle.read(8), "little")
+            if header_size <= 0 or 8 + header_size > size:
+                return f"{path.name} is truncated (header past the end of the file)"
+            header = json.loads(handle.read(header_size))
+    except (ValueError, OSError) as exc:
+        return f"{path.name} is corrupt ({exc})"
+    ends = [entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"]
+    if 8 + header_size + max(ends, default=0) > size:
+        return f"{path.name} is truncated ({size} bytes, its header needs {8 + header_size + max(ends)})"
+    return None
+
+
+def newest_complete_checkpoint(root: str | Path) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """The newest checkpoint under ``root`` that can be resumed from, and each newer one that
+    cannot, with the reason (newest first)."""
+    broken: list[tuple[Path, str]] = []
+    for directory in reversed(checkpoint_dirs(root)):
+        problem = checkpoint_problem(directory)
+        if problem is None:
+            return directory, broken
+        broken.append((directory, problem))
+    return None, broken
+
+
+def set_aside(directory: str | Path, suffix: str = "broken") -> Path:
+    """Rename ``step_<N>`` to ``step_<N>.<suffix>[.<k>]`` (no longer a checkpoint; kept for
+    inspection); returns the new path."""
+    directory = Path(directory)
+    target = directory.with_name(f"{directory.name}.{suffix}")
+    number = 1
+    while target.exists():
+        number += 1
+        target = directory.with_name(f"{directory.name}.{suffix}.{number}")
+    directory.rename(target)
+    return target
+
+
+def read_state(directory: str | Path) -> dict[str, Any]:
+    """``state.json`` of a checkpoint: ``{"step": N, "state": <caller's state>}``."""
+    loaded = json.loads((Path(directory) / "state.json").read_text())
+    return dict(loaded)
 
 
 def save_checkpoint(
@@ -125,10 +219,13 @@ def load_checkpoint(directory: str | Path, actor: Actor) -> dict[str, Any]:
             raise ValueError(f"The adapter in {directory} has weights this model lacks: {unexpected[:5]}.")
     else:
         actor.model.load_state_dict(load_file(directory / "model" / "model.safetensors"), strict=True)
-    optim = torch.load(directory / "optim.pt", weights_only=False)
+    try:
+        optim = torch.load(directory / "optim.pt", weights_only=False)
+        rng = torch.load(directory / "rng.pt", weights_only=False)
+    except (RuntimeError, EOFError, OSError) as exc:
+        raise ValueError(f"{directory} is not a readable checkpoint: {exc}") from exc
     actor.optimizer.load_state_dict(optim["optimizer"])
     actor.scheduler.load_state_dict(optim["scheduler"])
-    rng = torch.load(directory / "rng.pt", weights_only=False)
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])

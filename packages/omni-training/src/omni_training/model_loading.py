@@ -14,6 +14,7 @@ from omni_contracts import TrainingAdapter
 from omni_training.settings import LoraSettings
 
 DEFAULT_AUTO_CLASS = "AutoModelForMultimodalLM"
+FALLBACK_AUTO_CLASS = "AutoModelForCausalLM"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -25,12 +26,36 @@ def load_policy(
 
     adapter.register_auto_classes()
     config = transformers.AutoConfig.from_pretrained(model_path)
-    auto_class = getattr(transformers, adapter.auto_model_class or DEFAULT_AUTO_CLASS)
-    model = auto_class.from_pretrained(model_path, dtype=DTYPES[dtype])
+    model = _from_pretrained(model_path, adapter, config, dtype)
     adapter.configure_model(model, config)
     if lora.rank > 0:
         model = apply_lora(model, adapter, lora)
     return model, config
+
+
+def _from_pretrained(model_path: str, adapter: TrainingAdapter, config: Any, dtype: str) -> Any:
+    """Load through the adapter's ``auto_model_class``; without one, through
+    :data:`DEFAULT_AUTO_CLASS`, falling back to ``AutoModelForCausalLM`` for a text-only
+    causal LM the multimodal auto class does not own.
+
+    Raises:
+        ValueError: no auto class owns the checkpoint's config class (names the adapter
+            attribute that fixes it).
+    """
+    import transformers
+
+    names = [adapter.auto_model_class] if adapter.auto_model_class else [DEFAULT_AUTO_CLASS, FALLBACK_AUTO_CLASS]
+    for name in names:
+        try:
+            return getattr(transformers, name).from_pretrained(model_path, dtype=DTYPES[dtype])
+        except ValueError as exc:
+            if "Unrecognized configuration class" not in str(exc):
+                raise
+    raise ValueError(
+        f"No transformers auto class among {', '.join(names)} loads {type(config).__name__} "
+        f"(the checkpoint at {model_path}). Set `auto_model_class` on {type(adapter).__name__} "
+        "to the auto class that owns this architecture (e.g. 'AutoModelForImageTextToText')."
+    )
 
 
 def apply_lora(model: Any, adapter: TrainingAdapter, lora: LoraSettings) -> Any:

@@ -3,7 +3,10 @@
 omni-data loads the RL parquet, checks every row, decodes its media once and filters
 overlong prompts (counted and reported). verl's agent loop then templates and tokenizes
 the messages itself, so a row here is ``raw_prompt`` (messages with media references)
-plus the reward fields; the processor's tensors are not shipped.
+plus the reward fields; the processor's tensors are not shipped. The agent loop decodes
+a prompt's media through the dataset class (``process_multi_modal_info``), here with
+omni-data's decoders -- the local engine's -- so both engines see the same pixels and
+the same 16 kHz float32 audio.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from omni_data import DatasetConfig, RLDataset
+from omni_data import DatasetConfig, RLDataset, decode_all, media_in_messages, settings_from_processor
+from omni_trainer.verl_engine.processor import adapter_processor
+from omni_trainer.verl_engine.settings import VerlSettings
 
 
 class OmniRLHFDataset(Dataset):
@@ -36,6 +41,8 @@ class OmniRLHFDataset(Dataset):
                 max_prompt_length=int(config.get("max_prompt_length", 1024)),
                 filter_overlong_prompts=bool(config.get("filter_overlong_prompts", True)),
                 prompt_key=str(config.get("prompt_key", "prompt")),
+                on_bad_row=str(config.get("on_bad_row", "raise")),  # type: ignore[arg-type]
+                mm_processor_kwargs=dict(config.get("mm_processor_kwargs") or {}),
             ),
         )
         print(self.dataset.report.format(), flush=True)
@@ -59,3 +66,32 @@ class OmniRLHFDataset(Dataset):
             "interaction_kwargs": extra_info.get("interaction_kwargs", {}),
             "dummy_tensor": torch.tensor([0], dtype=torch.uint8),
         }
+
+    @classmethod
+    async def process_multi_modal_info(
+        cls, messages: list[dict[str, Any]], image_patch_size: int = 14, config: Any = None
+    ) -> tuple[list[Any] | None, list[Any] | None, list[Any] | None]:
+        """``(images, videos, audios)`` of a ``raw_prompt``, each ``None`` when absent.
+
+        Called by verl's agent loop for every rollout; ``image_patch_size`` is verl's reading
+        of the same processor the settings come from.
+        """
+        processor = adapter_processor(VerlSettings.from_env())
+        settings = settings_from_processor(
+            processor,
+            video_fps=float(_get(config, "video_fps", 2.0)),
+            video_max_frames=int(_get(config, "video_max_frames", 32)),
+        )
+        media = decode_all(media_in_messages(messages, where="a rollout prompt"), settings, where="a rollout prompt")
+        return media.images, media.videos, media.audios
+
+    @classmethod
+    async def process_vision_info(
+        cls, messages: list[dict[str, Any]], image_patch_size: int = 14, config: Any = None
+    ) -> tuple[list[Any] | None, list[Any] | None]:
+        images, videos, _ = await cls.process_multi_modal_info(messages, image_patch_size, config)
+        return images, videos
+
+
+def _get(config: Any, key: str, default: Any) -> Any:
+    return default if config is None else config.get(key, default)

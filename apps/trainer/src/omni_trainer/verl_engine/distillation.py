@@ -155,10 +155,9 @@ def check_teacher_tokenizer(config: Config, student_path: str) -> None:
 def _adapter_tokenizer(model_path: str, stage: str, key: str) -> Any:
     from transformers import AutoConfig
 
-    from omni_contracts import get_training_adapter
+    from omni_contracts import resolve_training_adapter
 
     if not (Path(model_path) / "config.json").is_file():
         raise ConfigError(f"{key}={model_path} has no config.json; point it at a Hugging Face checkpoint directory.")
     hf_config = AutoConfig.from_pretrained(model_path)
-    architecture = (getattr(hf_config, "architectures", None) or ["<none>"])[0]
-    return get_training_adapter(architecture, stage).configure_tokenizer(model_path, hf_config)
+    return resolve_training_adapter(hf_config, stage).configure_tokenizer(model_path, hf_config)

@@ -12,35 +12,21 @@ before FSDP wrapping, as the adapter contract requires.
 It is registered under its own ``model_type`` (``omni_language_model``, set by the
 translated config) because verl's ``(language_model, fsdp|fsdp2)`` slot is taken and its
 registry refuses duplicates. verl's ``_build_module`` only loads a causal LM when the
-model type is ``language_model``; :func:`_as_language_model` presents that name for the
-duration of the call (the one place that relies on verl internals; tested in
-``test_verl_engine_hook.py``).
+model type is ``language_model``; ``compat.as_language_model`` presents that name for the
+duration of the call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from verl.workers.engine.base import EngineRegistry
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
 from omni_trainer.verl_engine.adapters import training_adapter
-from omni_training.model_loading import DEFAULT_AUTO_CLASS  # what the local engine loads
+from omni_trainer.verl_engine.compat import as_language_model, auto_class_owns, model_class_for
 from omni_trainer.verl_engine.settings import OMNI_MODEL_TYPE, VerlSettings
-
-VERL_LANGUAGE_MODEL = "language_model"
-
-
-@contextmanager
-def _as_language_model(model_config: Any) -> Iterator[None]:
-    saved = model_config.model_type
-    model_config.model_type = VERL_LANGUAGE_MODEL
-    try:
-        yield
-    finally:
-        model_config.model_type = saved
+from omni_training.model_loading import DEFAULT_AUTO_CLASS  # what the local engine loads
 
 
 def ensure_tie_word_embeddings(hf_config: Any) -> None:
@@ -65,16 +51,16 @@ def ensure_auto_class(hf_config: Any, adapter: Any) -> None:
 
     verl_auto = get_hf_auto_model_class(hf_config=hf_config)
     config_cls = type(hf_config)
-    if config_cls in verl_auto._model_mapping.keys():
+    if auto_class_owns(verl_auto, config_cls):
         return
     ours = getattr(transformers, adapter.auto_model_class or DEFAULT_AUTO_CLASS)
-    if config_cls not in ours._model_mapping.keys():
+    if not auto_class_owns(ours, config_cls):
         raise RuntimeError(
             f"Neither {verl_auto.__name__} (verl's choice) nor {ours.__name__} loads "
             f"{config_cls.__name__}; set auto_model_class on {type(adapter).__name__} or register "
             "the model class in its register_auto_classes()."
         )
-    verl_auto.register(config_cls, ours._model_mapping[config_cls], exist_ok=True)
+    verl_auto.register(config_cls, model_class_for(ours, config_cls), exist_ok=True)
 
 
 def configure_for_training(module: Any, hf_config: Any, settings: VerlSettings) -> None:
@@ -98,7 +84,7 @@ class OmniFSDPEngine(FSDPEngineWithLMHead):
         adapter.register_auto_classes()
         ensure_auto_class(self.model_config.hf_config, adapter)
         ensure_tie_word_embeddings(self.model_config.hf_config)
-        with _as_language_model(self.model_config):
+        with as_language_model(self.model_config):
             module = super()._build_module()
         configure_for_training(module, self.model_config.hf_config, settings)
         return module

@@ -14,6 +14,10 @@ class MissingExtrasError(RuntimeError):
     """verl, Ray, vLLM or vLLM-Omni is not installed."""
 
 
+class GpuRequiredError(MissingExtrasError):
+    """The run checked out, but this machine has no CUDA GPU for verl and vLLM-Omni."""
+
+
 def require_extras(find_spec: Callable[[str], Any] = importlib.util.find_spec) -> None:
     """Raise :class:`MissingExtrasError` unless every package the verl engine needs imports.
 

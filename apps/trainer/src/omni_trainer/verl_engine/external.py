@@ -4,7 +4,8 @@ Importing it registers omni-rl with verl's extension points:
 
 - ``EngineRegistry``: :class:`~omni_trainer.verl_engine.engine.OmniFSDPEngine` for
   ``(omni_language_model, fsdp|fsdp2)`` (decorator, on import of ``engine``);
-- the agent-loop registry: ``omni_single_turn_agent`` (decorator, on import of ``agent_loop``);
+- the agent-loop workers: verl loads :class:`~omni_trainer.verl_engine.agent_loop.OmniAgentLoopManager`
+  from ``actor_rollout_ref.rollout.agent.agent_loop_manager_class`` (no registration);
 - the rollout replica registry (driver side) and the worker-side rollout registry, both
   under ``vllm_omni``: a rollout backend must be in both;
 - policy losses and advantage estimators: verl implements every name omni-training
@@ -16,11 +17,10 @@ The reward function and dataset class are loaded by verl from config paths
 
 from __future__ import annotations
 
-from verl.workers.rollout import base as rollout_base
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry
 
-from omni_trainer.verl_engine import agent_loop as _agent_loop  # noqa: F401  (registers the loop)
 from omni_trainer.verl_engine import engine as _engine  # noqa: F401  (registers the engine)
+from omni_trainer.verl_engine.compat import register_worker_rollout
 from omni_trainer.verl_engine.settings import ROLLOUT_NAME
 
 WORKER_ROLLOUT = "verl.workers.rollout.vllm_rollout.ServerAdapter"
@@ -36,7 +36,7 @@ def _load_replica() -> type[RolloutReplica]:
 def register_rollout() -> None:
     """Register ``vllm_omni`` in both of verl's rollout registries (idempotent)."""
     RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_replica)
-    rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = WORKER_ROLLOUT
+    register_worker_rollout(ROLLOUT_NAME, "async", WORKER_ROLLOUT)
 
 
 def check_algorithms(loss_mode: str, adv_estimator: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +19,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from omni_trainer.config import Config, ConfigError
 from omni_trainer.verl_engine.distillation import check_teacher_tokenizer, validate_with_verl
-from omni_trainer.verl_engine.errors import require_extras
-from omni_trainer.verl_engine.settings import EXTERNAL_MODULE, EXTERNAL_MODULES_ENV, SETTINGS_ENV
+from omni_trainer.verl_engine.errors import GpuRequiredError, require_extras
+from omni_trainer.verl_engine.settings import EXTERNAL_MODULE, EXTERNAL_MODULES_ENV, SETTINGS_ENV, VerlSettings
 from omni_trainer.verl_engine.translate import check_config, settings_for, to_verl_config
 
 
 def adapter_lora_defaults(model_path: str, stage: str) -> tuple[list[str] | None, str | None]:
     """The training adapter's LoRA defaults, found from the checkpoint's ``config.json``."""
-    from omni_contracts import get_training_adapter
+    from omni_contracts import resolve_training_adapter
 
     config_file = Path(model_path) / "config.json"
     if not config_file.is_file():
@@ -33,8 +34,7 @@ def adapter_lora_defaults(model_path: str, stage: str) -> tuple[list[str] | None
             f"actor_rollout_ref.model.path={model_path} has no config.json; point it at a Hugging Face "
             "checkpoint directory (e.g. one written by `uv run trainer tiny`)."
         )
-    architecture = (json.loads(config_file.read_text()).get("architectures") or ["<none>"])[0]
-    adapter = get_training_adapter(architecture, stage)
+    adapter = resolve_training_adapter(json.loads(config_file.read_text()), stage)
     targets = list(adapter.lora_target_modules) if adapter.lora_target_modules else None
     return targets, adapter.lora_exclude_modules
 
@@ -61,15 +61,62 @@ def ray_init_kwargs(verl_config: DictConfig) -> dict[str, Any]:
     return {k: v for k, v in ray_init.items() if v is not None}
 
 
+def verl_problems(config: Config) -> list[str]:
+    """The verl engine's part of the pre-flight (``omni_trainer.preflight``): the translation,
+    the teacher's tokenizer, verl's losses and estimators, verl's own distillation checks."""
+    try:
+        verl_config = build_verl_config(config)  # config errors first: verl takes ~25 s to import
+        check_teacher_tokenizer(config, verl_config.actor_rollout_ref.model.path)
+    except ConfigError as exc:
+        return exc.problems
+    from omni_trainer.verl_engine.external import check_algorithms
+
+    problems = []
+    try:
+        check_algorithms(config.actor_rollout_ref.actor.policy_loss.loss_mode, config.algorithm.adv_estimator)
+    except ValueError as exc:
+        problems.append(str(exc))
+    try:
+        validate_with_verl(verl_config)  # verl's own distillation checks, otherwise first run inside Ray
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+    return problems
+
+
+def check_data(verl_config: DictConfig) -> None:
+    """Load the train and validation files through the dataset class verl will use, with the
+    adapter's processor: every row parsed, every medium decoded, drops counted and printed."""
+    from omni_trainer.verl_engine.dataset import OmniRLHFDataset
+    from omni_trainer.verl_engine.processor import adapter_processor
+
+    processor = adapter_processor(VerlSettings.from_env())
+    tokenizer = getattr(processor, "tokenizer", processor)
+    for key in ("train_files", "val_files"):
+        print(f"data.{key}: ", end="", flush=True)
+        OmniRLHFDataset(list(verl_config.data[key]), tokenizer, verl_config.data, processor)
+
+
+def require_gpu(run_dir: Path, cuda_available: Callable[[], bool] | None = None) -> None:
+    """Stop with one message when no CUDA GPU is visible (verl's actor and vLLM-Omni need one)."""
+    import torch
+
+    if (cuda_available or torch.cuda.is_available)():
+        return
+    raise GpuRequiredError(
+        "trainer.engine=verl needs a CUDA GPU: verl's FSDP actor and the vLLM-Omni rollout run only "
+        "on GPUs, and none is visible here. The config, the model and the data checked out (verl's "
+        f"resolved config is in {run_dir / 'verl_config.yaml'}). Run the same command on a GPU "
+        "machine, or train on this one with trainer.engine=local."
+    )
+
+
 def run(config: Config) -> int:
     """Run ``config`` on verl; returns the process exit code."""
     require_extras()
-    verl_config = build_verl_config(config)  # config errors first: verl takes ~25 s to import
-    check_teacher_tokenizer(config, verl_config.actor_rollout_ref.model.path)
-    from omni_trainer.verl_engine.external import check_algorithms
-
-    check_algorithms(config.actor_rollout_ref.actor.policy_loss.loss_mode, config.algorithm.adv_estimator)
-    validate_with_verl(verl_config)  # verl's own distillation checks, otherwise first run inside Ray
+    problems = verl_problems(config)
+    if problems:
+        raise ConfigError("Invalid configuration for trainer.engine=verl:\n  - " + "\n  - ".join(problems))
+    verl_config = build_verl_config(config)
     # The driver imports verl below: it must see the same external modules as the workers.
     os.environ[EXTERNAL_MODULES_ENV] = EXTERNAL_MODULE
     os.environ[SETTINGS_ENV] = settings_for(config, verl_config.actor_rollout_ref.model.path).to_env()
@@ -87,6 +134,8 @@ def run(config: Config) -> int:
     run_dir = Path(config.trainer.default_local_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "verl_config.yaml").write_text(OmegaConf.to_yaml(verl_config))
+    check_data(verl_config)
+    require_gpu(run_dir)
     if not ray.is_initialized():
         ray.init(**ray_init_kwargs(verl_config))
     try:

@@ -1,29 +1,30 @@
 """vLLM-Omni as a verl rollout backend (``actor_rollout_ref.rollout.name=vllm_omni``).
 
 Built on verl's vLLM server by its subclass hooks, so verl keeps owning the replica
-layout, sleep/wake, weight transfer and request admission; what differs is the engine:
+layout, sleep/wake, weight transfer, request admission and ``generate``; what differs is the
+engine: ``run_server`` starts ``vllm_omni.AsyncOmni`` on a deploy config generated from the
+rollout adapter's pipeline (``omni_rollout.vllm_omni.build_deploy_config``) and sets
+``self.engine`` to the one vLLM-Omni driver (``omni_rollout.vllm_omni.VllmOmniDriver``),
+which presents the ``AsyncLLM`` surface verl's server calls. So verl's own code runs:
 
-- ``run_server`` starts ``vllm_omni.AsyncOmni`` on a deploy config generated from the
-  rollout adapter's pipeline (``omni_rollout.vllm_omni.build_deploy_config``) instead of
-  vLLM's ``AsyncLLM`` + OpenAI app. verl's colocate worker extension is installed on the
-  policy stage, so verl's IPC weight sync lands there. Requests arrive through the Ray
-  handle (token in, token out); no HTTP app is served.
-- ``generate`` builds the engine prompt with the adapter (``build_engine_prompt``: pad
-  dedup, custom prompts) and reads the policy stage's output back with
-  ``convert_request``.
-- as a distillation teacher (verl starts the same replica class with ``is_teacher_model``),
-  ``generate`` gets prompt + response with ``max_tokens=1`` and ``prompt_logprobs`` and
-  returns the teacher's log-probs in ``extra_fields`` (``prompt_logprobs.teacher_fields``).
-- ``collective_rpc`` (weight sync and verl's worker calls) goes to the adapter's
-  weight-sync stages only, and raises when a stage reports a failure (vLLM-Omni's stage
-  pool returns ``{"supported": False, "error": ...}`` instead of raising); ``wake_up``
-  reopens AsyncOmni's admission gate, which its ``wake_up`` leaves closed after a sleep,
-  once every stage is fully awake.
-- what verl's server asks of vLLM's ``AsyncLLM`` and ``AsyncOmni`` lacks or refuses:
-  ``wait_for_requests_to_drain`` (called by ``vLLMReplica.sleep`` every step) waits for
-  AsyncOmni's in-flight requests; sleeps are level 1 (``AsyncOmni.wake_up`` raises
-  ``NotImplementedError`` after level 2); the max-length check reads the text config of a
-  composite HF config (Qwen3-Omni has no top-level ``max_position_embeddings``).
+- ``generate`` (verl's defaults included: ``repetition_penalty``, ``ignore_eos``, the
+  full-determinism seed, prompt log-probs for a distillation teacher, ``num_preempted``); the
+  driver builds the engine prompt with the adapter (pad dedup), gives the policy stage
+  verl's ``SamplingParams``, yields the policy stage's output and checks that prompt
+  log-probs belong to exactly the ids verl sent;
+- ``collective_rpc`` (weight sync) reaches the adapter's weight-sync stages only and raises
+  when a stage reports a failure; verl's colocate worker extension is installed on the
+  policy stage, so verl's IPC weight sync lands there;
+- ``abort_all_requests`` (reads the driver's ``output_processor.request_states``),
+  ``wait_for_requests_to_drain``, ``wake_up`` (the driver resumes scheduling once every stage
+  is awake, as vLLM's engine core does), ``clear_kv_cache`` (the driver's
+  ``reset_prefix_cache`` really clears: ``AsyncOmni``'s is a no-op).
+
+Overridden here: the max-length check reads the text config of a composite HF config
+(Qwen3-Omni has no top-level ``max_position_embeddings``); sleeps are level 1
+(``AsyncOmni.wake_up`` raises after level 2); ``abort_request`` goes through the driver
+(verl's reaches into vLLM's output processor). Requests arrive through the Ray handle
+(token in, token out); no HTTP app is served.
 
 The worker-side half is verl's own ``ServerAdapter``: it finds this server by the actor
 name prefix ``vllm_omni_`` (from ``rollout.name``) and sends weights over verl's IPC.
@@ -32,41 +33,31 @@ name prefix ``vllm_omni_`` (from ``rollout.name``) and sends weights over verl's
 from __future__ import annotations
 
 import argparse
-import asyncio
+import logging
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import ray
-from verl.utils.net_utils import get_free_port
-from verl.workers.rollout.replica import RolloutMode, TokenOutput
-from verl.workers.rollout.utils import get_vision_placeholder_token_ids
-from verl.workers.rollout.vllm_rollout.utils import (
-    VLLM_LORA_INT_ID,
-    VLLM_LORA_NAME,
-    VLLM_LORA_PATH,
-    get_vllm_max_lora_rank,
-)
+from verl.workers.rollout.vllm_rollout.utils import get_vllm_max_lora_rank
 from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica
 
 from omni_rollout.vllm_omni import (
     DeployOptions,
     ReplicaLayout,
+    VllmOmniDriver,
     build_deploy_config,
-    build_engine_prompt,
-    convert_request,
     dedup_function,
+    start_async_omni,
     write_deploy_config,
 )
 from omni_trainer.verl_engine.adapters import rollout_adapter
-from omni_trainer.verl_engine.agent_loop import adapter_processor
-from omni_trainer.verl_engine.prompt_logprobs import TeacherOutputError, teacher_fields
+from omni_trainer.verl_engine.compat import reserve_server_port
+from omni_trainer.verl_engine.processor import adapter_processor, banned_token_ids
 from omni_trainer.verl_engine.settings import ROLLOUT_NAME, VerlSettings
 
 WORKER_EXTENSION = "verl.workers.rollout.vllm_rollout.utils.vLLMColocateWorkerExtension"
-STOP_REASONS = {"abort": "aborted", "stop": "completed", "length": "completed"}
-DRAIN_TIMEOUT_S = 300.0
+logger = logging.getLogger(__name__)
 
 
 def deploy_options(rollout: Any, *, lora_rank: int, seed: int) -> DeployOptions:
@@ -96,16 +87,14 @@ def deploy_options(rollout: Any, *, lora_rank: int, seed: int) -> DeployOptions:
 
 
 class VllmOmniHttpServer(vLLMHttpServer):
-    """verl's vLLM server with vLLM-Omni's ``AsyncOmni`` as the engine."""
+    """verl's vLLM server with vLLM-Omni's ``AsyncOmni`` (through the driver) as the engine."""
 
     def _post_init(self, cuda_visible_devices: str) -> None:
         super()._post_init(cuda_visible_devices)
         self.settings = VerlSettings.from_env()
         self.rollout_adapter = rollout_adapter(self.settings)
         self.mode = self.settings.pipeline_mode
-        self.policy_stage = self.rollout_adapter.policy_stage_id(self.mode)
-        self.sync_stages = list(self.rollout_adapter.weight_sync_stage_ids(self.mode))
-        self.dedup = dedup_function(adapter_processor(self.settings))
+        self.processor = adapter_processor(self.settings)
 
     def _validate_configs(self) -> None:
         # verl looks for max_position_embeddings on hf_config and hf_config.text_config only;
@@ -139,156 +128,48 @@ class VllmOmniHttpServer(vLLMHttpServer):
         super()._preprocess_engine_kwargs(engine_kwargs)
 
     async def run_server(self, args: argparse.Namespace) -> None:
-        from vllm_omni.entrypoints.async_omni import AsyncOmni
-
         tp = self.config.tensor_model_parallel_size
         layout = ReplicaLayout(gpus_per_replica=tp, tensor_parallel_size=tp)
         options = deploy_options(self.config, lora_rank=_lora_rank(self.model_config), seed=self.replica_rank + self.config.seed)
         deploy = build_deploy_config(self.rollout_adapter, self.mode, layout, options)
         work_dir = Path(tempfile.mkdtemp(prefix=f"omni_rl_deploy_{self.replica_rank}_"))
         path = write_deploy_config(deploy, work_dir / "deploy.yaml")
-        self.engine = AsyncOmni(model=self.model_config.local_path, deploy_config=str(path))
-        await self.engine.reset_mm_cache()
-        # As verl's vLLM server does: mask the out-of-vocabulary tail and the vision
-        # placeholders (a sampled <|image_pad|> has no image behind it) on the policy stage.
-        await self._stage_rpc(
+        driver = VllmOmniDriver(
+            start_async_omni(self.model_config.local_path, str(path)), self.rollout_adapter, self.mode,
+            dedup_pad_tokens=dedup_function(self.processor),
+        )
+        self.engine = driver  # type: ignore[assignment]  # verl types it as vLLM's AsyncLLM
+        await driver.reset_mm_cache()
+        # As verl's vLLM server does: mask the out-of-vocabulary tail and the placeholders on
+        # the policy stage -- every one the adapter's processor declares (audio too; verl's own
+        # list has image and video only, and its processor is None for Qwen3-Omni).
+        await driver.collective_rpc(
             "monkey_patch_model",
             kwargs={
                 "vocab_size": len(self.model_config.tokenizer),
-                "banned_token_ids": get_vision_placeholder_token_ids(self.model_config.processor),
+                "banned_token_ids": banned_token_ids(self.processor),
             },
-            stage_ids=[self.policy_stage],
+            stage_ids=[driver.policy_stage],
         )
         # No HTTP app: verl's agent loop reaches this server through its Ray handle. verl keys
         # its load balancer by "ip:port", so each replica needs a port of its own (a constant
         # would merge the replicas of a node into one): a free one, held open as a reservation.
-        port, self._port_reservation = get_free_port(self._server_address, with_alive_sock=True)
-        self._server_port = port  # type: ignore[assignment]
+        reserve_server_port(self)
 
-    async def _stage_rpc(
-        self,
-        method: Any,
-        *,
-        stage_ids: list[int],
-        timeout: float | None = None,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> list[Any]:
-        engine: Any = self.engine  # AsyncOmni (verl types it as vLLM's AsyncLLM)
-        results = list(
-            await engine.collective_rpc(method=method, timeout=timeout, args=args, kwargs=kwargs, stage_ids=stage_ids)
-        )
-        failures = [r for r in results if isinstance(r, dict) and (r.get("error") or r.get("supported") is False)]
-        if failures or not results:
-            name = getattr(method, "__name__", method)
-            raise RuntimeError(f"collective_rpc({name!r}) on stages {stage_ids} failed: {failures or 'no stage answered'}")
-        return results
+    async def abort_request(self, request_id: str, reset_prefix_cache: bool = True) -> dict[str, Any]:
+        """Abort one request through the driver (verl's writes into vLLM's output processor).
 
-    async def collective_rpc(
-        self, method: Any, timeout: float | None = None, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
-    ) -> None:
-        await self._stage_rpc(method, timeout=timeout, args=args, kwargs=kwargs, stage_ids=self.sync_stages)
-
-    async def wait_for_requests_to_drain(self, drain_timeout: float = DRAIN_TIMEOUT_S) -> None:
-        """Wait until AsyncOmni tracks no request (it has no ``wait_for_requests_to_drain``)."""
-        engine: Any = self.engine
-        deadline = time.monotonic() + drain_timeout
-        while engine.request_states:
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"{len(engine.request_states)} vLLM-Omni request(s) still running after {drain_timeout} s."
-                )
-            await asyncio.sleep(0.1)
-
-    async def wake_up(self, tags: list[str] | None = None) -> None:
-        await super().wake_up(tags)
-        # Only once nothing sleeps: resuming after a partial (weights-only) wake would let the
-        # scheduler run while the KV cache is still unmapped.
-        if self.node_rank == 0 and self.rollout_mode != RolloutMode.STANDALONE and not await self.engine.is_sleeping():
-            await self.engine.resume_generation()
-
-    async def generate(  # type: ignore[override]
-        self,
-        prompt_ids: list[int],
-        sampling_params: dict[str, Any],
-        request_id: str,
-        image_data: list[Any] | None = None,
-        video_data: list[Any] | None = None,
-        audio_data: list[Any] | None = None,
-        mm_processor_kwargs: dict[str, Any] | None = None,
-        priority: int = 0,
-        **_: Any,
-    ) -> TokenOutput:
-        from vllm import SamplingParams
-        from vllm.lora.request import LoRARequest
-        from vllm.sampling_params import RequestOutputKind
-
-        params = dict(sampling_params)
-        budget = self.config.max_model_len - len(prompt_ids)
-        if budget < 1:
-            raise ValueError(f"Prompt of {len(prompt_ids)} tokens leaves no room under max_model_len={self.config.max_model_len}.")
-        wanted = params.pop("max_tokens", None) or params.pop("max_new_tokens", None) or self.config.response_length
-        logprobs = 0 if params.pop("logprobs", False) else None
-        num_prompt_logprobs = params.get("prompt_logprobs")  # set by verl's distillation teacher
-        media = {"image": image_data, "video": video_data, "audio": audio_data}
-        prompt = build_engine_prompt(
-            self.rollout_adapter, prompt_ids, {k: v for k, v in media.items() if v is not None} or None,
-            mm_processor_kwargs or None, dedup_pad_tokens=self.dedup,
-        )
-        engine: Any = self.engine  # AsyncOmni (verl types it as vLLM's AsyncLLM)
-        stage_params = list(engine.default_sampling_params_list)
-        stage_params[self.policy_stage] = SamplingParams(
-            max_tokens=max(1, min(int(wanted), budget)), logprobs=logprobs,
-            output_kind=RequestOutputKind.FINAL_ONLY, **params,
-        )
-        lora_request = None
-        if self.lora_as_adapter and VLLM_LORA_INT_ID in await self.engine.list_loras():
-            lora_request = LoRARequest(lora_name=VLLM_LORA_NAME, lora_int_id=VLLM_LORA_INT_ID, lora_path=VLLM_LORA_PATH)
-
-        rejected = await self._park_until_admitted(request_id)
-        if rejected is not None:
-            return rejected
-        outputs: list[Any] = []
-        try:
-            async for output in engine.generate(
-                prompt=prompt, request_id=request_id, sampling_params_list=stage_params,
-                lora_request=lora_request, priority=priority,
-            ):
-                if not outputs:
-                    self._admitting -= 1
-                outputs.append(output)
-        finally:
-            if not outputs:
-                self._admitting -= 1
-        # One output per stage (its last): stages left at their default output kind report
-        # every step, and convert_request expects each stage once.
-        last = {getattr(output, "stage_id", None): output for output in outputs}
-        converted = convert_request(self.rollout_adapter, self.mode, prompt_ids, list(last.values()))
-        sample = converted.sample
-        extra_fields: dict[str, Any] = {"global_steps": self.global_steps}
-        if num_prompt_logprobs is not None:
-            extra_fields.update(self._teacher_fields(outputs, prompt_ids, int(num_prompt_logprobs)))
-        return TokenOutput(
-            token_ids=list(sample.response_ids),
-            log_probs=list(sample.response_logprobs) if sample.response_logprobs is not None else None,
-            routed_experts=None,
-            stop_reason=STOP_REASONS.get(converted.finish_reason, converted.finish_reason),
-            extra_fields=extra_fields,
-        )
-
-    def _teacher_fields(self, outputs: list[Any], prompt_ids: list[int], num_logprobs: int) -> dict[str, Any]:
-        """verl's ``prompt_ids``/``prompt_logprobs`` from the policy stage's last output."""
-        policy = [o for o in outputs if getattr(o, "stage_id", None) in (None, self.policy_stage)]
-        if not policy:
-            raise TeacherOutputError(
-                f"The teacher engine returned no output of the policy stage {self.policy_stage} "
-                f"(stages seen: {[getattr(o, 'stage_id', None) for o in outputs]})."
-            )
-        final = policy[-1]
-        return teacher_fields(
-            getattr(final, "prompt_token_ids", None), getattr(final, "prompt_logprobs", None),
-            num_logprobs=num_logprobs, sequence_ids=prompt_ids,
-        )
+        ``reset_prefix_cache`` is not acted on: one abort changes no weights, so the cached
+        prefixes stay valid (vLLM's own reset skips a cache other requests still use).
+        """
+        if self.node_rank != 0:
+            return {"aborted": False, "request_id": request_id}
+        driver: VllmOmniDriver = self.engine  # type: ignore[assignment]
+        if request_id not in driver.in_flight_request_ids():
+            return {"aborted": False, "error": f"Request {request_id} not found"}
+        await driver.abort(request_id)
+        logger.info("Aborted request: %s", request_id)
+        return {"aborted": True, "request_id": request_id}
 
 
 class VllmOmniReplica(vLLMReplica):

@@ -18,8 +18,12 @@ EXTERNAL_MODULE = "omni_trainer.verl_engine.external"
 OMNI_MODEL_TYPE = "omni_language_model"
 """verl ``model_type`` our training engine is registered under (verl's own is ``language_model``)."""
 ROLLOUT_NAME = "vllm_omni"
-AGENT_LOOPS = {"single_turn_agent": "omni_single_turn_agent"}
-"""Our agent-loop names -> the verl agent loops registered by ``external``."""
+AGENT_LOOP_MANAGER = "omni_trainer.verl_engine.agent_loop.OmniAgentLoopManager"
+"""``actor_rollout_ref.rollout.agent.agent_loop_manager_class``: verl's hook for the class that
+starts the agent-loop workers."""
+AGENT_LOOPS = {"single_turn_agent": "single_turn_agent"}
+"""Our agent-loop names -> verl's agent loops (they get the adapter's processor from
+:class:`~omni_trainer.verl_engine.agent_loop.OmniAgentLoopManager`'s workers)."""
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from omni_trainer.config import Config, ConfigError
 from omni_trainer.verl_engine.distillation import distillation_problems, distillation_values
 from omni_trainer.verl_engine.errors import EXTRAS_COMMAND, MissingExtrasError
 from omni_trainer.verl_engine.settings import (
+    AGENT_LOOP_MANAGER,
     AGENT_LOOPS,
     EXTERNAL_MODULE,
     EXTERNAL_MODULES_ENV,
@@ -32,6 +33,10 @@ from omni_trainer.verl_engine.settings import (
 
 DATASET_CLASS = ("pkg://omni_trainer.verl_engine.dataset", "OmniRLHFDataset")
 REWARD_FUNCTION = ("pkg://omni_trainer.verl_engine.reward", "compute_score")
+SCORER_PROCESSES_PER_REWARD_WORKER = 2
+"""Scorer processes each of verl's reward-loop workers starts when ``reward.num_workers`` is
+unset (verl runs ``reward.num_workers`` = 8 such workers per job; one process per CPU in each
+would start 8x the CPUs)."""
 
 
 def verl_config_dir() -> Path:
@@ -89,6 +94,13 @@ def to_verl_config(
 
 def check_config(config: Config) -> None:
     """Raise :class:`ConfigError` listing every reason ``config`` cannot run on verl."""
+    problems = config_problems(config)
+    if problems:
+        raise ConfigError("Invalid configuration for trainer.engine=verl:\n  - " + "\n  - ".join(problems))
+
+
+def config_problems(config: Config) -> list[str]:
+    """Why ``config`` cannot run on verl (cheap checks; part of ``omni_trainer.preflight``)."""
     problems = []
     if not config.data.train_files:
         problems.append(
@@ -102,8 +114,7 @@ def check_config(config: Config) -> None:
             f"valid: {', '.join(AGENT_LOOPS)}"
         )
     problems.extend(distillation_problems(config))
-    if problems:
-        raise ConfigError("Invalid configuration for trainer.engine=verl:\n  - " + "\n  - ".join(problems))
+    return problems
 
 
 def _values(
@@ -121,6 +132,10 @@ def _values(
         **ray_init.runtime_env.env_vars,
     }
     micro = actor.ppo_micro_batch_size_per_gpu
+    lora = model.lora_rank > 0
+    # LoRA: the frozen base is loaded in bf16 (verl casts the adapter to match); full
+    # fine-tuning keeps verl's fp32 master weights.
+    model_dtype = "bf16" if lora else "fp32"
     values: dict[str, Any] = {
         "data.train_files": list(data.train_files or []),
         "data.val_files": list(data.val_files or data.train_files or []),
@@ -131,12 +146,17 @@ def _values(
         "data.shuffle": data.shuffle,
         "data.seed": data.seed,
         "data.filter_overlong_prompts": True,
+        "data.on_bad_row": data.on_bad_row,  # read by our dataset class (counted drops)
+        "data.mm_processor_kwargs": dict(data.mm_processor_kwargs),
         "data.custom_cls.path": DATASET_CLASS[0],
         "data.custom_cls.name": DATASET_CLASS[1],
         "actor_rollout_ref.model.path": model_path,
         "actor_rollout_ref.model.model_type": OMNI_MODEL_TYPE,
         "actor_rollout_ref.model.lora_rank": model.lora_rank,
         "actor_rollout_ref.model.lora_alpha": model.lora_alpha,
+        # vLLM-Omni's policy stage (Qwen3OmniMoeForConditionalGeneration) cannot serve LoRA:
+        # verl merges the adapter and syncs full weights instead.
+        "actor_rollout_ref.model.lora.merge": lora,
         "actor_rollout_ref.model.target_modules": list(model.target_modules or target_modules or []) or "all-linear",
         "actor_rollout_ref.model.exclude_modules": model.exclude_modules or exclude_modules,
         "actor_rollout_ref.model.use_remove_padding": model.use_remove_padding,
@@ -145,6 +165,8 @@ def _values(
         "actor_rollout_ref.model.override_config.attn_implementation": "sdpa",
         "actor_rollout_ref.model.enable_gradient_checkpointing": model.enable_gradient_checkpointing,
         "actor_rollout_ref.actor.strategy": actor.strategy,
+        "actor_rollout_ref.actor.fsdp_config.model_dtype": model_dtype,
+        "actor_rollout_ref.ref.fsdp_config.model_dtype": model_dtype,
         "actor_rollout_ref.actor.freeze_vision_tower": model.freeze_vision_tower,
         "actor_rollout_ref.actor.policy_loss.loss_mode": actor.policy_loss.loss_mode,
         "actor_rollout_ref.actor.clip_ratio": actor.clip_ratio,
@@ -175,6 +197,11 @@ def _values(
         "actor_rollout_ref.rollout.temperature": rollout.temperature,
         "actor_rollout_ref.rollout.top_p": rollout.top_p,
         "actor_rollout_ref.rollout.top_k": rollout.top_k,
+        "actor_rollout_ref.rollout.val_kwargs.n": rollout.val_kwargs.n,
+        "actor_rollout_ref.rollout.val_kwargs.do_sample": rollout.val_kwargs.do_sample,
+        "actor_rollout_ref.rollout.val_kwargs.temperature": rollout.val_kwargs.temperature,
+        "actor_rollout_ref.rollout.val_kwargs.top_p": rollout.val_kwargs.top_p,
+        "actor_rollout_ref.rollout.val_kwargs.top_k": rollout.val_kwargs.top_k,
         "actor_rollout_ref.rollout.tensor_model_parallel_size": rollout.tensor_model_parallel_size,
         "actor_rollout_ref.rollout.gpu_memory_utilization": rollout.gpu_memory_utilization,
         "actor_rollout_ref.rollout.max_num_seqs": rollout.max_num_seqs,
@@ -182,8 +209,12 @@ def _values(
         "actor_rollout_ref.rollout.cudagraph_capture_sizes": rollout.cudagraph_capture_sizes,
         "actor_rollout_ref.rollout.enforce_eager": rollout.enforce_eager,
         "actor_rollout_ref.rollout.free_cache_engine": rollout.free_cache_engine,
+        # Sized for this run: left empty, vLLM reserves the model's 65,536-token context and
+        # leaves little KV cache at this gpu_memory_utilization.
+        "actor_rollout_ref.rollout.max_model_len": data.max_prompt_length + data.max_response_length,
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": micro,
         "actor_rollout_ref.rollout.agent.default_agent_loop": AGENT_LOOPS[rollout.agent.default_agent_loop],
+        "actor_rollout_ref.rollout.agent.agent_loop_manager_class": AGENT_LOOP_MANAGER,
         "actor_rollout_ref.rollout.engine_kwargs.vllm_omni": {
             "pipeline_name": rollout.pipeline_name, "pipeline_mode": rollout.pipeline_mode,
         },
@@ -196,13 +227,15 @@ def _values(
         "reward.custom_reward_function.path": REWARD_FUNCTION[0],
         "reward.custom_reward_function.name": REWARD_FUNCTION[1],
         "reward.custom_reward_function.reward_kwargs": {
-            "num_workers": config.reward.num_workers, "timeout_s": config.reward.timeout_s,
+            "num_workers": config.reward.num_workers or SCORER_PROCESSES_PER_REWARD_WORKER,
+            "timeout_s": config.reward.timeout_s,
             "on_unknown_data_source": config.reward.on_unknown_data_source,
         },
         "trainer.total_epochs": trainer.total_epochs,
         "trainer.total_training_steps": trainer.total_training_steps,
         "trainer.save_freq": trainer.save_freq or -1,
         "trainer.test_freq": trainer.test_freq or -1,
+        "trainer.val_before_train": trainer.val_before_train,
         "trainer.max_actor_ckpt_to_keep": trainer.max_checkpoints_to_keep,
         "trainer.resume_mode": trainer.resume_mode,
         "trainer.default_local_dir": trainer.default_local_dir,

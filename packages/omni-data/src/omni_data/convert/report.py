@@ -48,6 +48,8 @@ class ConversionReport:
     name: str
     splits: dict[str, SplitReport] = field(default_factory=dict)
     outputs: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    """Input files not converted (path relative to the input directory → why)."""
 
     def split(self, split: str) -> SplitReport:
         return self.splits.setdefault(split, SplitReport(split))
@@ -56,6 +58,8 @@ class ConversionReport:
         lines = [f"[{self.name}]"]
         for report in self.splits.values():
             lines.extend("  " + line for line in report.lines())
+        for path, why in self.skipped.items():
+            lines.append(f"  skipped {path}: {why}")
         for split, path in self.outputs.items():
             lines.append(f"  {split} -> {path}")
         return "\n".join(lines)

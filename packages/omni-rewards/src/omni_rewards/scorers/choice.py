@@ -1,9 +1,15 @@
-"""Multiple choice (``avqa_r1_6k``): exact match of the first ``<answer>`` payload.
+"""Multiple choice (``avqa_r1_6k``): exact match of the first ``<answer>`` payload, as
+verl-omni's ``choice_reward.py`` scores the seeds' AVQA recipe.
 
 The ground truth is the tagged label (``<answer>B</answer>``) or the bare label (``B``).
 Only an exact match (surrounding whitespace ignored) scores: an empty payload, several
-letters ("A or B") or a letter outside the options all score 0, which closes the
-reward-hacking routes seen with looser matching.
+letters ("A or B") or a letter outside the options all score 0.
+
+One deliberate difference: a ground truth whose label is blank (``<answer> </answer>``,
+or empty) is a data problem. The reference then compares the prediction with an empty
+label and pays 1.0 for an empty or missing answer; here it scores 0 and is counted
+(``data_problem`` = 1, summed into ``reward/data_problems``). The AVQA converter drops
+such rows before training.
 """
 
 from __future__ import annotations
@@ -12,13 +18,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from omni_rewards.registry import SCORERS
-from omni_rewards.text import answer_payloads
+from omni_rewards.text import first_answer_payload
 
 
 def label_of(ground_truth: str) -> str:
     """The label inside a tagged ground truth, or the ground truth itself, stripped."""
-    payloads = answer_payloads(ground_truth)
-    return (payloads[0] if payloads else ground_truth).strip()
+    payload = first_answer_payload(ground_truth)
+    return payload if payload is not None else ground_truth.strip()
 
 
 @SCORERS.register("avqa_r1_6k", "choice")
@@ -29,15 +35,11 @@ def score_choice(
 ) -> dict[str, float]:
     """1.0 when the first ``<answer>`` payload is exactly the label, else 0.0.
 
-    Raises:
-        ValueError: the ground truth has an empty label (a dataset error, not a model one).
+    Returns:
+        ``score``, ``accuracy`` and ``data_problem`` (1.0 when the label is blank).
     """
     label = label_of(ground_truth)
     if not label:
-        raise ValueError(
-            f"Empty choice label in ground truth {ground_truth!r}; expected e.g. "
-            "'<answer>B</answer>' or 'B'. Fix the dataset's reward_model.ground_truth."
-        )
-    payloads = answer_payloads(solution_str)
-    correct = float(bool(payloads) and payloads[0].strip() == label)
-    return {"score": correct, "accuracy": correct}
+        return {"score": 0.0, "accuracy": 0.0, "data_problem": 1.0}
+    correct = float(first_answer_payload(solution_str) == label)
+    return {"score": correct, "accuracy": correct, "data_problem": 0.0}

@@ -1,107 +1,73 @@
-"""MMK12 (``mmk12``): accuracy plus a progressive format reward.
+"""MMK12 (``mmk12``): accuracy plus a progressive format reward, as verl-omni's
+``mmk12_reward.py`` defines it (the seeds' MMK12 recipe).
 
-Accuracy reads the ``<answer>…</answer>`` payload (the last one) when there is one, else the
-whole response:
+Angles first: ``°``, ``^\\circ`` and ``\\circ`` written after a number are removed from the
+response and the ground truth (``\\degree``, ``º`` and ``^{\\circ}`` are not).
 
-- choice ground truths (one letter A–E): 1.0 when the last standalone letter A–E is the
-  correct one; 0.5 when the model wrote the correct option's value instead of its letter
-  (options in ``extra_info["options"]``); else 0.
-- anything else: math-verify equivalence, after removing degree markers on both sides. An
-  answer that is literally the ground truth (the boxed content equal to
-  it up to spaces, ``$`` and degree markers) is accepted without calling math-verify: the
-  common case of a correct answer costs microseconds instead of milliseconds. Only boxed
-  answers take this path, where math-verify agrees; an unboxed ``x^2-1`` is math-verify's
-  call (it parses no bare LaTeX).
+Accuracy reads the stripped content of the **first** ``<answer>…</answer>`` pair when there
+is one, else the whole response:
 
-Format reward: 0.5 for exactly one answer-tag pair, 1.0 when a ``\\boxed{}`` sits inside it.
-``score = (accuracy + format_weight * format_reward) / (1 + format_weight)``, in [0, 1].
+- A ground truth that is one letter A–E, either case, is a choice question. The last
+  standalone capital A–E of the content decides: 1.0 when it is the correct letter, else 0.
+  Only when the content has no such letter is it compared with the correct option's text
+  (``extra_info["options"]``) by math-verify, for 0.5.
+- Any other ground truth: math-verify of the content against it (verl's settings, see
+  :mod:`omni_rewards.equivalence`). No shortcut: ``\\boxed{.5}`` is not 5.
+
+Format reward: two equal halves of ``format_score`` — exactly one ``<answer>`` and one
+``</answer>`` in the response; a ``\\boxed{`` inside the first answer's content. The ladder
+is 0 / 0.15 / 0.3 at the default 0.3, and ``format_reward`` is reported weighted, as the
+reference logs it. ``score = (accuracy + format_reward) / (1 + format_score)``.
+
+Two deliberate differences from the reference's code, both where it contradicts its own
+docstring or the dataset contract:
+
+- The option text is angle-normalised too. The reference's docstring promises the 0.5 for
+  a value that matches the option, but its code leaves ``45°`` in the option text, which
+  math-verify cannot parse, so such an option could never earn it. We follow the docstring.
+- Malformed ``extra_info["options"]`` means "no options", as there, but is also reported
+  (``data_problem`` = 1, summed into ``reward/data_problems``), where the reference crashes
+  on options that are JSON but not an object. Options given as a mapping rather than JSON
+  text are read (a parquet struct column reads back as one); the reference ignores them.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from omni_rewards.equivalence import math_equivalent
 from omni_rewards.registry import SCORERS
 from omni_rewards.scorers.options import read_options
-from omni_rewards.text import (
-    answer_payloads,
-    has_single_answer_pair,
-    last_boxed_content,
-    normalise_angles,
-)
+from omni_rewards.text import first_answer_payload, has_one_answer_tag_each, normalise_angles
 
-DEFAULT_FORMAT_WEIGHT = 0.3
+DEFAULT_FORMAT_SCORE = 0.3
+DEFAULT_MATH_VERIFY_TIMEOUT_S = 20.0
 OPTION_VALUE_CREDIT = 0.5
+CHOICE_LETTERS = "ABCDE"
 
-_CHOICE_TRUTH = re.compile(r"[A-E]")
 _STANDALONE_LETTER = re.compile(r"(?<![A-Za-z])[A-E](?![A-Za-z])")
-_SPACES = re.compile(r"\s+")
+_BOXED_OPENING = "\\boxed{"
 
 
-def _answer_text(solution_str: str) -> str:
-    payloads = answer_payloads(solution_str)
-    return payloads[-1] if payloads else solution_str
+def is_choice_truth(truth: str) -> bool:
+    """A single letter A–E, either case (verl-omni's converter writes lowercase ones)."""
+    return len(truth) == 1 and truth.upper() in CHOICE_LETTERS
 
 
-Equivalence = Callable[[str, str], bool]
-"""``(prediction, ground_truth) -> bool``; math-verify by default."""
+def last_choice_letter(content: str) -> str | None:
+    """The last capital A–E not touching another Latin letter (``\\boxed{B}``, ``(B)``, ``B.``)."""
+    letters = _STANDALONE_LETTER.findall(content)
+    return letters[-1] if letters else None
 
 
-def _canonical(text: str) -> str:
-    return _SPACES.sub("", normalise_angles(text)).strip("$.")
-
-
-def _written_answer(answer: str) -> str:
-    boxed = last_boxed_content(answer)
-    return answer if boxed is None else boxed
-
-
-def _literally_equal(written: str, truth: str) -> bool:
-    canonical_truth = _canonical(truth)
-    return bool(canonical_truth) and _canonical(written) == canonical_truth
-
-
-def _same_value(written: str, value: str, equivalent: Equivalence) -> bool:
-    if _literally_equal(written, value):
-        return True
-    return equivalent(normalise_angles(written), normalise_angles(value))
-
-
-def choice_accuracy(
-    answer: str,
-    letter: str,
-    options: Mapping[str, str] | None,
-    equivalent: Equivalence = math_equivalent,
-) -> float:
-    """Accuracy of ``answer`` for a choice question whose correct option is ``letter``."""
-    letters = _STANDALONE_LETTER.findall(answer)
-    if letters and letters[-1] == letter:
-        return 1.0
-    if options is None or letter not in options:
-        return 0.0
-    written = _written_answer(answer)
-    return OPTION_VALUE_CREDIT if _same_value(written, options[letter], equivalent) else 0.0
-
-
-def value_accuracy(
-    answer: str, ground_truth: str, equivalent: Equivalence = math_equivalent
-) -> float:
-    """Accuracy of ``answer`` for a numeric or LaTeX ground truth."""
-    boxed = last_boxed_content(answer)
-    if boxed is not None and _literally_equal(boxed, ground_truth):
-        return 1.0
-    return float(equivalent(normalise_angles(answer), normalise_angles(ground_truth)))
-
-
-def format_reward(solution_str: str) -> float:
-    """0, 0.5 (exactly one answer-tag pair) or 1.0 (and a ``\\boxed{}`` inside it)."""
-    if not has_single_answer_pair(solution_str):
-        return 0.0
-    payload = answer_payloads(solution_str)[0]
-    return 1.0 if last_boxed_content(payload) is not None else 0.5
+def format_reward(solution_str: str, answer: str | None, format_score: float) -> float:
+    """``format_score`` × (exactly one of each answer tag + a ``\\boxed{`` in the answer) / 2."""
+    one_pair = answer is not None and has_one_answer_tag_each(solution_str)
+    boxed = answer is not None and _BOXED_OPENING in answer
+    return format_score * (int(one_pair) + int(boxed)) / 2.0
 
 
 @SCORERS.register("mmk12")
@@ -110,25 +76,53 @@ def score_mmk12(
     ground_truth: str,
     extra_info: Mapping[str, Any] | None = None,
     *,
-    format_weight: float = DEFAULT_FORMAT_WEIGHT,
-    equivalent: Equivalence = math_equivalent,
+    format_score: float = DEFAULT_FORMAT_SCORE,
+    math_verify_timeout: float = DEFAULT_MATH_VERIFY_TIMEOUT_S,
 ) -> dict[str, float]:
-    """Composite MMK12 reward; returns ``score``, ``accuracy`` and ``format_reward``.
+    """The MMK12 reward of one response.
 
-    ``equivalent`` replaces the math check (math-verify), e.g. to score with another
-    framework's checker for a side-by-side comparison.
+    Args:
+        format_score: the format reward's full weight (both checks passed).
+        math_verify_timeout: seconds one math-verify comparison may take; a slower one
+            counts as wrong, as in the reference (the manager's ``timeout_s`` bounds the
+            whole sample on top).
+
+    Returns:
+        ``score``, ``accuracy`` (0, 0.5 or 1), ``format_reward`` (weighted) and
+        ``data_problem`` (1.0 when ``extra_info["options"]`` is present but malformed,
+        whatever the answer).
 
     Raises:
-        ValueError: ``format_weight`` is negative, or ``extra_info["options"]`` is malformed.
+        ValueError: ``format_score`` is negative or ``math_verify_timeout`` not positive
+            (configuration errors, not data).
     """
-    if format_weight < 0:
-        raise ValueError(f"format_weight must be >= 0, got {format_weight}.")
-    answer = _answer_text(solution_str)
-    truth = ground_truth.strip()
-    if _CHOICE_TRUTH.fullmatch(truth):
-        accuracy = choice_accuracy(answer, truth, read_options(extra_info), equivalent)
+    if not (format_score >= 0 and math.isfinite(format_score)):
+        raise ValueError(f"format_score must be a finite number >= 0, got {format_score}.")
+    if not math_verify_timeout > 0:
+        raise ValueError(f"math_verify_timeout must be > 0 seconds, got {math_verify_timeout}.")
+    truth = normalise_angles(str(ground_truth).strip())
+    solution = normalise_angles(solution_str or "")
+    answer = first_answer_payload(solution)
+    content = answer if answer is not None else solution
+
+    options = read_options(extra_info)
+    if is_choice_truth(truth):
+        letter = last_choice_letter(content)
+        if letter is not None:
+            accuracy = float(letter == truth.upper())
+        else:
+            option_text = options.by_letter.get(truth.upper(), "")
+            matches = bool(option_text) and math_equivalent(
+                content, normalise_angles(option_text), budget_s=math_verify_timeout
+            )
+            accuracy = OPTION_VALUE_CREDIT if matches else 0.0
     else:
-        accuracy = value_accuracy(answer, truth, equivalent)
-    fmt = format_reward(solution_str)
-    score = (accuracy + format_weight * fmt) / (1.0 + format_weight)
-    return {"score": score, "accuracy": accuracy, "format_reward": fmt}
+        accuracy = float(math_equivalent(content, truth, budget_s=math_verify_timeout))
+
+    fmt = format_reward(solution, answer, format_score)
+    return {
+        "score": (accuracy + fmt) / (1.0 + format_score),
+        "accuracy": accuracy,
+        "format_reward": fmt,
+        "data_problem": float(options.problem is not None),
+    }

@@ -4,31 +4,54 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 
-def read_options(extra_info: Mapping[str, Any] | None) -> dict[str, str] | None:
-    """The letter → value map in ``extra_info["options"]`` (a JSON object or a mapping).
+@dataclass(frozen=True)
+class Options:
+    """What ``extra_info["options"]`` held: a letter → text map, or why there is none."""
 
-    Returns None when there are no options.
+    by_letter: Mapping[str, str]
+    """Empty when there are no options (absent, empty, or malformed)."""
 
-    Raises:
-        ValueError: the options are present but not a map of letters to values.
+    problem: str | None = None
+    """Set when options were present but malformed: a data problem, counted in the reward
+    metrics (``reward/data_problems``), never an exception that fails a batch."""
+
+
+NO_OPTIONS = Options({})
+
+
+def read_options(extra_info: Mapping[str, Any] | None) -> Options:
+    """The options in ``extra_info["options"]``: JSON text of an object such as
+    ``{"A": "30°", "B": "45°"}`` (what the converters write), or that object itself (what a
+    parquet struct column reads back as). Values must be text or numbers.
+
+    An absent or empty value means no options; anything else that is not such an object is
+    reported in :attr:`Options.problem` and treated as no options.
     """
-    if not extra_info or extra_info.get("options") in (None, ""):
-        return None
-    raw = extra_info["options"]
+    raw = (extra_info or {}).get("options")
+    if not raw:
+        return NO_OPTIONS
     if isinstance(raw, str):
         try:
             raw = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ValueError(
-                f"extra_info['options'] is not valid JSON ({exc.msg}); expected a JSON object "
-                'such as {"A": "30°", "B": "45°"}.'
-            ) from exc
+        except ValueError as exc:
+            return _malformed(f"is not valid JSON ({exc})")
     if not isinstance(raw, Mapping):
-        raise ValueError(
-            f"extra_info['options'] must map option letters to values, got "
-            f"{type(raw).__name__}; expected e.g. {{\"A\": \"30°\", \"B\": \"45°\"}}."
-        )
-    return {str(letter).strip(): str(value) for letter, value in raw.items()}
+        return _malformed(f"is a JSON {type(raw).__name__}, not an object of letters to texts")
+    options: dict[str, str] = {}
+    for letter, text in raw.items():
+        if isinstance(text, bool) or not isinstance(text, str | int | float):
+            return _malformed(f"maps {letter!r} to a {type(text).__name__}, not a text")
+        options[str(letter)] = str(text)
+    return Options(options)
+
+
+def _malformed(why: str) -> Options:
+    return Options(
+        {},
+        f'extra_info["options"] {why}; expected e.g. {{"A": "30°", "B": "45°"}}. '
+        "Scored as a question without options; fix the dataset.",
+    )

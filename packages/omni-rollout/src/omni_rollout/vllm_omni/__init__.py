@@ -1,8 +1,9 @@
 """vLLM-Omni rollout backend (gpu extra): deploy configs, device placement, prompts,
-output conversion, weight-sync plans and payloads, and the engine wrapper.
+output conversion, weight-sync plans and payloads, the one ``AsyncOmni`` driver (``driver``,
+used by verl's server and by ``engine``) and the synchronous engine wrapper.
 
-Only ``engine`` touches vLLM-Omni, and only inside its methods, so every other module here
-is importable and tested on CPU.
+Only ``driver`` touches vLLM-Omni (its undocumented parts through ``compat``), and only inside
+its functions, so every module here is importable and tested on CPU.
 """
 
 from omni_rollout.vllm_omni.deploy_config import (
@@ -19,6 +20,13 @@ from omni_rollout.vllm_omni.devices import (
     physical_devices,
     place_stages,
 )
+from omni_rollout.vllm_omni.driver import (
+    EngineOutputError,
+    StageRpcError,
+    UnsupportedByVllmOmniError,
+    VllmOmniDriver,
+    start_async_omni,
+)
 from omni_rollout.vllm_omni.engine import (
     EngineNotStartedError,
     EnginePausedError,
@@ -33,6 +41,7 @@ from omni_rollout.vllm_omni.outputs import (
     convert_request,
     stage_output_from_engine,
 )
+from omni_rollout.vllm_omni.prompt_logprobs import PromptLogprobsError, check_prompt_logprobs
 from omni_rollout.vllm_omni.prompts import build_engine_prompt, dedup_function
 from omni_rollout.vllm_omni.weight_payloads import (
     FullWeights,
@@ -54,6 +63,7 @@ __all__ = [
     "DeployOptions",
     "DevicePlacementError",
     "EngineNotStartedError",
+    "EngineOutputError",
     "EnginePausedError",
     "EngineRequest",
     "FullWeights",
@@ -61,15 +71,20 @@ __all__ = [
     "LoraWeights",
     "PayloadError",
     "PolicySampling",
+    "PromptLogprobsError",
     "ReplicaLayout",
     "ServedLora",
+    "StageRpcError",
     "StagePlacement",
     "SyncStep",
+    "UnsupportedByVllmOmniError",
+    "VllmOmniDriver",
     "VllmOmniEngine",
     "WeightSyncError",
     "WeightSyncPlan",
     "build_deploy_config",
     "build_engine_prompt",
+    "check_prompt_logprobs",
     "convert_request",
     "dedup_function",
     "physical_devices",
@@ -79,5 +94,6 @@ __all__ = [
     "stage_full",
     "stage_lora",
     "stage_output_from_engine",
+    "start_async_omni",
     "write_deploy_config",
 ]

@@ -1,10 +1,11 @@
-"""The one place that calls into vLLM-Omni: start a replica, generate, sync weights, shut down.
+"""A synchronous vLLM-Omni rollout replica: start, generate, sync weights, shut down.
 
 Everything around it (deploy config, prompts, output conversion, weight-sync plan, payload
-staging) is pure and CPU-tested; this module wires those pieces to ``vllm_omni.AsyncOmni``
-and is exercised on a GPU by ``tests/gpu/test_vllm_omni_rollout.py``. vLLM and vLLM-Omni
-are imported inside the methods that need them (gpu extra), so importing ``omni_rollout``
-stays light.
+staging) is pure and CPU-tested; every call into ``vllm_omni.AsyncOmni`` goes through the one
+driver (:class:`~omni_rollout.vllm_omni.driver.VllmOmniDriver`, also what verl's server
+uses), and this module adds weight-sync plans and LoRA versions on top. It is exercised on a
+GPU by ``tests/gpu/test_vllm_omni_rollout.py``. vLLM and vLLM-Omni are imported inside the
+methods that need them (gpu extra), so importing ``omni_rollout`` stays light.
 
 Why ``AsyncOmni`` and not the offline ``Omni``: in vLLM-Omni 0.28 ``Omni`` exposes only
 ``generate``, ``abort``, profiling and ``engine.collective_rpc``; its ``generate`` takes no
@@ -25,24 +26,25 @@ vLLM-Omni 0.28 is documented on :meth:`VllmOmniEngine.after_train`.
 from __future__ import annotations
 
 import asyncio
-import copy
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from omni_contracts import RolloutAdapter
 
+from omni_rollout.vllm_omni import compat
 from omni_rollout.vllm_omni.deploy_config import (
     DeployOptions,
     build_deploy_config,
     write_deploy_config,
 )
 from omni_rollout.vllm_omni.devices import ReplicaLayout
+from omni_rollout.vllm_omni.driver import StageRpcError, VllmOmniDriver, start_async_omni
 from omni_rollout.vllm_omni.loop_thread import LoopThread
 from omni_rollout.vllm_omni.outputs import ConvertedRequest, convert_request
-from omni_rollout.vllm_omni.prompts import DedupPadTokens, build_engine_prompt
+from omni_rollout.vllm_omni.prompts import DedupPadTokens
 from omni_rollout.vllm_omni.weight_payloads import (
     FullWeights,
     LoraWeights,
@@ -51,10 +53,9 @@ from omni_rollout.vllm_omni.weight_payloads import (
 )
 from omni_rollout.vllm_omni.weight_sync import SyncStep, WeightSyncError, WeightSyncPlan
 
+T = TypeVar("T")
 LORA_NAME_PREFIX = "omni-rl-policy"
-LORA_STAGE_ID = 0
-"""The only stage a request's LoRA reaches in vLLM-Omni 0.28: ``AsyncOmni.generate`` hands
-``lora_request`` to stage 0's input processing; later stages get none."""
+LORA_STAGE_ID = compat.LORA_STAGE_ID
 
 
 class EngineNotStartedError(RuntimeError):
@@ -132,26 +133,6 @@ class ServedLora:
         return LoRARequest(lora_name=self.name, lora_int_id=self.int_id, lora_path=str(self.path))
 
 
-def _final_only(params: Any) -> Any:
-    """A copy of a stage's default params that reports once, when the stage finishes."""
-    if not hasattr(params, "output_kind"):
-        return params
-    from vllm.sampling_params import RequestOutputKind
-
-    params = copy.deepcopy(params)
-    params.output_kind = RequestOutputKind.FINAL_ONLY
-    return params
-
-
-def _rpc_failures(results: Sequence[Any]) -> list[Any]:
-    """vLLM-Omni's stage pool reports a failed RPC as ``{"supported": False, "error": ...}``."""
-    return [
-        result
-        for result in results
-        if isinstance(result, dict) and (result.get("error") or result.get("supported") is False)
-    ]
-
-
 class VllmOmniEngine:
     """One vLLM-Omni rollout replica (``vllm_omni.AsyncOmni`` on a private loop)."""
 
@@ -176,7 +157,7 @@ class VllmOmniEngine:
         self.dedup_pad_tokens = dedup_pad_tokens
         self.omni_kwargs = dict(omni_kwargs or {})
         self.deploy_path: Path | None = None
-        self._omni: Any = None
+        self._driver: VllmOmniDriver | None = None
         self._runner: LoopThread | None = None
         self._weight_version = 0
         self._versions_issued = 0
@@ -188,8 +169,6 @@ class VllmOmniEngine:
 
     def start(self) -> None:
         """Write this replica's deploy config and start the engine on it."""
-        from vllm_omni.entrypoints.async_omni import AsyncOmni
-
         config = build_deploy_config(self.adapter, self.mode, self.layout, self.options)
         name = f"deploy_{config['pipeline']}_replica{self.layout.replica_rank}.yaml"
         self.deploy_path = write_deploy_config(config, self.work_dir / name)
@@ -197,7 +176,7 @@ class VllmOmniEngine:
 
         async def construct() -> Any:
             # Built on the loop that will run it, as vLLM-Omni's own server does.
-            return AsyncOmni(model=self.model_path, deploy_config=deploy_path, **self.omni_kwargs)
+            return start_async_omni(self.model_path, deploy_path, **self.omni_kwargs)
 
         runner = LoopThread()
         try:
@@ -209,24 +188,30 @@ class VllmOmniEngine:
 
     def _attach(self, omni: Any, runner: LoopThread | None = None) -> None:
         """Use an already built ``AsyncOmni``-like object (``start`` and tests)."""
-        self._omni = omni
+        self._driver = VllmOmniDriver(omni, self.adapter, self.mode, dedup_pad_tokens=self.dedup_pad_tokens)
         self._runner = runner or LoopThread()
 
     def close(self) -> None:
         """Shut the engine down; safe to call twice."""
-        omni, runner = self._omni, self._runner
-        self._omni, self._runner = None, None
+        driver, runner = self._driver, self._runner
+        self._driver, self._runner = None, None
         if runner is None:
             return
         try:
-            if omni is not None:
+            if driver is not None:
 
                 async def shutdown() -> None:
-                    omni.shutdown()
+                    driver.shutdown()
 
                 runner.run(shutdown())
         finally:
             runner.close()
+
+    def run(self, call: Callable[[VllmOmniDriver], Coroutine[Any, Any, T]]) -> T:
+        """Run ``call(driver)`` on the engine's loop: the driver's calls this API does not wrap
+        (cache clearing, verl's server code in tests)."""
+        runner, driver = self._running()
+        return runner.run(call(driver))
 
     @property
     def weight_version(self) -> int:
@@ -238,12 +223,12 @@ class VllmOmniEngine:
         """The adapter every following ``generate`` request carries, if any."""
         return self._served_lora
 
-    def _runner_or_raise(self) -> LoopThread:
-        if self._omni is None or self._runner is None:
+    def _running(self) -> tuple[LoopThread, VllmOmniDriver]:
+        if self._driver is None or self._runner is None:
             raise EngineNotStartedError(
                 "The vLLM-Omni engine is not running; call VllmOmniEngine.start() first."
             )
-        return self._runner
+        return self._runner, self._driver
 
     # ---- generation ------------------------------------------------------------------
 
@@ -257,7 +242,7 @@ class VllmOmniEngine:
             EnginePausedError: between ``before_train`` and ``after_train`` (the engine
                 would wait for ``resume_generation`` forever).
         """
-        runner = self._runner_or_raise()
+        runner, driver = self._running()
         if self._paused:
             raise EnginePausedError(
                 "The engine is paused for training; call after_train(plan, weights) to sync "
@@ -266,20 +251,14 @@ class VllmOmniEngine:
         if not requests:
             return []
         prompts = [
-            build_engine_prompt(
-                self.adapter,
-                request.prompt_ids,
-                request.multi_modal_data,
-                request.mm_processor_kwargs,
-                dedup_pad_tokens=self.dedup_pad_tokens,
-            )
+            driver.build_prompt(request.prompt_ids, request.multi_modal_data, request.mm_processor_kwargs)
             for request in requests
         ]
         # Unseeded samples share params; seeded sample k gets seed + k, since n requests
         # sharing one seed would sample the same tokens.
         jobs = [(index, k) for index in range(len(requests)) for k in range(sampling.n)]
         params = {
-            k: self._sampling_params_list(sampling, k)
+            k: driver.stage_params(sampling.to_vllm(k))
             for k in (range(sampling.n) if sampling.seed is not None else (0,))
         }
         lora = None if self._served_lora is None else self._served_lora.to_vllm()
@@ -287,6 +266,7 @@ class VllmOmniEngine:
         batch = self._batches
         outputs = runner.run(
             self._generate_all(
+                driver,
                 [
                     (
                         # A fresh dict per request: the engine annotates the prompt it gets.
@@ -308,32 +288,15 @@ class VllmOmniEngine:
             )
         return results
 
-    def _sampling_params_list(self, sampling: PolicySampling, seed_offset: int) -> list[Any]:
-        policy_id = self.adapter.policy_stage_id(self.mode)
-        params = [_final_only(p) for p in self._omni.default_sampling_params_list]
-        params[policy_id] = sampling.to_vllm(seed_offset)
-        return params
-
+    @staticmethod
     async def _generate_all(
-        self, jobs: Sequence[tuple[dict[str, Any], list[Any], str]], lora: Any
+        driver: VllmOmniDriver, jobs: Sequence[tuple[dict[str, Any], list[Any], str]], lora: Any
     ) -> list[list[Any]]:
         return list(
             await asyncio.gather(
-                *(self._collect(prompt, params, rid, lora) for prompt, params, rid in jobs)
+                *(driver.collect(prompt, params, rid, lora_request=lora) for prompt, params, rid in jobs)
             )
         )
-
-    async def _collect(
-        self, prompt: dict[str, Any], params: list[Any], request_id: str, lora: Any
-    ) -> list[Any]:
-        """The last output of each final stage of one request, in stage order."""
-        last: dict[int, Any] = {}
-        async for output in self._omni.generate(
-            prompt, request_id=request_id, sampling_params_list=params, lora_request=lora
-        ):
-            stage_id = getattr(output, "stage_id", None)
-            last[0 if stage_id is None else int(stage_id)] = output
-        return [last[stage_id] for stage_id in sorted(last)]
 
     # ---- weight sync -----------------------------------------------------------------
 
@@ -384,10 +347,10 @@ class VllmOmniEngine:
             EngineNotStartedError: the engine is not running.
         """
         self.check_plan(plan)
-        runner = self._runner_or_raise()
+        runner, driver = self._running()
         if plan.before_train:
             self._paused = True
-        runner.run(self._execute(plan.before_train, None))
+        runner.run(self._execute(driver, plan.before_train, None))
 
     def after_train(self, plan: WeightSyncPlan, weights: LoraWeights | FullWeights) -> None:
         """Send the new weights and make the engine ready to generate (``plan.after_train``).
@@ -406,7 +369,8 @@ class VllmOmniEngine:
         - ``load_weights`` -> ``AsyncOmni.collective_rpc("reload_weights", kwargs=
           {"weights_path": <dir>, "is_checkpoint_format": True}, stage_ids=[...])``, the
           vLLM worker's in-place reload, on the plan's stages only;
-        - ``resume_generation`` -> ``AsyncOmni.resume_generation()``.
+        - ``resume_generation`` -> ``AsyncOmni.resume_generation()`` unless the driver's last
+          ``wake_up`` already resumed (it does once nothing sleeps).
 
         Raises:
             WeightSyncError: the plan cannot run here, the payload type does not match
@@ -415,7 +379,7 @@ class VllmOmniEngine:
             EngineNotStartedError: the engine is not running.
         """
         self.check_plan(plan)
-        runner = self._runner_or_raise()
+        runner, driver = self._running()
         expected = LoraWeights if plan.payload == "lora" else FullWeights
         if not isinstance(weights, expected):
             raise WeightSyncError(
@@ -432,7 +396,7 @@ class VllmOmniEngine:
         else:
             staged = stage_full(weights, directory)
         try:
-            runner.run(self._execute(plan.after_train, (staged, version)))
+            runner.run(self._execute(driver, plan.after_train, (staged, version)))
         except BaseException:
             if self._served_lora is None or self._served_lora.path != staged:
                 shutil.rmtree(staged, ignore_errors=True)
@@ -441,21 +405,26 @@ class VllmOmniEngine:
         if plan.payload == "full":
             shutil.rmtree(staged, ignore_errors=True)
 
-    async def _execute(self, steps: Sequence[SyncStep], staged: tuple[Path, int] | None) -> None:
+    async def _execute(
+        self, driver: VllmOmniDriver, steps: Sequence[SyncStep], staged: tuple[Path, int] | None
+    ) -> None:
         for step in steps:
-            await self._execute_step(step, staged)
+            await self._execute_step(driver, step, staged)
 
-    async def _execute_step(self, step: SyncStep, staged: tuple[Path, int] | None) -> None:
-        omni = self._omni
+    async def _execute_step(
+        self, driver: VllmOmniDriver, step: SyncStep, staged: tuple[Path, int] | None
+    ) -> None:
         stage_ids = list(step.stage_ids) or None
         if step.action == "pause_generation":
-            await omni.pause_generation(mode="abort", clear_cache=True, stage_ids=stage_ids)
+            await driver.pause_generation(mode="abort", clear_cache=True, stage_ids=stage_ids)
         elif step.action == "sleep":
-            await omni.sleep(stage_ids=stage_ids, level=step.level or 1, mode="abort")
+            await driver.sleep(level=step.level or 1, mode="abort", stage_ids=stage_ids)
         elif step.action == "wake_up":
-            await omni.wake_up(stage_ids=stage_ids, tags=list(step.tags) or None)
+            # The driver resumes scheduling itself once the last tag is awake.
+            await driver.wake_up(tags=list(step.tags) or None, stage_ids=stage_ids)
         elif step.action == "resume_generation":
-            await omni.resume_generation(stage_ids=stage_ids)
+            if await driver.is_paused():
+                await driver.resume_generation(stage_ids=stage_ids)
             self._paused = False
         elif step.action in ("add_lora", "load_weights"):
             if staged is None:
@@ -466,7 +435,7 @@ class VllmOmniEngine:
             if step.action == "add_lora":
                 self._serve_lora(path, version)
             else:
-                await self._reload_weights(step.stage_ids, path)
+                await self._reload_weights(driver, step.stage_ids, path)
         else:
             raise WeightSyncError(
                 f"Unknown weight-sync action {step.action!r}; valid: pause_generation, sleep, "
@@ -481,16 +450,16 @@ class VllmOmniEngine:
         if previous is not None and previous.path != path:
             shutil.rmtree(previous.path, ignore_errors=True)
 
-    async def _reload_weights(self, stage_ids: Sequence[int], path: Path) -> None:
-        results = await self._omni.collective_rpc(
-            "reload_weights",
-            kwargs={"weights_path": str(path), "is_checkpoint_format": True},
-            stage_ids=list(stage_ids),
-        )
-        failures = _rpc_failures(results)
-        if failures or not results:
-            raise WeightSyncError(
-                f"Loading full weights into stages {list(stage_ids)} failed: "
-                f"{failures or 'no stage answered'}. The payload's names must be the "
-                "checkpoint's (e.g. 'thinker.model.layers.0....')."
+    @staticmethod
+    async def _reload_weights(driver: VllmOmniDriver, stage_ids: Sequence[int], path: Path) -> None:
+        try:
+            await driver.collective_rpc(
+                "reload_weights",
+                kwargs={"weights_path": str(path), "is_checkpoint_format": True},
+                stage_ids=list(stage_ids),
             )
+        except StageRpcError as error:
+            raise WeightSyncError(
+                f"Loading full weights into stages {list(stage_ids)} failed: {error}. The payload's "
+                "names must be the checkpoint's (e.g. 'thinker.model.layers.0....')."
+            ) from error

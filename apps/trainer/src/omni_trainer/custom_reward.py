@@ -1,0 +1,81 @@
+"""``reward.custom_reward_function.path/name``: a user's scorer file, loaded as verl loads it.
+
+verl imports the Python file at ``path`` and calls ``name`` (default ``compute_score``) as
+``name(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)`` for every
+response; it returns a number or a mapping with a ``"score"``. Here the call runs in the
+reward manager's worker processes (timed, crash-safe): each worker imports the file once.
+A scorer registry built by :func:`custom_registry` routes every data source of the run to it.
+
+Light: no torch; reward workers import this module.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from omni_rewards import ScorerRegistry
+
+
+class CustomRewardError(ValueError):
+    """The custom reward file cannot be loaded or has no such function."""
+
+
+@functools.cache
+def load_reward_function(path: str, name: str) -> Callable[..., Any]:
+    """``name`` from the Python file at ``path`` (the module is imported once per process).
+
+    Raises:
+        CustomRewardError: the file is missing, fails to import, or has no callable ``name``.
+    """
+    file = Path(path).expanduser().resolve()
+    if not file.is_file():
+        raise CustomRewardError(f"path={path} does not exist (a Python file defining {name}())")
+    module_name = "omni_rl_custom_reward_" + hashlib.sha1(str(file).encode()).hexdigest()[:10]
+    spec = importlib.util.spec_from_file_location(module_name, file)
+    if spec is None or spec.loader is None:
+        raise CustomRewardError(f"path={path} is not an importable Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[module_name]
+        raise CustomRewardError(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
+    function = getattr(module, name, None)
+    if not callable(function):
+        found = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_"))
+        raise CustomRewardError(
+            f"{path} has no function {name!r} (reward.custom_reward_function.name); it defines: "
+            f"{', '.join(found) or 'nothing callable'}"
+        )
+    return function
+
+
+def score_with_file(
+    path: str, name: str, data_source: str, solution_str: str, ground_truth: str,
+    extra_info: Mapping[str, Any] | None = None, **kwargs: Any,
+) -> Any:
+    """One response through the user's function (what a reward worker runs)."""
+    return load_reward_function(path, name)(data_source, solution_str, ground_truth, extra_info, **kwargs)
+
+
+def custom_registry(
+    path: str, name: str, data_sources: Iterable[str], reward_kwargs: Mapping[str, Any] | None = None
+) -> ScorerRegistry:
+    """A scorer registry sending each of ``data_sources`` to ``name`` in ``path``, with
+    ``reward_kwargs`` (verl's ``custom_reward_function.reward_kwargs``) on every call.
+
+    Raises:
+        CustomRewardError: the function cannot be loaded (checked here, before any worker).
+    """
+    load_reward_function(path, name)
+    registry = ScorerRegistry()
+    for source in sorted(set(data_sources)):
+        registry.add(source, functools.partial(score_with_file, path, name, source, **dict(reward_kwargs or {})))
+    return registry

@@ -1,0 +1,426 @@
+"""Pre-flight: the whole resolved config, checked before any model, tokenizer or dataset loads.
+
+:func:`preflight` is the one entry point (``trainer`` and ``trainer --print-config`` both run
+it). It reports every problem at once as a :class:`~omni_trainer.config.ConfigError` (the CLI
+exits with status 2) and returns the warnings. Closed vocabularies are checked against the
+live registries (policy losses, advantage estimators, aggregation and KL modes, stages,
+rollout pipelines and their modes, agent loops, scorers), so a package that registers a new
+name is accepted without editing this file. The checks common to both engines live here;
+each engine adds its own through :data:`ENGINE_CHECKS`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omni_trainer.config import Config, ConfigError, uses_embedded_default
+
+GROUPED_ESTIMATORS = ("grpo", "grpo_passk", "rloo", "reinforce_plus_plus_baseline")
+"""Estimators whose baseline is the prompt's group of ``rollout.n`` samples."""
+KNOWN_DATASET_CLASSES = ("QwenOmniRLHFDataset",)
+"""verl-omni dataset classes whose job omni-data's dataset already does (media loading)."""
+
+
+@dataclass
+class Findings:
+    """What the checks found: problems stop the run, warnings are printed."""
+
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+Check = Callable[[Config, Findings], None]
+
+
+def preflight(config: Config) -> list[str]:
+    """Check ``config`` as a whole; returns the warnings.
+
+    Raises:
+        ConfigError: every problem found, one per line, each saying how to fix it.
+    """
+    findings = Findings()
+    for check in (*COMMON_CHECKS, *ENGINE_CHECKS.get(config.trainer.engine, ())):
+        check(config, findings)
+    if findings.problems:
+        raise ConfigError("Invalid configuration:\n  - " + "\n  - ".join(findings.problems))
+    return findings.warnings
+
+
+# --- closed vocabularies, against the registries ------------------------------------------------
+
+
+def _vocabularies(config: Config, found: Findings) -> None:
+    from omni_contracts import STAGES
+    from omni_rollout.agent_loops import AGENT_LOOPS
+    from omni_training.aggregation import LOSS_AGG_MODES
+    from omni_training.kl import KL_MODES
+
+    actor = config.actor_rollout_ref.actor
+    rollout = config.actor_rollout_ref.rollout
+    _one_of(found, "actor_rollout_ref.actor.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
+    kl_modes = (*KL_MODES, *(f"{mode}+" for mode in KL_MODES))
+    _one_of(found, "actor_rollout_ref.actor.kl_loss_type", actor.kl_loss_type, kl_modes)
+    _one_of(found, "algorithm.kl_penalty", config.algorithm.kl_penalty, kl_modes)
+    _one_of(found, "actor_rollout_ref.model.stage", config.actor_rollout_ref.model.stage, STAGES)
+    _one_of(found, "actor_rollout_ref.rollout.agent.default_agent_loop", rollout.agent.default_agent_loop,
+            tuple(AGENT_LOOPS))
+    _pipeline(config, found)
+
+
+def _local_algorithms(config: Config, found: Findings) -> None:
+    """The local engine runs omni-training's losses and estimators."""
+    from omni_training.advantages import ADVANTAGE_ESTIMATORS
+    from omni_training.policy_loss import POLICY_LOSSES
+
+    _one_of(found, "actor_rollout_ref.actor.policy_loss.loss_mode",
+            config.actor_rollout_ref.actor.policy_loss.loss_mode, tuple(POLICY_LOSSES))
+    _one_of(found, "algorithm.adv_estimator", config.algorithm.adv_estimator, tuple(ADVANTAGE_ESTIMATORS))
+
+
+def _pipeline(config: Config, found: Findings) -> None:
+    from omni_contracts import OmniContractError, rollout_adapters
+
+    rollout = config.actor_rollout_ref.rollout
+    try:
+        adapter_cls = rollout_adapters.get(rollout.pipeline_name)
+    except OmniContractError as exc:
+        found.problems.append(f"actor_rollout_ref.rollout.pipeline_name={rollout.pipeline_name!r}: {_one_line(exc)}")
+        return
+    _one_of(found, "actor_rollout_ref.rollout.pipeline_mode", rollout.pipeline_mode, adapter_cls.modes)
+
+
+def _distillation(config: Config, found: Findings) -> None:
+    if not config.distillation.enabled:
+        return
+    from omni_training.distillation import DistillationConfigError
+
+    try:
+        distillation_settings(config)
+    except DistillationConfigError as exc:
+        found.problems.append(f"distillation.distillation_loss: {_one_line(exc)}")
+
+
+def distillation_settings(config: Config) -> Any:
+    """``distillation.*`` as omni-training's ``DistillationSettings`` (None when off).
+
+    Raises:
+        DistillationConfigError: a value omni-training refuses.
+    """
+    if not config.distillation.enabled:
+        return None
+    from omni_training.distillation import DistillationSettings
+
+    loss = config.distillation.distillation_loss
+    return DistillationSettings(
+        loss_mode=loss.loss_mode, topk=loss.topk, use_task_rewards=loss.use_task_rewards,
+        distillation_loss_coef=loss.distillation_loss_coef, loss_max_clamp=loss.loss_max_clamp,
+        log_prob_min_clamp=loss.log_prob_min_clamp, use_policy_gradient=loss.use_policy_gradient,
+        clip_ratio=loss.clip_ratio, clip_ratio_low=loss.clip_ratio_low, clip_ratio_high=loss.clip_ratio_high,
+    )
+
+
+# --- value ranges and cross-field rules ---------------------------------------------------------
+
+
+def _ranges(config: Config, found: Findings) -> None:
+    data, trainer = config.data, config.trainer
+    actor = config.actor_rollout_ref.actor
+    rollout = config.actor_rollout_ref.rollout
+    model = config.actor_rollout_ref.model
+    at_least = {
+        "data.train_batch_size": (data.train_batch_size, 1),
+        "data.val_batch_size": (data.val_batch_size, 1),
+        "data.max_prompt_length": (data.max_prompt_length, 1),
+        "data.max_response_length": (data.max_response_length, 1),
+        "data.builtin_task_size": (data.builtin_task_size, 1),
+        "actor_rollout_ref.rollout.n": (rollout.n, 1),
+        "actor_rollout_ref.rollout.val_kwargs.n": (rollout.val_kwargs.n, 1),
+        "actor_rollout_ref.actor.ppo_mini_batch_size": (actor.ppo_mini_batch_size, 1),
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": (actor.ppo_micro_batch_size_per_gpu, 1),
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": (actor.ppo_max_token_len_per_gpu, 1),
+        "actor_rollout_ref.actor.ppo_epochs": (actor.ppo_epochs, 1),
+        "actor_rollout_ref.model.lora_rank": (model.lora_rank, 0),
+        "actor_rollout_ref.actor.optim.lr_warmup_steps": (actor.optim.lr_warmup_steps, 0),
+        "trainer.total_epochs": (trainer.total_epochs, 1),
+        "trainer.max_checkpoints_to_keep": (trainer.max_checkpoints_to_keep, 1),
+        "trainer.save_freq": (trainer.save_freq, -1),
+        "trainer.test_freq": (trainer.test_freq, -1),
+        "distillation.teacher_models.teacher_model.log_prob_micro_batch_size_per_gpu": (
+            config.distillation.teacher_models.teacher_model.log_prob_micro_batch_size_per_gpu, 1),
+    }
+    for key, (value, low) in at_least.items():
+        if value < low:
+            found.problems.append(f"{key}={value} must be >= {low}")
+    if trainer.total_training_steps is not None and trainer.total_training_steps < 1:
+        found.problems.append(
+            f"trainer.total_training_steps={trainer.total_training_steps} must be >= 1, or null "
+            "(total_epochs x steps per epoch)"
+        )
+    if config.reward.num_workers is not None and config.reward.num_workers < 1:
+        found.problems.append(f"reward.num_workers={config.reward.num_workers} must be >= 1, or null (one per CPU)")
+    positive: dict[str, float] = {
+        "actor_rollout_ref.actor.optim.lr": actor.optim.lr,
+        "reward.timeout_s": config.reward.timeout_s,
+        "actor_rollout_ref.model.lora_alpha": model.lora_alpha,
+    }
+    for key, amount in positive.items():
+        if not amount > 0:
+            found.problems.append(f"{key}={amount} must be > 0")
+    for key, temperature in (("actor_rollout_ref.rollout.temperature", rollout.temperature),
+                             ("actor_rollout_ref.rollout.val_kwargs.temperature", rollout.val_kwargs.temperature)):
+        if temperature < 0:
+            found.problems.append(f"{key}={temperature} must be >= 0 (0: greedy)")
+    for key, top_p in (("actor_rollout_ref.rollout.top_p", rollout.top_p),
+                       ("actor_rollout_ref.rollout.val_kwargs.top_p", rollout.val_kwargs.top_p)):
+        if not 0 < top_p <= 1:
+            found.problems.append(f"{key}={top_p} must be in (0, 1]")
+    for key, value in (("actor_rollout_ref.rollout.top_k", rollout.top_k),
+                       ("actor_rollout_ref.rollout.val_kwargs.top_k", rollout.val_kwargs.top_k)):
+        if value == 0 or value < -1:
+            found.problems.append(f"{key}={value} must be -1 (off) or >= 1")
+    if not 0 <= config.algorithm.gamma <= 1:
+        found.problems.append(f"algorithm.gamma={config.algorithm.gamma} must be in [0, 1]")
+    for key, ratio in (("actor_rollout_ref.actor.clip_ratio", actor.clip_ratio),
+                       ("actor_rollout_ref.actor.clip_ratio_low", actor.clip_ratio_low),
+                       ("actor_rollout_ref.actor.clip_ratio_high", actor.clip_ratio_high)):
+        if ratio is not None and ratio < 0:
+            found.problems.append(f"{key}={ratio} must be >= 0")
+    if 1 <= actor.ppo_mini_batch_size and 1 <= data.train_batch_size:
+        if actor.ppo_mini_batch_size > data.train_batch_size:
+            found.problems.append(
+                f"actor_rollout_ref.actor.ppo_mini_batch_size={actor.ppo_mini_batch_size} exceeds "
+                f"data.train_batch_size={data.train_batch_size} (both count prompts)"
+            )
+        elif data.train_batch_size % actor.ppo_mini_batch_size:
+            found.problems.append(
+                f"data.train_batch_size={data.train_batch_size} is not a multiple of "
+                f"actor_rollout_ref.actor.ppo_mini_batch_size={actor.ppo_mini_batch_size}; every "
+                "optimizer step must see the same number of prompts (verl requires it too)"
+            )
+    if uses_embedded_default(config) or config.data.train_files is None:
+        if data.builtin_task_size >= 1 and data.train_batch_size > data.builtin_task_size:
+            found.problems.append(
+                f"data.train_batch_size={data.train_batch_size} exceeds the built-in task's "
+                f"data.builtin_task_size={data.builtin_task_size} prompts"
+            )
+
+
+def _warnings(config: Config, found: Findings) -> None:
+    rollout = config.actor_rollout_ref.rollout
+    if rollout.n == 1 and config.algorithm.adv_estimator in GROUPED_ESTIMATORS:
+        found.warnings.append(
+            f"actor_rollout_ref.rollout.n=1 with algorithm.adv_estimator={config.algorithm.adv_estimator}: "
+            "each group holds one sample, so every advantage is 0 and nothing is learned; use n >= 2"
+        )
+    if rollout.temperature == 0 and rollout.n > 1:
+        found.warnings.append(
+            f"actor_rollout_ref.rollout.temperature=0 with n={rollout.n}: greedy decoding gives the "
+            "same response n times, so group advantages are 0; use a temperature > 0"
+        )
+    val = rollout.val_kwargs
+    if val.do_sample and val.temperature == 0:
+        found.warnings.append(
+            "actor_rollout_ref.rollout.val_kwargs.do_sample=true with temperature=0 is greedy; "
+            "set val_kwargs.temperature > 0 to sample"
+        )
+
+
+# --- files, directories and what they hold ------------------------------------------------------
+
+
+def _model_paths(config: Config, found: Findings) -> None:
+    from omni_contracts import OmniContractError, resolve_training_adapter
+
+    stage = config.actor_rollout_ref.model.stage
+    paths = [("actor_rollout_ref.model.path", config.actor_rollout_ref.model.path)]
+    if config.distillation.enabled:
+        teacher = config.distillation.teacher_models.teacher_model.model_path
+        if teacher is None:
+            return  # load_config reports the missing teacher
+        paths.append(("distillation.teacher_models.teacher_model.model_path", teacher))
+    for key, path in paths:
+        if path is None:
+            continue
+        model_config = _read_model_config(key, path, found)
+        if model_config is None:
+            continue
+        try:
+            resolve_training_adapter(model_config, stage)
+        except OmniContractError as exc:
+            found.problems.append(f"{key}={path} (stage {stage!r}): {_one_line(exc)}")
+
+
+def _read_model_config(key: str, path: str, found: Findings) -> dict[str, Any] | None:
+    directory = Path(path).expanduser()
+    if not directory.is_dir():
+        found.problems.append(
+            f"{key}={path} is not a directory. Point it at a local Hugging Face checkpoint (download one "
+            "with `hf download <org>/<name> --local-dir <dir>`; `uv run trainer tiny` builds a tiny one)"
+        )
+        return None
+    config_file = directory / "config.json"
+    try:
+        loaded = json.loads(config_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        found.problems.append(f"{key}={path} has no config.json; point it at a Hugging Face checkpoint directory")
+        return None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        found.problems.append(f"{key}={path}: cannot read {config_file} ({_one_line(exc)})")
+        return None
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def _data_files(config: Config, found: Findings) -> None:
+    """Train/val files exist and are parquet; their data sources have scorers; the train
+    files hold at least one batch."""
+    sources: dict[str, str] = {}
+    train_rows = 0
+    unreadable = len(found.problems)
+    for key, files in (("data.train_files", config.data.train_files), ("data.val_files", config.data.val_files)):
+        for path in files or []:
+            rows, file_sources = _parquet_sources(key, path, found)
+            if key == "data.train_files":
+                train_rows += rows
+            for source in file_sources:
+                sources.setdefault(source, path)
+    readable = len(found.problems) == unreadable
+    if config.data.train_files and readable and train_rows < config.data.train_batch_size:
+        found.problems.append(
+            f"data.train_batch_size={config.data.train_batch_size} exceeds the {train_rows} rows of "
+            "data.train_files; lower it or add data"
+        )
+    if config.reward.custom_reward_function.path or config.reward.on_unknown_data_source == "skip":
+        return
+    from omni_rewards import SCORERS
+
+    missing = {source: path for source, path in sources.items() if source not in SCORERS}
+    for source, path in sorted(missing.items()):
+        found.problems.append(
+            f"data_source {source!r} (in {path}) has no registered scorer; registered: "
+            f"{', '.join(sorted(SCORERS.keys()))}. Point reward.custom_reward_function.path at your "
+            "scorer, register one with omni_rewards.SCORERS, or set reward.on_unknown_data_source=skip"
+        )
+
+
+def _parquet_sources(key: str, path: str, found: Findings) -> tuple[int, set[str]]:
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+    file = Path(path).expanduser()
+    if not file.is_file():
+        found.problems.append(f"{key}: {path} does not exist (convert a dataset with `uv run trainer convert ...`)")
+        return 0, set()
+    try:
+        parquet = pq.ParquetFile(file)
+        rows = parquet.metadata.num_rows
+        if "data_source" not in parquet.schema_arrow.names:
+            found.problems.append(f"{key}: {path} has no data_source column; is it an RL parquet "
+                                  "(`uv run trainer convert ...` writes one)?")
+            return rows, set()
+        column = parquet.read(columns=["data_source"]).column("data_source")
+    except Exception as exc:  # pyarrow raises several types for a file that is not parquet
+        found.problems.append(f"{key}: cannot read {path} as parquet ({_one_line(exc)})")
+        return 0, set()
+    return rows, {value for value in column.to_pylist() if isinstance(value, str)}
+
+
+def _custom_reward_function(config: Config, found: Findings) -> None:
+    custom = config.reward.custom_reward_function
+    if not custom.path:
+        return
+    from omni_trainer.custom_reward import CustomRewardError, load_reward_function
+
+    try:
+        load_reward_function(custom.path, custom.name)
+    except CustomRewardError as exc:
+        found.problems.append(f"reward.custom_reward_function: {exc}")
+
+
+def _run_dir(config: Config, found: Findings) -> None:
+    """The run directory can be created and written."""
+    run_dir = Path(config.trainer.default_local_dir).expanduser()
+    existing = run_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        found.problems.append(f"trainer.default_local_dir={run_dir}: {existing} is a file, not a directory")
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        found.problems.append(f"trainer.default_local_dir={run_dir}: {existing} is not writable")
+
+
+def _verl_keys_locally(config: Config, found: Findings) -> None:
+    """verl keys with no meaning for the local engine: refused by name, or noted."""
+    custom_cls = config.data.custom_cls
+    if custom_cls.path or custom_cls.name:
+        if custom_cls.name in KNOWN_DATASET_CLASSES:
+            found.warnings.append(
+                f"data.custom_cls.name={custom_cls.name} is not needed: omni-data's dataset loads "
+                "images, audios and videos itself (the override is ignored)"
+            )
+        else:
+            found.problems.append(
+                f"data.custom_cls ({custom_cls.path}:{custom_cls.name}) is a verl dataset class; this trainer "
+                "reads RL parquet through omni_data.RLDataset. Convert the data with `uv run trainer convert` "
+                "(or write the RL parquet columns) and drop data.custom_cls"
+            )
+    if config.trainer.device in ("cuda", "npu"):
+        found.problems.append(
+            f"trainer.device={config.trainer.device}: the local engine runs on the CPU; use trainer.device=cpu "
+            "(or auto), or trainer.engine=verl for GPUs"
+        )
+
+
+def _verl_engine(config: Config, found: Findings) -> None:
+    """The verl engine's part: what verl and our translation refuse, before Ray starts."""
+    if config.trainer.device in ("cpu", "npu"):
+        found.problems.append(
+            f"trainer.device={config.trainer.device}: trainer.engine=verl runs on CUDA GPUs only "
+            "(verl does not run PPO on the CPU); use trainer.engine=local for the CPU"
+        )
+    if config.reward.custom_reward_function.path:
+        found.problems.append(
+            "reward.custom_reward_function.path: under trainer.engine=verl the reward function is omni-rl's "
+            "reward manager; register your scorer with omni_rewards.SCORERS in an installed package, or "
+            "use trainer.engine=local"
+        )
+    from omni_trainer.verl_engine.translate import config_problems
+
+    found.problems.extend(f"trainer.engine=verl: {problem}" for problem in config_problems(config))
+    if found.problems:
+        return  # verl's own checks need a config that translates
+    from omni_trainer.verl_engine.errors import MissingExtrasError, require_extras
+
+    try:
+        require_extras()
+    except MissingExtrasError as exc:
+        found.problems.append(str(exc))
+        return
+    from omni_trainer.verl_engine.launch import verl_problems
+
+    found.problems.extend(f"trainer.engine=verl: {problem}" for problem in verl_problems(config))
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+def _one_of(found: Findings, key: str, value: object, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        found.problems.append(f"{key}={value!r}; valid: {', '.join(sorted(valid))}")
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+COMMON_CHECKS: tuple[Check, ...] = (
+    _vocabularies, _distillation, _ranges, _warnings, _model_paths, _data_files, _custom_reward_function, _run_dir,
+)
+ENGINE_CHECKS: dict[str, tuple[Check, ...]] = {
+    "local": (_local_algorithms, _verl_keys_locally),
+    "verl": (_verl_engine,),
+}
+"""Each engine's own checks, run after the common ones."""

@@ -1,0 +1,96 @@
+"""Where the local engine's prompts come from: the built-in task or RL parquet files."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from omni_trainer.config import Config
+
+
+@dataclass
+class Prepared:
+    """One prompt, processed: model inputs (batch dim 1) and its reward fields. ``index`` is
+    the data's own row number (reported, never used to group samples)."""
+
+    inputs: dict[str, Any]
+    data_source: str
+    ground_truth: str
+    index: int
+    extra_info: dict[str, Any] | None = None
+
+
+class PromptSource(Protocol):
+    dropped: int  # rows left out at load
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, item: int, /) -> Prepared: ...
+
+
+class BuiltinPrompts:
+    """The built-in task's rows, processed on first use (start-up stays short)."""
+
+    def __init__(self, rows: Sequence[dict[str, Any]], encode: Callable[[dict[str, Any]], Prepared]) -> None:
+        self.rows = rows
+        self.encode = encode
+        self.cache: dict[int, Prepared] = {}
+        self.dropped = 0
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, item: int) -> Prepared:
+        if item not in self.cache:
+            self.cache[item] = self.encode(self.rows[item])
+        return self.cache[item]
+
+
+class DatasetPrompts:
+    """RL parquet rows through omni-data's dataset, processed when a batch needs them.
+    ``dropped`` counts the rows left out at load (bad rows with ``on_bad_row=skip``, and
+    overlong prompts)."""
+
+    def __init__(self, files: Sequence[str], processor: Any, config: Config) -> None:
+        from omni_data import DatasetConfig, RLDataset
+
+        data = config.data
+        settings = DatasetConfig(
+            max_prompt_length=data.max_prompt_length,
+            on_bad_row=data.on_bad_row,  # type: ignore[arg-type]  # checked by load_config
+            mm_processor_kwargs=dict(data.mm_processor_kwargs),
+        )
+        self.dataset = RLDataset(list(files), processor, settings)
+        self.dropped = sum(self.dataset.report.dropped.values())
+        print(self.dataset.report.format())
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, item: int) -> Prepared:
+        row = self.dataset[item]
+        inputs = {"input_ids": row["input_ids"][None], "attention_mask": row["attention_mask"][None],
+                  **row["multi_modal_inputs"]}
+        return Prepared(inputs, row["data_source"], str(row["reward_model"]["ground_truth"]), int(row["index"]),
+                        row["extra_info"])
+
+
+def encode_builtin(processor: Any, row: dict[str, Any], max_prompt_length: int) -> Prepared:
+    """A built-in task row through the processor's chat template.
+
+    Raises:
+        ValueError: the prompt is longer than ``data.max_prompt_length``.
+    """
+    text = processor.apply_chat_template(row["messages"], add_generation_prompt=True, tokenize=False)
+    media: dict[str, Any] = {}
+    if row.get("images"):
+        media["images"] = row["images"]
+    if row.get("audios"):
+        media["audio"] = row["audios"]
+    inputs = dict(processor(text=[text], return_tensors="pt", **media))
+    if inputs["input_ids"].shape[1] > max_prompt_length:
+        raise ValueError(
+            f"Built-in prompt {row['index']} has {inputs['input_ids'].shape[1]} tokens, over "
+            f"data.max_prompt_length={max_prompt_length}."
+        )
+    return Prepared(inputs, row["data_source"], row["ground_truth"], row["index"])

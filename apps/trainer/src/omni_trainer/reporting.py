@@ -1,0 +1,74 @@
+"""What a run prints and leaves for a reader: the step line, the curve, summary.txt."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from omni_trainer.config import Config, uses_embedded_default
+from omni_trainer.run_dir import MetricsLog, draw_curve
+
+DROPPED_KEY = "data/dropped_rows"
+"""Rows of the train files left out at load (bad rows with ``on_bad_row=skip``, overlong prompts)."""
+
+
+def step_line(step: int, total: int, m: Mapping[str, float]) -> str:
+    line = (
+        f"step {step:>4}/{total} | reward {m['critic/score/mean']:.3f} | acc {m['critic/acc/mean']:.3f} | "
+        f"pearson {m.get('training/rollout_actor_probs_pearson_corr', float('nan')):.4f} | "
+        f"grad {m.get('actor/grad_norm', float('nan')):.3f} | {m['timing_s/step']:.1f} s"
+    )
+    if m.get(DROPPED_KEY):
+        line += f" | dropped rows {int(m[DROPPED_KEY])}"
+    return line
+
+
+def report_step(run_dir: Path, log: MetricsLog, config: Config, step: int, total: int, m: Mapping[str, float]) -> None:
+    print(step_line(step, total, m), flush=True)
+    draw_curve(
+        run_dir / "curve.png",
+        {"reward": log.series("critic/score/mean"), "acc": log.series("critic/acc/mean")},
+        f"{config.trainer.experiment_name}: reward and accuracy per step",
+    )
+
+
+def validation_line(step: int, metrics: Mapping[str, float]) -> str:
+    values = ", ".join(f"{key.removeprefix('val-core/')} {value:.3f}" for key, value in sorted(metrics.items()))
+    return f"validation at step {step}: {values or 'no validation rows'}"
+
+
+def write_summary(
+    run_dir: Path, config: Config, *, step: int, steps_this_session: int, elapsed: float, log: MetricsLog,
+    final: Mapping[str, float], checkpoint: Path | None, uses_lora: bool, dropped: int,
+) -> str:
+    rewards = [v for _, v in log.series("critic/score/mean")]
+    first = sum(rewards[:5]) / max(1, len(rewards[:5]))
+    recent = sum(rewards[-5:]) / max(1, len(rewards[-5:]))
+    lines = [
+        f"run directory: {run_dir.resolve()}",
+        f"steps: {step} in total, {steps_this_session} in {elapsed:.0f} s this session",
+        f"mean reward: first 5 steps {first:.3f} -> last 5 steps {recent:.3f}",
+        *(f"{key}: {value:.3f}" for key, value in sorted(final.items())),
+        f"dropped rows (left out of the train files at load): {dropped}",
+        f"curve: {(run_dir / 'curve.png').resolve()}",
+        f"metrics: {(run_dir / 'metrics.jsonl').resolve()}",
+        f"latest checkpoint: {checkpoint.resolve() if checkpoint else 'none'}"
+        + (" (LoRA adapter in adapter/)" if uses_lora and checkpoint else ""),
+    ]
+    if uses_embedded_default(config):
+        lines.append(
+            "next: point it at a real model and data, e.g. uv run trainer "
+            "actor_rollout_ref.model.path=$MODEL_PATH data.train_files=$TRAIN_FILE"
+        )
+    text = "\n".join(lines)
+    (run_dir / "summary.txt").write_text(text + "\n")
+    return text
+
+
+def complete_message(run_dir: Path, step: int, total: int) -> str:
+    return (
+        f"The run in {run_dir.resolve()} is already complete ({step} of {total} steps; summary in "
+        f"{(run_dir / 'summary.txt').resolve()}).\n"
+        "To train further, raise trainer.total_training_steps (or trainer.total_epochs); to start over, add "
+        "trainer.resume_mode=disable (the earlier run is moved aside) or choose another trainer.experiment_name."
+    )

@@ -1,0 +1,84 @@
+"""The config's sections -> the packages' settings objects (flat, typed arguments)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omni_rewards import RewardManagerConfig
+from omni_rollout.sampling import SamplingSettings
+from omni_training.distillation import DistillationSettings
+from omni_training.policy_loss import PolicyLossConfig
+from omni_training.settings import ActorSettings, LoraSettings, OptimizerSettings
+
+from omni_trainer.config import Config
+
+
+def adapter_options(cfg: Config) -> dict[str, Any]:
+    """The options a training adapter may declare (``TrainingAdapter.options``)."""
+    model = cfg.actor_rollout_ref.model
+    return {"freeze_vision_tower": model.freeze_vision_tower, "freeze_audio_tower": model.freeze_audio_tower}
+
+
+def actor_settings(cfg: Config, distillation: DistillationSettings | None = None) -> ActorSettings:
+    actor = cfg.actor_rollout_ref.actor
+    return ActorSettings(
+        loss_mode=actor.policy_loss.loss_mode,
+        policy_loss=PolicyLossConfig(
+            clip_ratio=actor.clip_ratio, clip_ratio_low=actor.clip_ratio_low, clip_ratio_high=actor.clip_ratio_high,
+            clip_ratio_c=actor.clip_ratio_c, loss_agg_mode=actor.loss_agg_mode,
+        ),
+        use_kl_loss=actor.use_kl_loss, kl_loss_coef=actor.kl_loss_coef, kl_loss_type=actor.kl_loss_type,
+        entropy_coeff=actor.entropy_coeff, temperature=cfg.actor_rollout_ref.rollout.temperature or 1.0,
+        dtype=actor.dtype,  # type: ignore[arg-type]
+        distillation=distillation,
+    )
+
+
+def lora_settings(cfg: Config) -> LoraSettings:
+    model = cfg.actor_rollout_ref.model
+    return LoraSettings(
+        rank=model.lora_rank, alpha=model.lora_alpha, dropout=model.lora_dropout,
+        target_modules=tuple(model.target_modules) if model.target_modules else None,
+        exclude_modules=model.exclude_modules,
+    )
+
+
+def optim_settings(cfg: Config, total_steps: int | None) -> OptimizerSettings:
+    optim = cfg.actor_rollout_ref.actor.optim
+    return OptimizerSettings(
+        lr=optim.lr, weight_decay=optim.weight_decay, warmup_steps=optim.lr_warmup_steps,
+        schedule=optim.lr_scheduler_type,  # type: ignore[arg-type]
+        total_steps=total_steps, min_lr_ratio=optim.min_lr_ratio, grad_clip=cfg.actor_rollout_ref.actor.grad_clip,
+    )
+
+
+def rollout_seed(seed: int, step: int) -> int:
+    """The sampling seed of a step. The engine seeds prompt ``i`` with ``seed + i``, so steps
+    are spaced far apart: no prompt of one step replays another step's random stream."""
+    return (seed * 100_003 + step) * 1_000_003
+
+
+def sampling_settings(cfg: Config, step: int) -> SamplingSettings:
+    rollout = cfg.actor_rollout_ref.rollout
+    return SamplingSettings(
+        n=rollout.n, temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k,
+        max_new_tokens=cfg.data.max_response_length, seed=rollout_seed(cfg.trainer.seed, step),
+    )
+
+
+def validation_sampling(cfg: Config) -> SamplingSettings:
+    """``rollout.val_kwargs`` (verl's): greedy unless ``do_sample``; the same seed at every
+    validation, so two validations differ only by the policy."""
+    val = cfg.actor_rollout_ref.rollout.val_kwargs
+    return SamplingSettings(
+        n=val.n, temperature=val.temperature if val.do_sample else 0.0, top_p=val.top_p, top_k=val.top_k,
+        max_new_tokens=cfg.data.max_response_length, seed=rollout_seed(cfg.trainer.seed, 0) + 7,
+    )
+
+
+def reward_manager_config(cfg: Config) -> RewardManagerConfig:
+    reward = cfg.reward
+    return RewardManagerConfig(
+        num_workers=reward.num_workers, timeout_s=reward.timeout_s,
+        on_unknown_data_source=reward.on_unknown_data_source,  # type: ignore[arg-type]
+    )

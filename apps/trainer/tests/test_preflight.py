@@ -1,0 +1,163 @@
+"""The pre-flight: every problem at once, before anything loads, exit status 2, no traceback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from omni_trainer.cli import main
+from omni_trainer.config import ConfigError, load_config
+from omni_trainer.preflight import preflight
+
+QWEN3 = "Qwen3OmniMoeForConditionalGeneration"
+
+
+def checkpoint_dir(tmp_path: Path, architecture: str = QWEN3) -> Path:
+    """Enough of a checkpoint for the pre-flight (it reads config.json, loads no weights)."""
+    directory = tmp_path / "Qwen3-Omni-30B-A3B-Instruct"
+    directory.mkdir(exist_ok=True)
+    (directory / "config.json").write_text(json.dumps({"architectures": [architecture]}))
+    return directory
+
+
+def rl_parquet(path: Path, sources: list[str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"data_source": sources, "prompt": ["q"] * len(sources)}), path)
+    return path
+
+
+def test_adv_estimator_typo_exits_2_naming_the_estimators(capsys: pytest.CaptureFixture[str]) -> None:
+    # Today's code printed the config and crashed after the first rollout (~80 s).
+    assert main(["--print-config", "algorithm.adv_estimator=grpoo"]) == 2
+    err = capsys.readouterr().err
+    assert "algorithm.adv_estimator='grpoo'; valid: grpo, grpo_passk, reinforce_plus_plus" in err
+    assert "Traceback" not in err
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    with pytest.raises(ConfigError) as info:
+        preflight(load_config([
+            "actor_rollout_ref.actor.policy_loss.loss_mode=gpso", "actor_rollout_ref.actor.loss_agg_mode=mean",
+            "actor_rollout_ref.actor.kl_loss_type=k9", "actor_rollout_ref.model.stage=speaker",
+            "actor_rollout_ref.rollout.pipeline_mode=talker_only", "actor_rollout_ref.rollout.agent.default_agent_loop=tool",
+            "actor_rollout_ref.rollout.n=0", "data.max_response_length=0", "trainer.max_checkpoints_to_keep=0",
+            "data.train_batch_size=6", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "trainer.total_training_steps=0",
+        ]))
+    problems = info.value.problems
+    for expected in (
+        "actor_rollout_ref.actor.policy_loss.loss_mode='gpso'; valid: cispo, gspo",
+        "actor_rollout_ref.actor.loss_agg_mode='mean'; valid:",
+        "actor_rollout_ref.actor.kl_loss_type='k9'; valid:",
+        "actor_rollout_ref.model.stage='speaker'; valid: all, talker, thinker",
+        "actor_rollout_ref.rollout.pipeline_mode='talker_only'; valid: full, thinker_only",
+        "actor_rollout_ref.rollout.agent.default_agent_loop='tool'; valid:",
+        "actor_rollout_ref.rollout.n=0 must be >= 1",
+        "data.max_response_length=0 must be >= 1",
+        "trainer.max_checkpoints_to_keep=0 must be >= 1",
+        "data.train_batch_size=6 is not a multiple of actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "trainer.total_training_steps=0 must be >= 1",
+    ):
+        assert any(expected in problem for problem in problems), (expected, problems)
+
+
+def test_missing_model_path_and_files_are_user_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([f"actor_rollout_ref.model.path={tmp_path / 'nope'}", f"data.train_files={tmp_path / 'x.parquet'}"]) == 2
+    err = capsys.readouterr().err
+    assert f"actor_rollout_ref.model.path={tmp_path / 'nope'} is not a directory" in err
+    assert f"data.train_files: {tmp_path / 'x.parquet'} does not exist" in err
+    assert "Traceback" not in err and "huggingface" not in err.lower().replace("hugging face", "")
+
+
+def test_unknown_stage_and_architecture_are_problems(tmp_path: Path) -> None:
+    # Today: AdapterNotFoundError traceback after the processor loads.
+    config = load_config([f"actor_rollout_ref.model.path={checkpoint_dir(tmp_path, 'NoSuchArch')}"])
+    with pytest.raises(ConfigError, match=r"No training adapter is registered for architecture 'NoSuchArch'"):
+        preflight(config)
+
+
+def test_data_sources_without_a_scorer_are_named(tmp_path: Path) -> None:
+    train = rl_parquet(tmp_path / "data" / "train.parquet", ["openai/gsm8k", "my/dataset"])
+    base = [f"actor_rollout_ref.model.path={checkpoint_dir(tmp_path)}", f"data.train_files={train}",
+            "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2"]
+    with pytest.raises(ConfigError, match=r"data_source 'my/dataset' \(in .*train.parquet\) has no registered scorer"):
+        preflight(load_config(base))
+    preflight(load_config([*base, "reward.on_unknown_data_source=skip"]))
+
+
+def test_batch_larger_than_the_train_files(tmp_path: Path) -> None:
+    train = rl_parquet(tmp_path / "data" / "train.parquet", ["openai/gsm8k"] * 3)
+    with pytest.raises(ConfigError, match=r"data.train_batch_size=8 exceeds the 3 rows of data.train_files"):
+        preflight(load_config([f"actor_rollout_ref.model.path={checkpoint_dir(tmp_path)}", f"data.train_files={train}"]))
+
+
+def test_grpo_warnings(capsys: pytest.CaptureFixture[str]) -> None:
+    warnings = preflight(load_config(["actor_rollout_ref.rollout.n=1"]))
+    assert any("rollout.n=1 with algorithm.adv_estimator=grpo" in w and "every advantage is 0" in w for w in warnings)
+    warnings = preflight(load_config(["actor_rollout_ref.rollout.temperature=0"]))
+    assert any("temperature=0 with n=8" in w for w in warnings)
+    assert main(["--print-config", "actor_rollout_ref.rollout.n=1"]) == 0
+    assert "warning: actor_rollout_ref.rollout.n=1" in capsys.readouterr().err
+
+
+def test_verl_keys_without_local_meaning_are_refused_by_name() -> None:
+    with pytest.raises(ConfigError) as info:
+        preflight(load_config(["data.custom_cls.path=/x/ds.py", "data.custom_cls.name=MyDataset", "trainer.device=cuda"]))
+    problems = "\n".join(info.value.problems)
+    assert "data.custom_cls (/x/ds.py:MyDataset) is a verl dataset class" in problems
+    assert "trainer.device=cuda: the local engine runs on the CPU" in problems
+    # verl-omni's audio dataset class does what omni-data's dataset does: accepted, with a note.
+    warnings = preflight(load_config(["data.custom_cls.name=QwenOmniRLHFDataset"]))
+    assert any("QwenOmniRLHFDataset is not needed" in w for w in warnings)
+
+
+def test_custom_reward_function_file_is_loaded_and_checked(tmp_path: Path) -> None:
+    scorer = tmp_path / "my_reward.py"
+    scorer.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw):\n"
+                      "    return float(solution_str.strip() == ground_truth)\n")
+    preflight(load_config([f"reward.custom_reward_function.path={scorer}"]))
+    with pytest.raises(ConfigError, match=r"has no function 'score' .* it defines: compute_score"):
+        preflight(load_config([f"reward.custom_reward_function.path={scorer}", "reward.custom_reward_function.name=score"]))
+
+
+def test_seed_v1_run_script_overrides_pass_print_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The V1 run script of the seeds (integrating an omni model, section 5), unchanged but
+    for the pipeline name, with $HOME/$MODEL_PATH pointing at files that exist."""
+    home, model = tmp_path, checkpoint_dir(tmp_path)
+    rl_parquet(home / "data" / "train.parquet", ["openai/gsm8k"] * 8)
+    rl_parquet(home / "data" / "test.parquet", ["openai/gsm8k"] * 8)
+    v1 = [
+        f"data.train_files={home}/data/train.parquet",
+        f"data.val_files={home}/data/test.parquet",
+        f"actor_rollout_ref.model.path={model}",
+        "actor_rollout_ref.model.lora_rank=32",
+        "actor_rollout_ref.actor.policy_loss.loss_mode=gspo",
+        "actor_rollout_ref.actor.strategy=fsdp2",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=omni_single_turn_agent",
+        "+actor_rollout_ref.rollout.engine_kwargs.vllm_omni.output_mode=ar",
+        "+actor_rollout_ref.rollout.engine_kwargs.vllm_omni.pipeline_name=qwen3_omni_moe",
+        "trainer.n_gpus_per_node=4",
+        "trainer.nnodes=1",
+        "+actor_rollout_ref.rollout.engine_kwargs.vllm_omni.max_num_seqs=256",
+        "actor_rollout_ref.rollout.cudagraph_capture_sizes=[1,2,4,8,16,32,64,128,256]",
+        "+data.mm_processor_kwargs.sampling_rate=16000",
+    ]
+    assert main(["--print-config", *v1]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert f"- {home}/data/train.parquet" in out and "max_num_seqs: 256" in out and "sampling_rate: 16000" in out
+
+
+def test_custom_reward_function_scores_in_the_reward_workers(tmp_path: Path) -> None:
+    from omni_rewards import RewardManager, RewardManagerConfig
+    from omni_trainer.custom_reward import custom_registry
+
+    scorer = tmp_path / "my_reward.py"
+    scorer.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):\n"
+                      "    return {'score': float(solution_str == ground_truth) + bonus}\n")
+    registry = custom_registry(str(scorer), "compute_score", ["my/data"], {"bonus": 0.5})  # verl's reward_kwargs
+    with RewardManager(RewardManagerConfig(num_workers=1), registry=registry) as manager:
+        result = manager.score_batch(["my/data", "my/data"], ["1", "2"], ["1", "1"])
+    assert [o.result["score"] for o in result.outcomes] == [1.5, 0.5]

@@ -1,0 +1,82 @@
+"""The step's phases on stand-in components: GRPO groups, and discarding an interrupted step."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from omni_contracts import RolloutSample
+from omni_trainer.config import load_config
+from omni_trainer.prompts import Prepared
+from omni_trainer.step import StepDiscarded, StepParts, TrainBatch, advantage_phase, rollout_phase, train_step
+
+
+class FakeEngine:
+    """Two responses per prompt; counts calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def generate(self, prompts: list[Any], sampling: Any) -> list[Any]:
+        self.calls += 1
+        output = SimpleNamespace(token_ids=[5], logprobs=[-0.1])
+        return [SimpleNamespace(prompt_ids=[1, 2], outputs=[output] * sampling.n) for _ in prompts]
+
+
+class NoUpdateActor:
+    def update(self, group: Any) -> dict[str, float]:
+        raise AssertionError("an interrupted step must not be trained on")
+
+    def compute_log_probs(self, micro: Any, reference: bool = False) -> Any:
+        raise AssertionError("an interrupted step must not reach the log-prob phase")
+
+
+def parts(n: int = 2) -> StepParts:
+    config = load_config([f"actor_rollout_ref.rollout.n={n}"])
+
+    def loop(**kwargs: Any) -> RolloutSample:
+        return RolloutSample(prompt_ids=[1, 2], response_ids=[5], response_mask=[1], response_logprobs=[-0.1])
+
+    return StepParts(
+        config=config, engine=FakeEngine(), agent_loop=loop, rollout_adapter=None, mode="thinker_only",  # type: ignore[arg-type]
+        training_adapter=SimpleNamespace(extra_field_specs={}), tokenizer=None, rewards=None,  # type: ignore[arg-type]
+        actor=NoUpdateActor(),  # type: ignore[arg-type]
+    )
+
+
+def prompt(index: int) -> Prepared:
+    return Prepared(inputs={"input_ids": torch.tensor([[1, 2]])}, data_source="d", ground_truth="1", index=index)
+
+
+def test_prompts_with_equal_data_indices_form_separate_groups() -> None:
+    """Two files number their rows from 0 each: prompt 0 of train.parquet and prompt 0 of
+    test.parquet share ``index``. Grouping by it merged two questions into one GRPO group."""
+    step_parts = parts(n=2)
+    rollouts = rollout_phase(step_parts, [prompt(0), prompt(0)], step=1)
+    first, second = rollouts.group_ids[:2], rollouts.group_ids[2:]
+    assert first[0] == first[1] and second[0] == second[1] and first[0] != second[0]
+    # Prompt A's samples both score 1, prompt B's both 0: within each group nothing differs,
+    # so every advantage is 0. (Grouped by the shared index they would be +-0.87.)
+    rewards = torch.tensor([[1.0], [1.0], [0.0], [0.0]])
+    mask = torch.ones(4, 1)
+    batch = TrainBatch(micro=[], mask=mask, actor_log_probs=torch.zeros(4, 1), token_rewards=rewards)
+    advantages = advantage_phase(step_parts, rollouts, batch)
+    assert torch.equal(advantages, torch.zeros(4, 1))
+
+
+def test_group_ids_are_fresh_every_step() -> None:
+    step_parts = parts()
+    one = rollout_phase(step_parts, [prompt(3)], step=1)
+    two = rollout_phase(step_parts, [prompt(3)], step=2)
+    assert set(one.group_ids).isdisjoint(two.group_ids)
+
+
+def test_a_stop_before_the_update_discards_the_step() -> None:
+    step_parts = parts()
+    with pytest.raises(StepDiscarded, match="step 7 discarded after its gen phase"):
+        train_step(step_parts, 7, [prompt(0)], stop_requested=lambda: True)
+    assert step_parts.engine.calls == 1  # type: ignore[attr-defined]
+

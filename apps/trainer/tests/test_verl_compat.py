@@ -1,0 +1,149 @@
+"""Canaries for every private name the verl engine relies on (``verl_engine/compat.py``).
+
+Each test fails when verl, Ray or transformers moves or changes the name under us.
+"""
+
+from __future__ import annotations
+
+import inspect
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("verl", reason="needs the distributed extra (uv sync --extra distributed --extra gpu)")
+
+pytestmark = pytest.mark.slow
+
+
+def test_ray_actor_class_unwraps_verls_v1_worker() -> None:
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
+
+    from omni_trainer.verl_engine.compat import ray_actor_class
+
+    cls = ray_actor_class(AgentLoopWorkerTQ)
+    assert isinstance(cls, type) and cls.__name__ == "AgentLoopWorkerTQ"
+    assert "_agent_loop_postprocess" in vars(cls)  # the V1 postprocessing we rely on
+    with pytest.raises(TypeError, match="not a Ray actor class"):
+        ray_actor_class(object)
+
+
+def test_verls_manager_hook_and_worker_slot_are_where_we_use_them() -> None:
+    """``agent_loop_manager_class`` is read by the V1 task runner, and the manager starts
+    whatever ``agent_loop_workers_class`` holds after ``__init__``."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopManager
+    from verl.trainer import main_ppo
+
+    assert "agent_loop_manager_class" in inspect.getsource(main_ppo.TaskRunnerV1.init_agent_loop_manager)
+    assert "self.agent_loop_workers_class.options(" in inspect.getsource(AgentLoopManager._init_agent_loop_workers)
+
+
+def test_worker_postprocessing_reads_the_workers_processor() -> None:
+    """Why the worker (not the agent loop) must hold our processor: verl's postprocessing
+    builds ``multi_modal_inputs`` and ``position_ids`` from ``self.processor``, and asks it for
+    ``get_rope_index_kwargs``."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+
+    source = inspect.getsource(AgentLoopWorker._compute_position_ids)
+    assert "self.processor.get_rope_index(" in source and "get_rope_index_kwargs" in source
+    assert "self.processor" in inspect.getsource(AgentLoopWorker._compute_multi_modal_inputs)
+
+
+def test_register_worker_rollout_reaches_verls_lookup() -> None:
+    from verl.workers.rollout.base import get_rollout_class
+
+    from omni_trainer.verl_engine.compat import register_worker_rollout
+
+    register_worker_rollout("omni_rl_canary", "async", "verl.workers.rollout.vllm_rollout.ServerAdapter")
+    assert get_rollout_class("omni_rl_canary", "async").__name__ == "ServerAdapter"
+
+
+def test_auto_class_mapping_answers_for_qwen3_omni() -> None:
+    import transformers
+    from transformers import Qwen3OmniMoeConfig
+
+    from omni_trainer.verl_engine.compat import auto_class_owns, model_class_for
+
+    auto = transformers.AutoModelForMultimodalLM
+    assert auto_class_owns(auto, Qwen3OmniMoeConfig)
+    assert model_class_for(auto, Qwen3OmniMoeConfig).__name__ == "Qwen3OmniMoeForConditionalGeneration"
+    assert not auto_class_owns(transformers.AutoModelForCausalLM, Qwen3OmniMoeConfig)
+
+
+def test_as_language_model_presents_verls_loader_type_and_restores() -> None:
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
+
+    from omni_trainer.verl_engine.compat import VERL_LANGUAGE_MODEL, as_language_model
+
+    assert f'self.model_config.model_type == "{VERL_LANGUAGE_MODEL}"' in inspect.getsource(FSDPEngine._build_module)
+    config = SimpleNamespace(model_type="omni_language_model")
+    with as_language_model(config):
+        assert config.model_type == VERL_LANGUAGE_MODEL
+    assert config.model_type == "omni_language_model"
+
+
+def test_our_manager_starts_our_v1_workers() -> None:
+    """verl's V1 task runner loads ``OmniAgentLoopManager`` by name; the workers it starts are
+    verl's TransferQueue workers with the adapter's processor installed."""
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
+    from verl.utils.import_utils import load_class_from_fqn
+
+    from omni_trainer.verl_engine.agent_loop import AdapterProcessorMixin
+    from omni_trainer.verl_engine.compat import ray_actor_class
+    from omni_trainer.verl_engine.settings import AGENT_LOOP_MANAGER
+
+    manager_cls = load_class_from_fqn(AGENT_LOOP_MANAGER, "AgentLoopManager")
+    rollout = SimpleNamespace()
+    config = SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=rollout, model=SimpleNamespace()))
+    manager = manager_cls(config=config, llm_client=None)
+    worker_cls = ray_actor_class(manager.agent_loop_workers_class)
+    assert issubclass(worker_cls, AdapterProcessorMixin)
+    assert issubclass(worker_cls, ray_actor_class(AgentLoopWorkerTQ))
+    # The mixin wraps verl's __init__: verl's setup runs in full, then the processor is replaced.
+    assert worker_cls.__mro__.index(AdapterProcessorMixin) < worker_cls.__mro__.index(ray_actor_class(AgentLoopWorkerTQ))
+
+
+def test_reserve_server_port_sets_what_verls_server_reports() -> None:
+    """verl's vLLM server reports ``_server_address``/``_server_port`` (its load balancer keys
+    replicas by ``ip:port``); ours serves no HTTP app, so compat reserves a port for it."""
+    from typing import Any
+
+    from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
+
+    from omni_trainer.verl_engine.compat import reserve_server_port
+
+    assert "return self._server_address, self._server_port" in inspect.getsource(vLLMHttpServer.get_server_address)
+    init = inspect.getsource(vLLMHttpServer.__init__)
+    assert "self._server_address = " in init and "self._server_port = None" in init
+    server: Any = object.__new__(vLLMHttpServer)
+    server._server_address = "127.0.0.1"
+    reserve_server_port(server)
+    try:
+        address, port = vLLMHttpServer.get_server_address(server)
+        assert address == "127.0.0.1" and isinstance(port, int) and port > 0
+    finally:
+        server._port_reservation.close()
+
+
+def test_verls_server_calls_on_its_engine_only_what_the_vllm_omni_driver_provides() -> None:
+    """Every ``self.engine.<name>`` in verl's vLLM server resolves on ``VllmOmniDriver``, except
+    in the one method we override (``abort_request`` reaches into vLLM's output processor and
+    engine core). A new call in a verl upgrade fails here instead of on a GPU."""
+    import re
+
+    from verl.workers.rollout.vllm_rollout import vllm_async_server
+
+    from omni_rollout.vllm_omni import VllmOmniDriver
+    from omni_trainer.verl_engine.rollout import VllmOmniHttpServer
+
+    server = vllm_async_server.vLLMHttpServer
+    used: dict[str, set[str]] = {}
+    for name, method in vars(server).items():
+        if callable(method) and name != "abort_request":
+            for called in re.findall(r"self\.engine\.(\w+(?:\.\w+)?)", inspect.getsource(method)):
+                used.setdefault(called, set()).add(name)
+    assert "abort_request" in vars(VllmOmniHttpServer)  # ours goes through the driver
+    assert used, "verl's server no longer calls self.engine: re-check the driver's surface"
+    attributes = {**vars(VllmOmniDriver), "output_processor": None}
+    missing = {called: callers for called, callers in used.items() if called.split(".")[0] not in attributes}
+    assert not missing, f"verl's vLLM server calls these on self.engine; VllmOmniDriver lacks them: {missing}"
+    assert {c for c in used if c.startswith("output_processor")} == {"output_processor.request_states"}
