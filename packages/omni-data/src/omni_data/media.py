@@ -79,7 +79,10 @@ def _budget(low: int | None, high: int | None) -> dict[str, int]:
 def _fail(ref: MediaRef, where: str, exc: BaseException | str) -> MediaError:
     if ref.path and ref.data is None and ref.frames is None and not os.path.exists(ref.path):
         return MediaError(f"{where}: {ref.kind} file {ref.path} does not exist.", reason="missing_file")
-    return MediaError(f"{where}: cannot decode {ref.kind} ({ref.describe()}): {exc}", reason=f"bad_{ref.kind}")
+    reason = str(exc).strip() if not isinstance(exc, str) else exc
+    if not isinstance(exc, str) and not reason:  # some decoders raise with no message
+        reason = f"{type(exc).__name__} (the decoder gave no message; is the file truncated or of another format?)"
+    return MediaError(f"{where}: cannot decode {ref.kind} ({ref.describe()}): {reason}", reason=f"bad_{ref.kind}")
 
 
 def _pil(ref: MediaRef, where: str) -> Any:

@@ -33,6 +33,7 @@ from typing import Any
 
 from omni_data.convert.options import parse_option_lines
 from omni_data.convert.report import ConversionReport
+from omni_data.convert.sources import decode_utf8
 from omni_data.errors import InputFormatError
 from omni_data.schema import rl_row, write_rl_parquet
 
@@ -123,8 +124,14 @@ def convert_record(
 
 def read_split(path: Path) -> list[Any]:
     try:
-        records = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputFormatError(f"Cannot read AVQA split file {path}: {exc}") from exc
+    for line_no, line in enumerate(raw.splitlines(), start=1):
+        decode_utf8(line, path, line_no)  # names the first line that is not UTF-8
+    try:
+        records = json.loads(raw.decode("utf-8"))
+    except json.JSONDecodeError as exc:
         raise InputFormatError(f"Cannot read AVQA split file {path}: {exc}") from exc
     if not isinstance(records, list):
         raise InputFormatError(f"{path} must hold a JSON list of records, got {type(records).__name__}.")

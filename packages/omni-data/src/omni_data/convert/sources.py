@@ -41,6 +41,21 @@ def find_split_files(input_dir: Path, suffixes: Sequence[str]) -> dict[str, list
     return dict(sorted(found.items()))
 
 
+def decode_utf8(raw: bytes, path: Path, line_no: int) -> str:
+    """One line of a text input file, or an error naming the file, the line and the byte.
+
+    Raises:
+        InputFormatError: the line is not UTF-8.
+    """
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputFormatError(
+            f"{path}:{line_no} is not UTF-8 text (byte {raw[exc.start]:#04x} at column {exc.start + 1}); "
+            "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)."
+        ) from exc
+
+
 def read_records(files: Sequence[Path], required: Sequence[str] = ()) -> Iterator[dict[str, Any]]:
     """Records from parquet or JSONL files, in file order.
 
@@ -60,8 +75,9 @@ def read_records(files: Sequence[Path], required: Sequence[str] = ()) -> Iterato
                 )
             yield from table.to_pylist()
         else:
-            with path.open(encoding="utf-8") as handle:
-                for line_no, line in enumerate(handle, start=1):
+            with path.open("rb") as handle:
+                for line_no, raw in enumerate(handle, start=1):
+                    line = decode_utf8(raw, path, line_no)
                     if not line.strip():
                         continue
                     try:
