@@ -147,3 +147,23 @@ def test_verls_server_calls_on_its_engine_only_what_the_vllm_omni_driver_provide
     missing = {called: callers for called, callers in used.items() if called.split(".")[0] not in attributes}
     assert not missing, f"verl's vLLM server calls these on self.engine; VllmOmniDriver lacks them: {missing}"
     assert {c for c in used if c.startswith("output_processor")} == {"output_processor.request_states"}
+
+
+def test_verls_runtime_imports_resolve_in_the_locked_environment() -> None:
+    """What verl's trainer imports when it runs (not only what its package imports): its V1
+    task runner imports TransferQueue, which verl declares only under its ``verl-core`` extra."""
+    import importlib
+
+    for module in (
+        "transfer_queue",
+        "verl.trainer.main_ppo",
+        "verl.trainer.ppo.v1",
+        "verl.trainer.ppo.v1.agent_loop_tq",
+        "verl.workers.engine_workers",
+        "verl.workers.engine.fsdp.transformer_impl",
+        "verl.workers.rollout.vllm_rollout.vllm_async_server",
+        "omni_trainer.verl_engine.external",
+        "omni_trainer.verl_engine.agent_loop",
+        "omni_trainer.verl_engine.rollout",
+    ):
+        importlib.import_module(module)
