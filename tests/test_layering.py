@@ -41,7 +41,7 @@ def test_every_workspace_package_is_a_root_package() -> None:
     text = CONFIG.read_text()
     assert {package.name for package in SOURCES if package.is_dir()} == {
         "omni_contracts", "omni_training", "omni_rollout", "omni_rewards",
-        "omni_data", "omni_qwen3", "omni_trainer",
+        "omni_data", "omni_qwen3", "omni_qwen25", "omni_trainer",
     }
     for package in SOURCES:
         assert f"    {package.name}\n" in text, f"{package.name} is not linted"
@@ -62,6 +62,8 @@ def test_the_real_tree_keeps_every_contract() -> None:
         ("contracts-light", "omni_contracts", "def f():\n    import transformers\n"),
         ("components-independent", "omni_rewards", "from omni_data import __doc__\n"),
         ("components-independent", "omni_qwen3", "import omni_training\n"),
+        ("components-independent", "omni_qwen25", "import omni_qwen3.adapters\n"),
+        ("layers", "omni_qwen25", "import omni_trainer\n"),
     ],
 )
 def test_each_contract_fails_when_broken(

@@ -25,6 +25,16 @@ def test_lists_an_installed_model_package() -> None:
     assert "Rollout pipelines:\n  fake_omni" in done.stdout
 
 
+def test_lists_both_qwen_families() -> None:
+    done = run_trainer("--list-models")
+    assert done.returncode == 0, done.stderr
+    assert "qwen3_omni = omni_qwen3.adapters (from omni-qwen3)" in done.stdout
+    assert "qwen2_5_omni = omni_qwen25.adapters (from omni-qwen25)" in done.stdout
+    assert "Qwen3OmniMoeForConditionalGeneration thinker" in done.stdout
+    assert "Qwen2_5OmniForConditionalGeneration thinker" in done.stdout
+    assert "Rollout pipelines:\n  qwen2_5_omni\n  qwen3_omni_moe" in done.stdout
+
+
 def test_reports_a_broken_model_package(tmp_path: Path) -> None:
     (tmp_path / "broken_models.py").write_text("raise ImportError('no such thing')\n")
     info = tmp_path / "broken_models-0.1.dist-info"

@@ -161,3 +161,18 @@ def test_custom_reward_function_scores_in_the_reward_workers(tmp_path: Path) -> 
     with RewardManager(RewardManagerConfig(num_workers=1), registry=registry) as manager:
         result = manager.score_batch(["my/data", "my/data"], ["1", "2"], ["1", "1"])
     assert [o.result["score"] for o in result.outcomes] == [1.5, 0.5]
+
+
+def test_pipeline_that_does_not_serve_the_model_is_refused(tmp_path: Path) -> None:
+    """A model package declares the rollout pipeline that generates with it; naming another is
+    caught before anything loads (it would fail after the weights load, finding no policy)."""
+    model = checkpoint_dir(tmp_path, "Qwen2_5OmniForConditionalGeneration")
+    with pytest.raises(ConfigError) as info:
+        preflight(load_config([f"actor_rollout_ref.model.path={model}"]))
+    problems = "\n".join(info.value.problems)
+    assert "pipeline_name='qwen3_omni_moe' does not generate with Qwen2_5OmniForConditionalGeneration" in problems
+    assert "set actor_rollout_ref.rollout.pipeline_name=qwen2_5_omni" in problems
+    try:
+        preflight(load_config([f"actor_rollout_ref.model.path={model}", "actor_rollout_ref.rollout.pipeline_name=qwen2_5_omni"]))
+    except ConfigError as exc:
+        assert not any("does not generate with" in problem for problem in exc.problems), exc.problems

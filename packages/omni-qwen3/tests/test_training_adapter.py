@@ -33,9 +33,9 @@ def test_registered_for_the_thinker_stage() -> None:
 
 def test_wrong_architecture_and_unknown_stage_are_explained() -> None:
     with pytest.raises(AdapterNotFoundError) as info:
-        get_training_adapter("Qwen2_5OmniForConditionalGeneration", "thinker")
+        get_training_adapter("Qwen2AudioForConditionalGeneration", "thinker")
     message = str(info.value)
-    assert "architecture 'Qwen2_5OmniForConditionalGeneration', stage 'thinker'" in message
+    assert "architecture 'Qwen2AudioForConditionalGeneration', stage 'thinker'" in message
     assert f"architecture '{ARCHITECTURE}', stage 'thinker'" in message
     assert "qwen3_omni = omni_qwen3.adapters (from omni-qwen3)" in message
     with pytest.raises(AdapterNotFoundError, match=r"Unknown training stage 'vocoder'.*thinker, talker, all"):

@@ -18,7 +18,7 @@ from omni_contracts import (
     StageOutput,
 )
 from omni_rollout.agent_loops import get_agent_loop
-from omni_rollout.local_engine import LocalEngine, find_policy_module, repeat_prompt
+from omni_rollout.local_engine import LocalEngine, batch_prompts, find_policy_module
 from omni_rollout.sampling import SamplingSettings
 
 VOCAB = 40
@@ -162,16 +162,53 @@ def test_find_policy_module_explains_a_miss(model: Any) -> None:
         find_policy_module(model, Wrong(), "text")
 
 
-def test_repeat_prompt() -> None:
-    inputs = {
-        "input_ids": torch.tensor([[1, 2]]), "pixel_values": torch.ones(4, 3),
-        "position_ids": torch.zeros(3, 1, 2, dtype=torch.long), "use_audio_in_video": False,
+def test_batch_prompts_lays_out_rows_and_media_in_prompt_order() -> None:
+    first = {
+        "input_ids": torch.tensor([[1, 2]]), "attention_mask": torch.ones(1, 2, dtype=torch.long),
+        "pixel_values": torch.ones(4, 3), "position_ids": torch.tensor([[[5, 6]]] * 3),
+        "input_features": torch.ones(1, 2, 3), "feature_attention_mask": torch.ones(1, 3, dtype=torch.long),
+        "use_audio_in_video": False,
     }
-    out = repeat_prompt(inputs, 3)
-    assert out["input_ids"].shape == (3, 2) and out["pixel_values"].shape == (12, 3)
-    assert out["position_ids"].shape == (3, 3, 2) and out["use_audio_in_video"] is False
-    with pytest.raises(ValueError, match="input_ids has batch size 2; pass one prompt at a time"):
-        repeat_prompt({"input_ids": torch.ones(2, 2)}, 2)
+    second = {
+        "input_ids": torch.tensor([[7, 8, 9]]), "attention_mask": torch.ones(1, 3, dtype=torch.long),
+        "position_ids": torch.tensor([[[0, 1, 2]]] * 3),
+        "input_features": torch.full((2, 2, 5), 2.0), "feature_attention_mask": torch.ones(2, 5, dtype=torch.long),
+    }
+    out = batch_prompts([first, second], 2, pad_token_id=0)
+    # Rows 0-1 are the first prompt, left-padded by one; rows 2-3 the second.
+    assert out["input_ids"].tolist() == [[0, 1, 2], [0, 1, 2], [7, 8, 9], [7, 8, 9]]
+    assert out["attention_mask"].tolist() == [[0, 1, 1], [0, 1, 1], [1, 1, 1], [1, 1, 1]]
+    assert out["position_ids"].shape == (3, 4, 3) and out["position_ids"][0].tolist()[1] == [1, 5, 6]
+    assert out["pixel_values"].shape == (8, 3)  # only the first prompt's 4 patches, twice
+    # One audio of 3 frames (twice), then two of 5 (twice): padded to 5 frames, in that order.
+    assert out["input_features"].shape == (6, 2, 5)
+    assert out["feature_attention_mask"].sum(-1).tolist() == [3, 3, 5, 5, 5, 5]
+    assert out["input_features"][:2, :, 3:].abs().sum() == 0 and out["input_features"][2:].eq(2).all()
+    assert out["use_audio_in_video"] is False
+    with pytest.raises(ValueError, match="Prompt 0: input_ids has batch size 2; pass one prompt at a time"):
+        batch_prompts([{"input_ids": torch.ones(2, 2), "attention_mask": torch.ones(2, 2)}], 2, pad_token_id=0)
+    with pytest.raises(ValueError, match="Prompts disagree on 'use_audio_in_video'"):
+        batch_prompts([first, {**second, "use_audio_in_video": True}], 1, pad_token_id=0)
+
+
+def test_prompts_per_call_splits_calls_and_seeds_each_by_its_first_prompt(
+    model: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    original = model.generate
+
+    def counting(**kwargs: Any) -> Any:
+        calls.append(int(kwargs["input_ids"].shape[0]))
+        return original(**kwargs)
+
+    monkeypatch.setattr(model, "generate", counting)
+    split = LocalEngine(model, eos_token_ids=(1,), pad_token_id=0, prompts_per_call=2)
+    sampling = SamplingSettings(n=2, max_new_tokens=4, seed=5)
+    rollouts = split.generate([prompt(3), prompt(4, 5), prompt(6)], sampling)
+    assert calls == [4, 2]
+    # The third prompt's call starts at index 2, so it is seeded as that prompt alone at seed + 2.
+    (alone,) = engine(model).generate([prompt(6)], SamplingSettings(n=2, max_new_tokens=4, seed=7))
+    assert [o.token_ids for o in rollouts[2].outputs] == [o.token_ids for o in alone.outputs]
 
 
 def test_single_turn_and_aborts() -> None:
@@ -216,3 +253,22 @@ def test_unknown_agent_loop() -> None:
 def test_sampling_settings_report_every_problem() -> None:
     with pytest.raises(ValueError, match=r"n must be >= 1, got 0; top_k must be -1 \(off\) or >= 1, got 0"):
         SamplingSettings(n=0, top_k=0)
+
+
+def test_generates_in_eval_mode_and_restores_the_mode(model: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A policy left in training mode by the update samples without dropout and with its KV
+    cache (transformers drops the cache in training mode under gradient checkpointing)."""
+    modes: list[bool] = []
+    original = model.generate
+
+    def recording(**kwargs: Any) -> Any:
+        modes.append(model.training)
+        return original(**kwargs)
+
+    monkeypatch.setattr(model, "generate", recording)
+    model.train()
+    try:
+        engine(model).generate([prompt(3, 4)], SamplingSettings(n=2, max_new_tokens=3, seed=0))
+        assert modes == [False] and model.training
+    finally:
+        model.eval()

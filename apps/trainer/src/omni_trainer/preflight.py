@@ -250,9 +250,18 @@ def _model_paths(config: Config, found: Findings) -> None:
         if model_config is None:
             continue
         try:
-            resolve_training_adapter(model_config, stage)
+            adapter = resolve_training_adapter(model_config, stage)
         except OmniContractError as exc:
             found.problems.append(f"{key}={path} (stage {stage!r}): {_one_line(exc)}")
+            continue
+        pipeline = config.actor_rollout_ref.rollout.pipeline_name
+        if key == "actor_rollout_ref.model.path" and adapter.rollout_pipeline not in (None, pipeline):
+            architecture = (model_config.get("architectures") or ["?"])[0]
+            found.problems.append(
+                f"actor_rollout_ref.rollout.pipeline_name={pipeline!r} does not generate with {architecture} "
+                f"(its package, {type(adapter).__module__.split('.')[0]}, declares {adapter.rollout_pipeline!r}); "
+                f"set actor_rollout_ref.rollout.pipeline_name={adapter.rollout_pipeline}"
+            )
 
 
 def _read_model_config(key: str, path: str, found: Findings) -> dict[str, Any] | None:

@@ -67,6 +67,10 @@ class TrainingAdapter(abc.ABC):
     """Keyword arguments the constructor takes from the trainer's config (e.g.
     ``freeze_vision_tower``); :func:`resolve_training_adapter` passes exactly these."""
 
+    rollout_pipeline: ClassVar[str | None] = None
+    """The rollout adapter (pipeline name) that generates with this model; the trainer refuses
+    a run whose ``actor_rollout_ref.rollout.pipeline_name`` names another one."""
+
     @classmethod
     def register(cls, architecture: str, *, stage: Stage) -> Callable[[T], T]:
         """Class decorator: ``@TrainingAdapter.register("MyArch", stage="thinker")``.

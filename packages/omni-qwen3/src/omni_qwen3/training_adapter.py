@@ -10,17 +10,17 @@ Nothing heavy is imported at module import: the entry point only registers the c
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from omni_contracts import TrainingAdapter
+from omni_contracts.chat_template import load_chat_template
+
+from omni_qwen3.rollout_adapter import PIPELINE
 
 ARCHITECTURE = "Qwen3OmniMoeForConditionalGeneration"
 THINKER_DECODER_LAYER = "Qwen3OmniMoeThinkerTextDecoderLayer"
 SPEECH_MODULES = ("talker.code_predictor", "talker", "code2wav")
-TEMPLATE_FILES = ("chat_template.json", "chat_template.jinja")
 
 # LoRA defaults: attention projections of the thinker's text decoder; never the heads or
 # the encoders (their q/k/v names differ, but the exclusions make the intent explicit).
@@ -40,6 +40,7 @@ class Qwen3OmniThinkerAdapter(TrainingAdapter):
     lora_target_modules = LORA_TARGET_MODULES
     lora_exclude_modules = LORA_EXCLUDE_MODULES
     options = ("freeze_vision_tower", "freeze_audio_tower")
+    rollout_pipeline = PIPELINE
 
     def __init__(self, *, freeze_vision_tower: bool = True, freeze_audio_tower: bool = True) -> None:
         self.freeze_vision_tower = freeze_vision_tower
@@ -59,7 +60,7 @@ class Qwen3OmniThinkerAdapter(TrainingAdapter):
 
         tokenizer = AutoTokenizer.from_pretrained(model_path)
         if not tokenizer.chat_template:
-            tokenizer.chat_template = load_chat_template(Path(model_path))
+            tokenizer.chat_template = load_chat_template(model_path)
         return tokenizer
 
     def configure_model(self, module: Any, model_config: Any) -> None:
@@ -89,27 +90,6 @@ def decoder_layer_class_name() -> str:
             "omni_qwen3.training_adapter.THINKER_DECODER_LAYER for this version."
         )
     return THINKER_DECODER_LAYER
-
-
-def load_chat_template(model_path: Path) -> str:
-    """The chat template shipped beside the tokenizer (``chat_template.json`` or ``.jinja``).
-
-    Raises:
-        FileNotFoundError: neither file exists; the message names what was looked for.
-    """
-    json_file = model_path / "chat_template.json"
-    if json_file.is_file():
-        template = json.loads(json_file.read_text()).get("chat_template")
-        if template:
-            return str(template)
-    jinja_file = model_path / "chat_template.jinja"
-    if jinja_file.is_file():
-        return jinja_file.read_text()
-    raise FileNotFoundError(
-        f"No chat template for the checkpoint at {model_path}: tokenizer_config.json has no "
-        f"'chat_template', and neither {' nor '.join(TEMPLATE_FILES)} exists there (or it is "
-        "empty). Copy the model's chat_template.json into the checkpoint directory."
-    )
 
 
 def _thinker_config(model_config: Any) -> Any:

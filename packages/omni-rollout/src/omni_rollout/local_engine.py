@@ -6,6 +6,11 @@ ids, the finish reason, and the log-prob of every sampled token under the distri
 actually sampled from (the processed scores after temperature, top-k and top-p), so that
 rollout-vs-actor consistency is measured honestly.
 
+Prompts, text-only and multimodal alike, share left-padded ``generate`` calls
+(:func:`batch_prompts` lays out their rows and media). The module may sit on a GPU: prompts
+move to its device and results come back to the CPU; the sampler keeps one step's
+distribution at a time (:class:`SampledLogProbs`), not every step's scores.
+
 The module that generates is the rollout adapter's policy stage: the submodule whose class
 is the policy stage's ``model_arch`` (the thinker of Qwen3-Omni), or the model itself.
 """
@@ -23,8 +28,8 @@ from torch import Tensor
 from omni_contracts import RolloutAdapter, StageOutput
 from omni_rollout.sampling import SamplingSettings
 
-BATCH_FIRST_KEYS = ("input_ids", "attention_mask", "input_features", "feature_attention_mask")
-TEXT_KEYS = ("input_ids", "attention_mask")
+SEQUENCE_KEYS = ("input_ids", "attention_mask")  # [1, L] per prompt; left-padded in a batch
+TIME_PADDED_KEYS = ("input_features", "feature_attention_mask")  # [audios, ..., frames]; right-padded
 
 
 def find_policy_module(model: Any, adapter: RolloutAdapter, mode: str) -> Any:
@@ -47,25 +52,68 @@ def find_policy_module(model: Any, adapter: RolloutAdapter, mode: str) -> Any:
     )
 
 
-def repeat_prompt(inputs: Mapping[str, Any], n: int) -> dict[str, Any]:
-    """One prompt's processor output (batch dim 1) repeated ``n`` times.
+def batch_prompts(prompts: Sequence[Mapping[str, Any]], n: int, pad_token_id: int) -> dict[str, Any]:
+    """Processor outputs of several prompts (batch dim 1 each) as one ``generate`` batch in
+    which each prompt is repeated ``n`` times in a row: rows ``k * n .. k * n + n - 1`` belong
+    to prompt ``k``.
 
-    Batch-first tensors repeat along dim 0; mrope ``position_ids [3, 1, L]`` along dim 1;
-    other tensors (``pixel_values``, grids: per-item rows) are concatenated ``n`` times.
+    ``input_ids`` and ``attention_mask`` are left-padded to the longest prompt (a model that
+    derives its positions from the mask, as Qwen3-Omni's thinker does for mrope, sees each row
+    as if alone); mrope ``position_ids [3, 1, L]``, when given, are left-padded too. Media
+    tensors have one row per item (``pixel_values`` patches, ``image_grid_thw`` images,
+    ``input_features`` audios), which the model consumes in placeholder order, row by row; so
+    each prompt's items are repeated ``n`` times and concatenated in prompt order. Audio
+    features (``TIME_PADDED_KEYS``) are right-padded along time first; the model reads each
+    audio's length from ``feature_attention_mask``. Other values (flags) must agree.
+
+    Raises:
+        ValueError: a prompt's ``input_ids`` has more than one row, lacks ``attention_mask``,
+            or two prompts disagree on a non-tensor value.
     """
-    repeated: dict[str, Any] = {}
-    for key, value in inputs.items():
-        if not isinstance(value, Tensor):
-            repeated[key] = value
-        elif key in BATCH_FIRST_KEYS:
-            if value.shape[0] != 1:
-                raise ValueError(f"{key} has batch size {value.shape[0]}; pass one prompt at a time.")
-            repeated[key] = value.repeat(n, *([1] * (value.dim() - 1)))
+    for number, prompt in enumerate(prompts):
+        if int(prompt["input_ids"].shape[0]) != 1:
+            raise ValueError(
+                f"Prompt {number}: input_ids has batch size {prompt['input_ids'].shape[0]}; pass one prompt at a time."
+            )
+        if "attention_mask" not in prompt:
+            raise ValueError(f"Prompt {number} lacks attention_mask; pass the processor's output for it.")
+    length = max(int(prompt["input_ids"].shape[1]) for prompt in prompts)
+    batch: dict[str, Any] = {
+        "input_ids": _left_pad([p["input_ids"] for p in prompts], length, pad_token_id).repeat_interleave(n, dim=0),
+        "attention_mask": _left_pad([p["attention_mask"] for p in prompts], length, 0).repeat_interleave(n, dim=0),
+    }
+    keys = list(dict.fromkeys(key for prompt in prompts for key in prompt if key not in SEQUENCE_KEYS))
+    for key in keys:
+        values = [prompt[key] for prompt in prompts if prompt.get(key) is not None]
+        if not values:
+            continue
+        if not isinstance(values[0], Tensor):
+            if any(value != values[0] for value in values[1:]):
+                raise ValueError(f"Prompts disagree on {key!r} ({values}); batch prompts that share it.")
+            batch[key] = values[0]
         elif key == "position_ids":
-            repeated[key] = value.repeat(1, n, 1) if value.dim() == 3 else value.repeat(n, 1)
+            if len(values) != len(prompts):
+                raise ValueError("Some prompts have position_ids and some do not; give them for all or none.")
+            batch[key] = _batch_positions(values, length, n)
         else:
-            repeated[key] = torch.cat([value] * n)
-    return repeated
+            if key in TIME_PADDED_KEYS:
+                frames = max(int(value.shape[-1]) for value in values)
+                values = [torch.nn.functional.pad(value, (0, frames - int(value.shape[-1]))) for value in values]
+            batch[key] = torch.cat([value for value in values for _ in range(n)])
+    return batch
+
+
+def _left_pad(rows: Sequence[Tensor], length: int, value: int) -> Tensor:
+    """``[1, L_i]`` rows -> ``[len(rows), length]``, padded on the left with ``value``."""
+    return torch.cat([torch.nn.functional.pad(row, (length - int(row.shape[-1]), 0), value=value) for row in rows])
+
+
+def _batch_positions(positions: Sequence[Tensor], length: int, n: int) -> Tensor:
+    """``[3, 1, L_i]`` (mrope) or ``[1, L_i]`` per prompt -> ``[3, B * n, length]`` or
+    ``[B * n, length]``; the padding positions (masked out) are 1, as the model's own."""
+    padded = [torch.nn.functional.pad(pos, (length - int(pos.shape[-1]), 0), value=1) for pos in positions]
+    axis = 1 if padded[0].dim() == 3 else 0
+    return torch.cat(padded, dim=axis).repeat_interleave(n, dim=axis)
 
 
 @dataclass(frozen=True)
@@ -104,6 +152,8 @@ class LocalEngine:
         pad_token_id: fills finished rows while others continue.
         suppress_token_ids: ids never sampled (multimodal placeholders: a sampled
             ``<|audio_pad|>`` in a response would be read as an audio slot by the actor).
+        prompts_per_call: the most prompts one ``generate`` call batches (``None``: all of
+            them); bounds the memory of a call (``prompts_per_call * n`` rows and their media).
     """
 
     module: Any
@@ -111,63 +161,75 @@ class LocalEngine:
     pad_token_id: int
     stage_id: int = 0
     suppress_token_ids: tuple[int, ...] = ()
+    prompts_per_call: int | None = None
     stats: GenerationStats = field(default_factory=GenerationStats)
+
+    def __post_init__(self) -> None:
+        if self.prompts_per_call is not None and self.prompts_per_call < 1:
+            raise ValueError(f"prompts_per_call must be >= 1 or None (all prompts), got {self.prompts_per_call}.")
 
     def generate(self, prompts: Sequence[Mapping[str, Any]], sampling: SamplingSettings) -> list[PromptRollout]:
         """``sampling.n`` samples for each prompt (a processor output with batch dim 1).
 
-        Text-only prompts share one left-padded ``generate`` call; a prompt with media
-        (pixel values, audio features, precomputed positions) gets a call of its own.
+        Prompts share left-padded ``generate`` calls (text-only and multimodal alike, see
+        :func:`batch_prompts`) of at most ``prompts_per_call`` prompts each; a call whose
+        first prompt is ``prompts[i]`` is seeded with ``sampling.seed + i``. So the same
+        prompts with the same settings and seed give the same samples; a prompt's samples
+        depend on the other prompts of its call (the call draws from one random stream), as
+        with any batched sampler. Greedy decoding gives every prompt the tokens it would get
+        alone (up to float rounding of the padded batch).
         """
-        rollouts: list[PromptRollout | None] = [None] * len(prompts)
+        rollouts: list[PromptRollout] = []
         started = time.perf_counter()
-        text_only = [i for i, prompt in enumerate(prompts) if set(prompt) <= set(TEXT_KEYS)]
-        if len(text_only) > 1:
-            batched = self._generate([prompts[i] for i in text_only], text_only[0], sampling)
-            for index, rollout in zip(text_only, batched, strict=True):
-                rollouts[index] = rollout
-        for index, prompt in enumerate(prompts):
-            if rollouts[index] is None:
-                (rollouts[index],) = self._generate([prompt], index, sampling)
+        size = self.prompts_per_call or max(len(prompts), 1)
+        for first in range(0, len(prompts), size):
+            rollouts.extend(self._generate(prompts[first : first + size], first, sampling))
         self.stats.seconds += time.perf_counter() - started
         self.stats.prompts += len(prompts)
-        return [rollout for rollout in rollouts if rollout is not None]
+        return rollouts
 
     def _generate(
         self, prompts: Sequence[Mapping[str, Any]], seed_index: int, sampling: SamplingSettings
     ) -> list[PromptRollout]:
-        """One ``generate`` call for ``prompts`` (several only when text-only), seeded with
-        ``sampling.seed + seed_index``."""
+        """One ``generate`` call for ``prompts``, seeded with ``sampling.seed + seed_index``."""
+        from transformers import LogitsProcessorList
+
         stops = tuple(dict.fromkeys((*self.eos_token_ids, *sampling.stop_token_ids)))
-        inputs = (
-            repeat_prompt(prompts[0], sampling.n)
-            if len(prompts) == 1
-            else _left_padded_text_batch(prompts, sampling.n, self.pad_token_id)
-        )
+        device = _device_of(self.module)
+        inputs = {
+            key: value.to(device) if isinstance(value, Tensor) else value
+            for key, value in batch_prompts(prompts, sampling.n, self.pad_token_id).items()
+        }
         prompt_len = int(inputs["input_ids"].shape[1])
+        recorder = SampledLogProbs()
+        # Temperature, top-k and top-p run as our processors, before the recorder; generate's
+        # own warpers are turned off (they would run after it).
         options: dict[str, Any] = {
             "max_new_tokens": sampling.max_new_tokens,
             "eos_token_id": list(stops),
             "pad_token_id": self.pad_token_id,
-            "output_scores": True,
             "return_dict_in_generate": True,
             "do_sample": not sampling.greedy,
+            "temperature": 1.0, "top_p": 1.0, "top_k": 0,
+            "logits_processor": LogitsProcessorList([*_warpers(sampling), recorder]),
         }
         if self.suppress_token_ids:
             options["suppress_tokens"] = list(self.suppress_token_ids)
-        if not sampling.greedy:
-            options.update(
-                temperature=sampling.temperature,
-                top_p=sampling.top_p,
-                top_k=sampling.top_k if sampling.top_k > 0 else 0,
-            )
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
-            if sampling.seed is not None:
-                torch.manual_seed(sampling.seed + seed_index)
-            out = self.module.generate(**inputs, **options)
+        rng_devices = [device] if device.type == "cuda" else []
+        # Eval mode while sampling: no dropout, and the KV cache stays on (transformers turns
+        # it off in training mode when gradient checkpointing is enabled).
+        was_training = self.module.training
+        self.module.eval()
+        try:
+            with torch.random.fork_rng(devices=rng_devices), torch.no_grad():
+                if sampling.seed is not None:
+                    torch.manual_seed(sampling.seed + seed_index)
+                out = self.module.generate(**inputs, **options)
+        finally:
+            self.module.train(was_training)
         tokens = out.sequences[:, prompt_len:]  # [prompts * n, T]
-        scores = torch.stack(out.scores, dim=1).float()  # [prompts * n, T, V], processed
-        log_probs = torch.log_softmax(scores, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        log_probs = recorder.finish(tokens).cpu()  # [prompts * n, T]
+        tokens = tokens.cpu()
         rollouts = []
         for number, prompt in enumerate(prompts):
             samples = []
@@ -183,19 +245,62 @@ class LocalEngine:
         return rollouts
 
 
-def _left_padded_text_batch(prompts: Sequence[Mapping[str, Any]], n: int, pad_token_id: int) -> dict[str, Tensor]:
-    """Text-only prompts (batch dim 1 each), left-padded to one length, each repeated ``n``
-    times in a row: rows ``k * n .. k * n + n - 1`` belong to prompt ``k``."""
-    length = max(int(prompt["input_ids"].shape[1]) for prompt in prompts)
-    ids, masks = [], []
-    for prompt in prompts:
-        pad = length - int(prompt["input_ids"].shape[1])
-        ids.append(torch.nn.functional.pad(prompt["input_ids"], (pad, 0), value=pad_token_id))
-        masks.append(torch.nn.functional.pad(prompt["attention_mask"], (pad, 0), value=0))
-    return {
-        "input_ids": torch.cat(ids).repeat_interleave(n, dim=0),
-        "attention_mask": torch.cat(masks).repeat_interleave(n, dim=0),
-    }
+class SampledLogProbs:
+    """The last logits processor of a ``generate`` call: the log-prob of each sampled token
+    under the processed distribution it was sampled from.
+
+    At each step it keeps the log-softmax of the processed scores ``[rows, V]`` until the
+    next step, whose last input id is the token sampled from them; :meth:`finish` reads the
+    last step's with the final tokens. So it holds one step's distribution at a time, where
+    ``output_scores`` would keep every step's (``rows x T x V`` floats: 40 GB for 64 rows of
+    1024 tokens over a 152k vocabulary).
+    """
+
+    def __init__(self) -> None:
+        self.pending: Tensor | None = None  # [rows, V]
+        self.log_probs: list[Tensor] = []  # [rows] per step
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        if self.pending is not None:
+            self._take(input_ids[:, -1])
+        self.pending = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def _take(self, sampled: Tensor) -> None:
+        assert self.pending is not None
+        self.log_probs.append(self.pending.gather(-1, sampled.unsqueeze(-1)).squeeze(-1))
+        self.pending = None
+
+    def finish(self, tokens: Tensor) -> Tensor:
+        """``[rows, T]`` log-probs of ``tokens`` (the generated part of the sequences)."""
+        if self.pending is not None:
+            self._take(tokens[:, -1])
+        if len(self.log_probs) != tokens.shape[1]:
+            raise RuntimeError(f"Recorded {len(self.log_probs)} steps for {tokens.shape[1]} generated tokens.")
+        return torch.stack(self.log_probs, dim=1)
+
+
+def _warpers(sampling: SamplingSettings) -> list[Any]:
+    """Temperature, top-k, top-p, in ``generate``'s order; none for greedy decoding."""
+    from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    if sampling.greedy:
+        return []
+    warpers: list[Any] = []
+    if sampling.temperature != 1.0:
+        warpers.append(TemperatureLogitsWarper(sampling.temperature))
+    if sampling.top_k > 0:
+        warpers.append(TopKLogitsWarper(sampling.top_k))
+    if sampling.top_p < 1.0:
+        warpers.append(TopPLogitsWarper(sampling.top_p))
+    return warpers
+
+
+def _device_of(module: Any) -> torch.device:
+    """Where ``module``'s weights are: prompts move there, results come back to the CPU."""
+    for parameter in module.parameters():
+        return torch.device(parameter.device)
+    return torch.device("cpu")
 
 
 def _trim(tokens: Tensor, log_probs: Tensor, stops: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[float, ...], str]:

@@ -12,14 +12,12 @@ CLI: ``python -m omni_qwen3.tiny --out DIR [--seed N]`` (prints the directory).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from omni_contracts.tiny import cached_build, default_cache_dir
 
 from omni_qwen3.tiny.chat_template import CHAT_TEMPLATE
 
@@ -27,7 +25,6 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 BUILDER_VERSION = 1  # bump whenever the written checkpoint changes for the same spec and seed
-MARKER = "omni_rl_tiny.json"
 
 
 @dataclass(frozen=True)
@@ -52,27 +49,6 @@ class TinySpec:
     code_groups: int = 4
 
 
-def default_cache_dir() -> Path:
-    """``$OMNI_RL_CACHE`` or ``$XDG_CACHE_HOME/omni-rl`` (``~/.cache/omni-rl``)."""
-    explicit = os.environ.get("OMNI_RL_CACHE")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "omni-rl"
-
-
-def build_key(spec: TinySpec, seed: int) -> str:
-    import transformers
-
-    payload = {
-        "spec": dataclasses.asdict(spec),
-        "seed": seed,
-        "builder": BUILDER_VERSION,
-        "transformers": transformers.__version__,
-    }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
-
-
 def build_tiny_qwen3_omni(
     out_dir: str | Path | None = None, *, seed: int = 0, spec: TinySpec | None = None
 ) -> Path:
@@ -86,35 +62,10 @@ def build_tiny_qwen3_omni(
         spec: model sizes.
     """
     spec = spec or TinySpec()
-    key = build_key(spec, seed)
-    target = Path(out_dir) if out_dir is not None else default_cache_dir() / "tiny-qwen3-omni" / key
-    marker = target / MARKER
-    if marker.exists():
-        recorded = json.loads(marker.read_text()).get("key")
-        if recorded == key:
-            return target
-        raise FileExistsError(
-            f"{target} holds a tiny checkpoint built from other settings (key {recorded}, "
-            f"wanted {key}); delete it or pass another out_dir."
-        )
-    if target.exists() and any(target.iterdir()):
-        raise FileExistsError(f"{target} exists and is not a tiny checkpoint; choose an empty directory.")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".tiny-", dir=target.parent))
-    try:
-        _write_checkpoint(staging, spec, seed)
-        (staging / MARKER).write_text(
-            json.dumps({"key": key, "seed": seed, "spec": dataclasses.asdict(spec)}, indent=2)
-        )
-        if target.exists():
-            target.rmdir()
-        staging.rename(target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        if (target / MARKER).exists():  # a concurrent build finished first
-            return target
-        raise
-    return target
+    settings = {"spec": dataclasses.asdict(spec), "seed": seed, "builder": BUILDER_VERSION}
+    return cached_build(
+        "tiny-qwen3-omni", settings, lambda staging: _write_checkpoint(staging, spec, seed), out_dir
+    )
 
 
 def _write_checkpoint(out: Path, spec: TinySpec, seed: int) -> None:

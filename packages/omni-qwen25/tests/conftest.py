@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Qwen2.5-Omni checkpoint, built once for the session."""
+    from omni_qwen25.tiny import build_tiny_qwen25_omni
+
+    return build_tiny_qwen25_omni(tmp_path_factory.mktemp("tiny") / "qwen2.5-omni", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_config(tiny_path: Path) -> Any:
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(tiny_path)
+
+
+@pytest.fixture
+def full_model(tiny_path: Path) -> Any:
+    """A fresh full model (thinker, talker, token2wav); tests may mutate it."""
+    from transformers import Qwen2_5OmniForConditionalGeneration
+
+    return Qwen2_5OmniForConditionalGeneration.from_pretrained(tiny_path).eval()
+
+
+def tone(seconds: float, hz: float = 440.0, rate: int = 16_000) -> np.ndarray:
+    t = np.arange(int(seconds * rate)) / rate
+    return (0.5 * np.sin(2 * np.pi * hz * t)).astype(np.float32)
+
+
+def picture(size: int = 56, seed: int = 0) -> Any:
+    from PIL import Image
+
+    pixels = np.random.default_rng(seed).integers(0, 256, (size, size, 3), dtype=np.uint8)
+    return Image.fromarray(pixels)
+
+
+def frames(count: int = 4, size: int = 56) -> list[Any]:
+    return [picture(size, seed=10 + i) for i in range(count)]
+
+
+@pytest.fixture(scope="session")
+def media() -> Any:
+    """Synthetic media factories: ``media.tone(seconds)``, ``media.picture()``, ``media.frames()``."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(tone=tone, picture=picture, frames=frames)
