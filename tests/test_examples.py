@@ -1,5 +1,6 @@
 """Each recipe script in examples/ runs end to end on CPU for two steps: synthetic files in
-the recipe's raw format -> the converter -> the script (tiny Qwen3-Omni, shrunk sizes)."""
+the recipe's raw format -> the converter -> the script (the tiny Qwen3-Omni or, for the
+qwen25_* scripts, the tiny Qwen2.5-Omni; shrunk sizes)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import shutil
 import subprocess
 import wave
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -91,28 +93,29 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_qwen3_omni(tmp_path_factory.mktemp("tiny") / "ckpt")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    ("script", "recipe", "make_raw", "val_split", "scorer_metric"),
-    [
-        ("gsm8k_gspo_lora.sh", "gsm8k", raw_gsm8k, "test", "reward/openai/gsm8k/score/mean"),
-        ("mmk12_gspo_lora.sh", "mmk12", raw_mmk12, "test", "reward/mmk12/format_reward/mean"),
-        ("avqa_gspo_lora.sh", "avqa", raw_avqa, "validation", "reward/avqa_r1_6k/score/mean"),
-    ],
-)
-def test_recipe_runs_in_tiny_cpu_mode(
-    tmp_path: Path, tiny: Path, script: str, recipe: str, make_raw: object, val_split: str, scorer_metric: str
-) -> None:
+@pytest.fixture(scope="module")
+def tiny_qwen25(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from omni_qwen25.tiny import build_tiny_qwen25_omni
+
+    return build_tiny_qwen25_omni(tmp_path_factory.mktemp("tiny") / "qwen2.5-omni")
+
+
+def run_recipe(
+    tmp_path: Path, model: Path, script: str, recipe: str, make_raw: object, val_split: str, scorer_metric: str,
+    extra: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """Convert synthetic raw files, run the script for two steps and check its metrics;
+    returns the run's resolved config."""
     raw, data, run = tmp_path / "raw", tmp_path / "data", tmp_path / "run"
     raw.mkdir()
     make_raw(raw)  # type: ignore[operator]
     assert convert([recipe, "--input", str(raw), "--output-dir", str(data)]) == 0
     uv = shutil.which("uv")
     assert uv is not None, "the example scripts run through uv"
-    env = {**os.environ, "MODEL_PATH": str(tiny), "TRAIN_FILE": str(data / "train.parquet"),
+    env = {**os.environ, "MODEL_PATH": str(model), "TRAIN_FILE": str(data / "train.parquet"),
            "VAL_FILE": str(data / f"{val_split}.parquet"), "UV_PYTHON_DOWNLOADS": "never"}
     done = subprocess.run(
-        ["bash", str(ROOT / "examples" / script), *TINY_MODE, f"trainer.default_local_dir={run}"],
+        ["bash", str(ROOT / "examples" / script), *TINY_MODE, *extra, f"trainer.default_local_dir={run}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -128,10 +131,48 @@ def test_recipe_runs_in_tiny_cpu_mode(
         assert row["training/rollout_actor_probs_pearson_corr"] > 0.99, row["training/rollout_actor_probs_pearson_corr"]
     import yaml
 
-    config = yaml.safe_load((run / "config.yaml").read_text())
+    config: dict[str, Any] = yaml.safe_load((run / "config.yaml").read_text())
     actor_rollout_ref = config["actor_rollout_ref"]
-    assert config["trainer"]["experiment_name"] == f"qwen3_omni_{recipe}_gspo_lora"  # the script's setting
     assert actor_rollout_ref["model"]["lora_rank"] == 4 and actor_rollout_ref["rollout"]["n"] == 2  # "$@" wins
+    return config
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("script", "recipe", "make_raw", "val_split", "scorer_metric"),
+    [
+        ("gsm8k_gspo_lora.sh", "gsm8k", raw_gsm8k, "test", "reward/openai/gsm8k/score/mean"),
+        ("mmk12_gspo_lora.sh", "mmk12", raw_mmk12, "test", "reward/mmk12/format_reward/mean"),
+        ("avqa_gspo_lora.sh", "avqa", raw_avqa, "validation", "reward/avqa_r1_6k/score/mean"),
+    ],
+)
+def test_recipe_runs_in_tiny_cpu_mode(
+    tmp_path: Path, tiny: Path, script: str, recipe: str, make_raw: object, val_split: str, scorer_metric: str
+) -> None:
+    config = run_recipe(tmp_path, tiny, script, recipe, make_raw, val_split, scorer_metric)
+    assert config["trainer"]["experiment_name"] == f"qwen3_omni_{recipe}_gspo_lora"  # the script's setting
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("script", "recipe", "make_raw", "val_split", "scorer_metric"),
+    [
+        ("qwen25_mmk12_gspo_lora.sh", "mmk12", raw_mmk12, "test", "reward/mmk12/format_reward/mean"),
+        ("qwen25_avqa_gspo_lora.sh", "avqa", raw_avqa, "validation", "reward/avqa_r1_6k/score/mean"),
+    ],
+)
+def test_qwen25_recipe_runs_in_tiny_cpu_mode(
+    tmp_path: Path, tiny_qwen25: Path, script: str, recipe: str, make_raw: object, val_split: str,
+    scorer_metric: str,
+) -> None:
+    """The Qwen2.5-Omni scripts target verl on one GPU; trainer.engine=local after them ("$@"
+    wins) runs the same recipe here on the tiny Qwen2.5-Omni."""
+    config = run_recipe(
+        tmp_path, tiny_qwen25, script, recipe, make_raw, val_split, scorer_metric, extra=("trainer.engine=local",)
+    )
+    assert config["trainer"]["experiment_name"] == f"qwen2_5_omni_{recipe}_gspo_lora"  # the script's setting
+    assert config["actor_rollout_ref"]["rollout"]["pipeline_name"] == "qwen2_5_omni"
+    assert config["trainer"]["engine"] == "local"
 
 
 @pytest.mark.slow
