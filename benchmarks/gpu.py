@@ -22,8 +22,9 @@ counts are equal (asserted). Each side reports step time, generated tokens/s and
 memory (``torch.cuda.max_memory_allocated``; peak RSS of the process on the CPU), and the
 torch / transformers / peft / trl versions found. Ours is the local engine's own step
 (``omni_trainer.step.train_step``: rollout, rewards, advantages, old log-probs, update),
-with one addition made here: the local trainer's actor keeps micro-batches on the CPU, so a
-small subclass moves them to the model's device (see ``DeviceActor``).
+with the local trainer's own ``Actor`` (it moves each micro-batch to the model's device) and
+gradient checkpointing as the trainer enables it. The memory plans are
+``omni_training.memory_plan``'s (the same arithmetic ``trainer doctor`` prints).
 
 Only torch, transformers, peft, trl and the workspace packages are imported (no vLLM, verl
 or Ray). Meant to finish in well under 8 minutes on an H200; ``--dry-run`` builds the tiny
@@ -39,17 +40,16 @@ import gc
 import json
 import os
 import platform
-import re
 import resource
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from omni_training.memory_plan import GB, PLAN_NOTES, TextShape, Workload, format_plan  # noqa: E402
 from trainer import (  # noqa: E402  (benchmarks/ is not a package)
     Result,
     Setup,
@@ -62,7 +62,6 @@ from trainer import (  # noqa: E402  (benchmarks/ is not a package)
     version,
 )
 
-GB = 1e9
 GPU_BYTES = 141e9  # one H200 (141 GB, 2**30-rounded: ~131 GiB usable by torch after the context)
 
 # Qwen3-Omni-30B-A3B's thinker, from the released checkpoint's config.json
@@ -146,164 +145,17 @@ def build(cls: Any, config: Any, device: str, dtype: Any, seed: int) -> Any:
     return model
 
 
-@dataclass(frozen=True)
-class ParamCounts:
-    total: int
-    text: int  # embeddings, decoder layers, final norm
-    lm_head: int
-    vision: int
-    audio: int
-    lora: int  # LoRA parameters of the adapter's targets at the planned rank
+def count_parameters(config: Any, lora_rank: int) -> Any:
+    """Parameter counts of the thinker ``config`` describes, as the local engine builds it
+    (counted on the meta device by ``omni_training.model_loading.count_parameters``)."""
+    from omni_qwen3.training_adapter import Qwen3OmniThinkerAdapter
+    from omni_training.model_loading import count_parameters as count
+    from omni_training.settings import LoraSettings
 
-    @property
-    def trainable_full(self) -> int:
-        """Full fine-tuning trains the text model and the head; the encoders stay frozen (as the
-        thinker adapter does by default)."""
-        return self.text + self.lm_head
-
-
-def count_parameters(config: Any, lora_rank: int) -> ParamCounts:
-    """Parameter counts of the thinker ``config`` describes (built on the meta device)."""
-    import torch
-    from transformers import Qwen3OmniMoeThinkerForConditionalGeneration
-
-    from omni_qwen3.training_adapter import LORA_EXCLUDE_MODULES, LORA_TARGET_MODULES
-
-    with torch.device("meta"):
-        thinker = Qwen3OmniMoeThinkerForConditionalGeneration._from_config(config.thinker_config)
-    groups = {"lm_head": 0, "visual": 0, "audio_tower": 0, "model": 0}
-    for name, parameter in thinker.named_parameters():
-        groups[name.split(".")[0]] += parameter.numel()
-    lora = 0
-    for name, module in thinker.named_modules():
-        if isinstance(module, torch.nn.Linear) and name.split(".")[-1] in LORA_TARGET_MODULES:
-            if not re.fullmatch(LORA_EXCLUDE_MODULES, f"thinker.{name}"):
-                lora += lora_rank * (module.in_features + module.out_features)
-    return ParamCounts(sum(groups.values()), groups["model"], groups["lm_head"], groups["visual"],
-                       groups["audio_tower"], lora)
-
-
-# --- the memory plan --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Workload:
-    prompts: int
-    n: int
-    prompt_tokens: int
-    response_tokens: int
-    micro_batch: int  # training rows per forward/backward
-    lora_rank: int
-
-
-def memory_plan(counts: ParamCounts, text: dict[str, Any], work: Workload, *, lora: bool, checkpointing: bool) -> dict[str, float]:
-    """Bytes per phase on one GPU, bf16 weights (an estimate; see the printed notes).
-
-    Rollout and update do not overlap: the KV cache is freed before the update, so the peak
-    is the resident state plus the larger phase.
-    """
-    h, layers, vocab = text["hidden_size"], text["num_hidden_layers"], text["vocab_size"]
-    q_dim = text["num_attention_heads"] * text["head_dim"]
-    kv_dim = text["num_key_value_heads"] * text["head_dim"]
-    experts, top_k, width = text["num_experts"], text["num_experts_per_tok"], text["moe_intermediate_size"]
-    trainable = counts.lora if lora else counts.trainable_full
-    # PEFT keeps LoRA weights in fp32 on a bf16 model (autocast_adapter_dtype); their grads and
-    # AdamW moments follow. Full fine-tuning in bf16: grads and AdamW moments in bf16.
-    state_bytes = 4 if lora else 2
-    rows = work.prompts * work.n
-    seq = work.prompt_tokens + work.response_tokens
-    tokens = work.micro_batch * seq
-    # Saved activations per token and layer, in bf16 elements: attention (norm out, q, k, v,
-    # q/k after norm and rope, attention out, o_proj out) + MoE (norm out, router logits in
-    # fp32, per selected expert: its input copy, gate, up, act, act*up, down out; combine).
-    per_layer = (2 * h + 3 * q_dim + 3 * kv_dim) + (h + 2 * experts + top_k * (2 * h + 4 * width) + h)
-    layer_bytes = 2 * per_layer
-    # Checkpointing keeps each layer's input and recomputes one layer at a time.
-    saved = tokens * layers * (2 * h if checkpointing else layer_bytes) + (tokens * layer_bytes if checkpointing else 0)
-    # The thinker projects every position onto the vocabulary (no logits_to_keep): bf16 logits,
-    # then fp32 log-softmax and entropy over the response positions.
-    logits = tokens * vocab * 2 + work.micro_batch * work.response_tokens * vocab * 4 * 3
-    kv = rows * seq * 2 * layers * kv_dim * 2
-    prefill_logits = rows * work.prompt_tokens * vocab * 2  # the prompt's logits, all positions, once
-    plan = {
-        "weights (bf16)": counts.total * 2.0,
-        "trainable weights (extra, LoRA fp32)": trainable * 4.0 if lora else 0.0,
-        "gradients": trainable * float(state_bytes),
-        "AdamW moments": trainable * 2.0 * state_bytes,
-        "update: activations": float(saved),
-        "update: logits": float(logits),
-        "rollout: KV cache": float(kv),
-        "rollout: prefill logits": float(prefill_logits),
-    }
-    resident = sum(v for k, v in plan.items() if not k.startswith(("update", "rollout")))
-    update = plan["update: activations"] + plan["update: logits"]
-    rollout = plan["rollout: KV cache"] + plan["rollout: prefill logits"]
-    plan["peak"] = resident + max(update, rollout)
-    return plan
-
-
-def format_plan(title: str, counts: ParamCounts, text: dict[str, Any], work: Workload, gpu_bytes: float) -> str:
-    columns = [("LoRA", True, False), ("LoRA + ckpt", True, True), ("full FT", False, False),
-               ("full FT + ckpt", False, True)]
-    plans = [memory_plan(counts, text, work, lora=lora, checkpointing=ckpt) for _, lora, ckpt in columns]
-    lines = [
-        title,
-        f"  params {counts.total / 1e9:.2f}B (text model {counts.text / 1e9:.2f}B, lm_head {counts.lm_head / 1e9:.2f}B, "
-        f"vision {counts.vision / 1e9:.2f}B, audio {counts.audio / 1e9:.2f}B); trainable: LoRA r={work.lora_rank} "
-        f"{counts.lora / 1e6:.1f}M, full FT {counts.trainable_full / 1e9:.2f}B",
-        f"  workload: {work.prompts} prompts x n={work.n} = {work.prompts * work.n} rollout rows of "
-        f"{work.prompt_tokens} prompt + {work.response_tokens} response tokens; update micro-batch {work.micro_batch} rows",
-        f"  {'GB':<38}" + "".join(f"{name:>16}" for name, _, _ in columns),
-    ]
-    for key in plans[0]:
-        lines.append(f"  {key:<38}" + "".join(f"{plan[key] / GB:>16.1f}" for plan in plans))
-    verdicts = ["fits" if plan["peak"] <= gpu_bytes * 0.92 else "does not fit" for plan in plans]
-    lines.append(f"  {f'on {gpu_bytes / GB:.0f} GB (92% usable)':<38}" + "".join(f"{v:>16}" for v in verdicts))
-    return "\n".join(lines)
-
-
-PLAN_NOTES = (
-    "  estimate: weights exact (from the config); activations counted per layer for the saved tensors "
-    "of attention and the MoE block (eager experts), LoRA's rank-sized tensors left out; the allocator's "
-    "fragmentation and the CUDA context (~1-3 GB) come on top. The rollout's sampler keeps one step's "
-    "distribution, not every step's scores."
-)
+    return count(config, Qwen3OmniThinkerAdapter(), LoraSettings(rank=lora_rank))
 
 
 # --- our side -----------------------------------------------------------------------------------
-
-
-def device_actor_class() -> Any:
-    from omni_training.actor import Actor
-    from omni_training.batching import MicroBatch
-
-    def to_device(batch: MicroBatch, device: Any) -> MicroBatch:
-        moved: dict[str, Any] = {}
-        for item in dataclasses.fields(batch):
-            value = getattr(batch, item.name)
-            if hasattr(value, "to"):
-                value = value.to(device)
-            elif item.name == "model_inputs":
-                value = {k: v.to(device) if hasattr(v, "to") else v for k, v in value.items()}
-            moved[item.name] = value
-        return MicroBatch(**moved)
-
-    class DeviceActor(Actor):
-        """The local trainer's actor, with micro-batches moved to the model's device and the
-        log-probs it returns moved back to the CPU (where the step's other tensors live)."""
-
-        @property
-        def device(self) -> Any:
-            return next(self.model.parameters()).device
-
-        def compute_log_probs(self, batches: Sequence[MicroBatch], *, reference: bool = False) -> list[Any]:
-            moved = [to_device(batch, self.device) for batch in batches]
-            return [lp.cpu() for lp in super().compute_log_probs(moved, reference=reference)]
-
-        def update(self, batches: Sequence[MicroBatch]) -> dict[str, float]:
-            return super().update([to_device(batch, self.device) for batch in batches])
-
-    return DeviceActor
 
 
 def run_ours(setup: Setup, config: Any, tiny_path: str, rows: Sequence[dict[str, Any]], workdir: Path,
@@ -321,21 +173,23 @@ def run_ours(setup: Setup, config: Any, tiny_path: str, rows: Sequence[dict[str,
     from omni_trainer.prompts import encode_builtin
     from omni_trainer.settings_builders import actor_settings, lora_settings, optim_settings, reward_manager_config
     from omni_trainer.step import StepParts, train_step
-    from omni_training.model_loading import apply_lora
+    from omni_training.actor import Actor
+    from omni_training.model_loading import apply_lora, enable_gradient_checkpointing
     from transformers import AutoConfig, Qwen3OmniMoeForConditionalGeneration
 
-    cfg = load_config(our_overrides(setup, tiny_path, None, workdir / "ours", dtype="bfloat16"))
+    cfg = load_config(our_overrides(setup, tiny_path, None, workdir / "ours", dtype="bfloat16", device=device,
+                                    checkpointing=checkpointing))
     adapter = Qwen3OmniThinkerAdapter()
     tiny_config = AutoConfig.from_pretrained(tiny_path)
     processor = adapter.configure_processor(tiny_path, tiny_config)
     tokenizer = adapter.configure_tokenizer(tiny_path, tiny_config)
     model = build(Qwen3OmniMoeForConditionalGeneration, config, device, dtype, setup.seed)
     adapter.configure_model(model, config)
-    if checkpointing:  # the thinker's decoder layers recompute in the backward pass
-        model.thinker.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if checkpointing:  # the decoder layers recompute in the backward pass, as the local trainer does it
+        enable_gradient_checkpointing(model, lora=setup.lora_rank > 0)
     if setup.lora_rank:
         model = apply_lora(model, adapter, lora_settings(cfg))
-    actor = device_actor_class()(model, adapter, config, actor_settings(cfg), optim_settings(cfg, setup.total_steps))
+    actor = Actor(model, adapter, config, actor_settings(cfg), optim_settings(cfg, setup.total_steps))
     rollout_adapter = get_rollout_adapter(cfg.actor_rollout_ref.rollout.pipeline_name)
     mode = cfg.actor_rollout_ref.rollout.pipeline_mode
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
@@ -486,7 +340,7 @@ def main() -> None:
     real = omni_config(REAL_TEXT, REAL_VISION, REAL_AUDIO, REAL_MROPE_SECTION, tiny)
     typical = Workload(prompts=8, n=8, prompt_tokens=1024, response_tokens=1024, micro_batch=4, lora_rank=16)
     print(format_plan("Memory plan: Qwen3-Omni-30B-A3B thinker (48 layers), one 141 GB GPU, bf16",
-                      count_parameters(real, typical.lora_rank), REAL_TEXT, typical, GPU_BYTES))
+                      count_parameters(real, typical.lora_rank), TextShape.from_config(real), typical, GPU_BYTES))
     print(PLAN_NOTES)
 
     # The plan of the GPU run (printed by the dry run too, which runs the tiny sizes instead).
@@ -497,8 +351,8 @@ def main() -> None:
                         gpu_setup.micro_batch, gpu_setup.lora_rank)
     gpu_counts = count_parameters(gpu_config, gpu_setup.lora_rank)
     mid = f"mid-size thinker ({args.layers} of 48 layers)"
-    print(format_plan(f"Memory plan of the GPU run: {mid}, one 141 GB GPU, bf16", gpu_counts, gpu_text, gpu_work,
-                      GPU_BYTES))
+    print(format_plan(f"Memory plan of the GPU run: {mid}, one 141 GB GPU, bf16", gpu_counts,
+                      TextShape.from_config(gpu_config), gpu_work, GPU_BYTES))
 
     text = TINY_TEXT if dry else gpu_text
     config = omni_config(TINY_TEXT, TINY_VISION, TINY_AUDIO, TINY_MROPE_SECTION, tiny) if dry else gpu_config

@@ -151,7 +151,8 @@ def questions(count: int, seed: int) -> list[dict[str, Any]]:
 
 
 def our_overrides(
-    setup: Setup, model_path: str, train_file: Path | None, run_dir: Path, *, dtype: str = "float32"
+    setup: Setup, model_path: str, train_file: Path | None, run_dir: Path, *, dtype: str = "float32",
+    device: str = "cpu", checkpointing: bool = False,
 ) -> list[str]:
     """``train_file=None``: the built-in task itself (image + audio prompts), rows seeded as
     :func:`omni_trainer.builtin_task.builtin_rows` ``(prompts x steps, seed)``."""
@@ -186,6 +187,8 @@ def our_overrides(
         "actor_rollout_ref.actor.entropy_coeff=0.0",
         "actor_rollout_ref.actor.grad_clip=1.0",
         f"actor_rollout_ref.actor.dtype={dtype}",
+        f"trainer.device={device}",
+        f"actor_rollout_ref.model.enable_gradient_checkpointing={str(checkpointing).lower()}",
         f"actor_rollout_ref.actor.optim.lr={setup.lr}",
         "actor_rollout_ref.actor.optim.weight_decay=0.0",
         "actor_rollout_ref.actor.optim.lr_warmup_steps=0",

@@ -36,7 +36,7 @@ def test_dry_run_runs_our_step_and_plans_the_real_thinker(tmp_path: Path) -> Non
     assert "Memory plan: Qwen3-Omni-30B-A3B thinker (48 layers), one 141 GB GPU, bf16" in out
     # 48 layers x (attention 18.9M + 128 experts x 3 x 2048 x 768 + router) + 2 x 152064 x 2048
     # embeddings/head = 30.53B text parameters, plus the vision (0.54B) and audio (0.65B) encoders.
-    assert "params 31.72B (text model 30.22B, lm_head 0.31B, vision 0.54B, audio 0.65B)" in out
+    assert "params 31.72B (model 30.22B, audio_tower 647.9M, visual 538.6M, lm_head 311.4M)" in out
     # LoRA r=16 on q/k/v/o: 48 x 16 x ((2048+4096) + 2 x (2048+512) + (4096+2048)) = 13.4M.
     assert "trainable: LoRA r=16 13.4M, full FT 30.53B" in out
     plan = next(line for line in out.splitlines() if line.strip().startswith("on 141 GB"))

@@ -105,10 +105,10 @@ def test_grpo_warnings(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_verl_keys_without_local_meaning_are_refused_by_name() -> None:
     with pytest.raises(ConfigError) as info:
-        preflight(load_config(["data.custom_cls.path=/x/ds.py", "data.custom_cls.name=MyDataset", "trainer.device=cuda"]))
+        preflight(load_config(["data.custom_cls.path=/x/ds.py", "data.custom_cls.name=MyDataset", "trainer.device=npu"]))
     problems = "\n".join(info.value.problems)
     assert "data.custom_cls (/x/ds.py:MyDataset) is a verl dataset class" in problems
-    assert "trainer.device=cuda: the local engine runs on the CPU" in problems
+    assert "trainer.device=npu: the local engine runs on the CPU or one CUDA GPU" in problems
     # verl-omni's audio dataset class does what omni-data's dataset does: accepted, with a note.
     warnings = preflight(load_config(["data.custom_cls.name=QwenOmniRLHFDataset"]))
     assert any("QwenOmniRLHFDataset is not needed" in w for w in warnings)

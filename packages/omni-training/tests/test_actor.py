@@ -54,15 +54,17 @@ def surrogate(actor: Actor, batch: MicroBatch) -> float:
 
 @pytest.mark.parametrize("lora", [LORA, LoraSettings(rank=0)], ids=["lora", "full"])
 def test_updates_reduce_a_fixed_loss(tiny_lm_path: Path, tiny_adapter: TrainingAdapter, lora: LoraSettings) -> None:
+    torch.manual_seed(0)  # LoRA's A init and the batch must not depend on which tests ran before
     actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=lora, optim=FAST)
     batch = make_batch()
     (batch.old_log_probs,) = actor.compute_log_probs([batch])
     before = surrogate(actor, batch)
-    metrics = [actor.update([batch]) for _ in range(3)]
+    metrics = [actor.update([batch]) for _ in range(8)]
     assert surrogate(actor, batch) < before - 1e-3
     assert metrics[0]["actor/grad_norm"] > 0 and metrics[0]["actor/skipped_step"] == 0.0
     assert metrics[0]["actor/pg_clipfrac"] == 0.0  # ratio 1 on the first step: nothing clipped
-    assert metrics[-1]["actor/pg_clipfrac"] > 0.0  # later steps move the ratio past the clip
+    # later steps move the ratio past the clip (LoRA's zero-initialised B moves it more slowly)
+    assert any(m["actor/pg_clipfrac"] > 0.0 for m in metrics[1:])
     assert metrics[0]["actor/entropy"] > 0
 
 

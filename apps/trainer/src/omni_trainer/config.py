@@ -60,8 +60,10 @@ class ModelConfig:
     freeze_vision_tower: bool = True
     freeze_audio_tower: bool = True
     # verl engine only: packed (padding-free) forward needs flash-attn 2, which is not in the
-    # lock; gradient checkpointing trades compute for activation memory in the FSDP actor.
+    # lock.
     use_remove_padding: bool = False
+    # Both engines: decoder layers recompute their forward in the backward pass instead of
+    # keeping activations (verl's default; see `trainer doctor` for what it saves).
     enable_gradient_checkpointing: bool = True
 
 
@@ -98,7 +100,7 @@ class ActorConfig:
     kl_loss_type: str = "low_var_kl"
     entropy_coeff: float = 0.0
     grad_clip: float = 1.0
-    dtype: str = "float32"
+    dtype: str = "auto"  # local engine: auto (bfloat16 on a GPU, float32 on the CPU) | float32 | bfloat16
     optim: OptimConfig = field(default_factory=OptimConfig)
 
 
@@ -213,7 +215,7 @@ class TrainerConfig:
     experiment_name: str | None = None  # None: derived from the model and the train files
     logger: list[str] = field(default_factory=lambda: ["console"])
     seed: int = 0
-    device: str = "auto"  # auto | cpu | cuda | npu (local engine: CPU; verl engine: cuda)
+    device: str = "auto"  # auto | cpu | cuda | npu (local engine: auto = cuda when visible, else cpu; verl: cuda)
     nnodes: int = 1  # verl engine: Ray nodes
     n_gpus_per_node: int = 8  # verl engine: GPUs used on each node
 
@@ -316,7 +318,7 @@ CHOICES = {
     "trainer.resume_mode": ("auto", "disable"),
     "trainer.device": ("auto", "cpu", "cuda", "npu"),
     "data.on_bad_row": ("raise", "skip"),
-    "actor_rollout_ref.actor.dtype": ("float32", "bfloat16"),
+    "actor_rollout_ref.actor.dtype": ("auto", "float32", "bfloat16"),
     "actor_rollout_ref.actor.optim.lr_scheduler_type": ("constant", "cosine"),
     "reward.on_unknown_data_source": ("raise", "skip"),
     "actor_rollout_ref.actor.strategy": ("fsdp", "fsdp2"),

@@ -39,7 +39,9 @@ from omni_trainer.run_dir import MetricsLog, RunStart, prepare_run_dir, run_iden
 from omni_trainer.settings_builders import (
     actor_settings,
     adapter_options,
+    local_device,
     lora_settings,
+    model_dtype,
     optim_settings,
     reward_manager_config,
     validation_sampling,
@@ -97,9 +99,12 @@ class LocalTrainer:
             self.complete = True  # nothing to train: the weights need not load
             return
         distillation = self._check_distillation()
+        self.device = local_device(cfg)
+        if self.device != "cpu":
+            self._print_gpu_plan(hf_config)
         self.actor = Actor.from_pretrained(
             model_path, self.training_adapter,
-            settings=actor_settings(cfg, distillation), lora=lora_settings(cfg),
+            settings=actor_settings(cfg, distillation, device=self.device), lora=lora_settings(cfg),
             optim=optim_settings(cfg, self.total_steps),
         )
         self.teacher: Teacher | None = self._load_teacher() if distillation is not None else None
@@ -117,6 +122,16 @@ class LocalTrainer:
             cfg, self.engine, self.agent_loop, self.rollout_adapter, self.mode, self.training_adapter,
             self.tokenizer, self.rewards, self.actor, self.teacher,
         )
+
+    def _print_gpu_plan(self, hf_config: Any) -> None:
+        """What the run needs on the GPU against what it has, before the weights load."""
+        from omni_trainer.gpu_plan import run_plan, visible_gpu
+
+        cfg = self.config
+        plan = run_plan(cfg, self.model_path, hf_config, self.training_adapter, visible_gpu())
+        print(plan.text)
+        print(f"device: {self.device}, {model_dtype(cfg, self.device)}, gradient checkpointing "
+              f"{'on' if cfg.actor_rollout_ref.model.enable_gradient_checkpointing else 'off'}", flush=True)
 
     def _scorers(self) -> ScorerRegistry:
         custom = self.config.reward.custom_reward_function
@@ -161,7 +176,7 @@ class LocalTrainer:
         assert teacher.model_path is not None
         device = next(self.actor.model.parameters()).device
         loaded = Teacher.from_pretrained(
-            teacher.model_path, self.teacher_adapter, dtype=cfg.actor_rollout_ref.actor.dtype,
+            teacher.model_path, self.teacher_adapter, dtype=model_dtype(cfg, self.device),
             device=device, offload=teacher.param_offload,
         )
         print(f"teacher: {teacher.model_path} (frozen, {'offloaded to CPU' if teacher.param_offload else 'resident'})")

@@ -376,11 +376,26 @@ def _verl_keys_locally(config: Config, found: Findings) -> None:
                 "reads RL parquet through omni_data.RLDataset. Convert the data with `uv run trainer convert` "
                 "(or write the RL parquet columns) and drop data.custom_cls"
             )
-    if config.trainer.device in ("cuda", "npu"):
+    _local_device(config, found)
+
+
+def _local_device(config: Config, found: Findings) -> None:
+    """The local engine runs on the CPU or one CUDA GPU."""
+    device = config.trainer.device
+    if device == "npu":
         found.problems.append(
-            f"trainer.device={config.trainer.device}: the local engine runs on the CPU; use trainer.device=cpu "
-            "(or auto), or trainer.engine=verl for GPUs"
+            "trainer.device=npu: the local engine runs on the CPU or one CUDA GPU; use trainer.device=cpu, "
+            "cuda or auto"
         )
+    elif device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            found.problems.append(
+                "trainer.device=cuda: no CUDA device is visible here (torch.cuda.is_available() is False: "
+                f"torch {torch.__version__}, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); "
+                "use trainer.device=cpu or auto (cuda when one is visible), and see `uv run trainer doctor`"
+            )
 
 
 def _verl_engine(config: Config, found: Findings) -> None:

@@ -19,8 +19,31 @@ def adapter_options(cfg: Config) -> dict[str, Any]:
     return {"freeze_vision_tower": model.freeze_vision_tower, "freeze_audio_tower": model.freeze_audio_tower}
 
 
-def actor_settings(cfg: Config, distillation: DistillationSettings | None = None) -> ActorSettings:
+def local_device(cfg: Config) -> str:
+    """``trainer.device`` for the local engine: ``auto`` is ``cuda`` when a CUDA device is
+    visible, else ``cpu`` (the pre-flight refuses ``cuda`` without one, and ``npu``)."""
+    device = cfg.trainer.device
+    if device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def model_dtype(cfg: Config, device: str) -> str:
+    """``actor.dtype``: ``auto`` is ``bfloat16`` on a GPU and ``float32`` on the CPU."""
+    dtype = cfg.actor_rollout_ref.actor.dtype
+    if dtype == "auto":
+        return "float32" if device == "cpu" else "bfloat16"
+    return dtype
+
+
+def actor_settings(
+    cfg: Config, distillation: DistillationSettings | None = None, *, device: str | None = None
+) -> ActorSettings:
+    """``device=None``: resolved from ``trainer.device`` (:func:`local_device`)."""
     actor = cfg.actor_rollout_ref.actor
+    device = device or local_device(cfg)
     return ActorSettings(
         loss_mode=actor.policy_loss.loss_mode,
         policy_loss=PolicyLossConfig(
@@ -29,7 +52,8 @@ def actor_settings(cfg: Config, distillation: DistillationSettings | None = None
         ),
         use_kl_loss=actor.use_kl_loss, kl_loss_coef=actor.kl_loss_coef, kl_loss_type=actor.kl_loss_type,
         entropy_coeff=actor.entropy_coeff, temperature=cfg.actor_rollout_ref.rollout.temperature or 1.0,
-        dtype=actor.dtype,  # type: ignore[arg-type]
+        dtype=model_dtype(cfg, device),  # type: ignore[arg-type]
+        device=device, gradient_checkpointing=cfg.actor_rollout_ref.model.enable_gradient_checkpointing,
         distillation=distillation,
     )
 

@@ -80,8 +80,21 @@ def _model(argv: Sequence[str]) -> int:
     return main(list(argv[1:]))
 
 
+DOCTOR_USAGE = """usage: trainer doctor [key=value ...]
+
+Versions, the GPU, the installed extras, and the memory plan of the run the overrides
+describe (the same key=value overrides as `trainer`; none: the embedded default) against
+the GPU's memory: weights, gradients, AdamW state, activations and KV cache, for LoRA and
+full fine-tuning, with and without gradient checkpointing. Nothing is loaded: parameters
+are counted on the meta device.
+"""
+
+
 def _doctor(argv: Sequence[str]) -> int:
-    """Versions, accelerator, and which optional extras are installed."""
+    """Versions, accelerator, installed extras, and the run's memory plan."""
+    if any(arg in ("-h", "--help") for arg in argv):
+        print(DOCTOR_USAGE, end="")
+        return 0
     print(f"python {platform.python_version()} on {platform.system()} {platform.machine()}")
     for name in ("torch", "transformers", "peft", "math-verify", "verl", "ray", "vllm", "vllm-omni", "flash-attn-4"):
         try:
@@ -103,6 +116,36 @@ def _doctor(argv: Sequence[str]) -> int:
     for extra, modules in extras.items():
         present = all(importlib.util.find_spec(m) is not None for m in modules)
         print(f"extra {extra}: {'installed' if present else 'missing (uv sync --extra ...)'}")
+    return _doctor_plan(argv)
+
+
+def _doctor_plan(overrides: Sequence[str]) -> int:
+    """The memory plan of the run ``overrides`` describe, against the visible GPU."""
+    from transformers import AutoConfig
+
+    from omni_contracts import OmniContractError, resolve_training_adapter
+    from omni_trainer.config import ConfigError, load_config
+    from omni_trainer.gpu_plan import run_plan, visible_gpu
+    from omni_trainer.settings_builders import adapter_options
+
+    try:
+        cfg = load_config(list(overrides))
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    model_path = cfg.actor_rollout_ref.model.path
+    if model_path is None:
+        from omni_qwen3.tiny import build_tiny_qwen3_omni
+
+        model_path = str(build_tiny_qwen3_omni())
+    try:
+        hf_config = AutoConfig.from_pretrained(model_path)
+        adapter = resolve_training_adapter(hf_config, cfg.actor_rollout_ref.model.stage, adapter_options(cfg))
+    except (OSError, ValueError, OmniContractError) as exc:
+        print(f"error: cannot plan memory for actor_rollout_ref.model.path={model_path}: {exc}", file=sys.stderr)
+        return 2
+    print()
+    print(run_plan(cfg, model_path, hf_config, adapter, visible_gpu()).text)
     return 0
 
 
@@ -112,5 +155,5 @@ SUBCOMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "plan-memory": (_plan_memory, "size vLLM-Omni rollout memory for colocated training"),
     "merge": (_merge, "merge a LoRA adapter into its base checkpoint"),
     "model": (_model, "checkpoint tools: noise (distillation student), merge"),
-    "doctor": (_doctor, "print versions, GPU and installed extras"),
+    "doctor": (_doctor, "versions, GPU, extras, and a run's memory plan against the GPU (key=value ...)"),
 }

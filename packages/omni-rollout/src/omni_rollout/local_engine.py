@@ -196,8 +196,11 @@ class LocalEngine:
 
         stops = tuple(dict.fromkeys((*self.eos_token_ids, *sampling.stop_token_ids)))
         device = _device_of(self.module)
+        # Media features follow the model's dtype (a bf16 audio tower does not cast fp32 input).
+        dtype = self.module.get_input_embeddings().weight.dtype
         inputs = {
-            key: value.to(device) if isinstance(value, Tensor) else value
+            key: value.to(device, dtype=dtype if value.is_floating_point() else value.dtype)
+            if isinstance(value, Tensor) else value
             for key, value in batch_prompts(prompts, sampling.n, self.pad_token_id).items()
         }
         prompt_len = int(inputs["input_ids"].shape[1])

@@ -5,6 +5,10 @@ micro-batches (gradient accumulation). Losses are aggregated with mini-batch tot
 accumulated gradient equals that of one big batch. Reference log-probs come from the same
 module with its LoRA adapter disabled (no second copy of the weights) or, for
 full-parameter training, from a frozen copy made on first use.
+
+The model may sit on a GPU: each micro-batch moves to the model's device when it is used
+(one at a time, so only one micro-batch's inputs occupy the device), and the log-probs
+come back to the CPU, where the step's other tensors live.
 """
 
 from __future__ import annotations
@@ -77,7 +81,10 @@ class Actor:
         keep_reference: bool | None = None,
     ) -> Actor:
         settings = settings or ActorSettings()
-        model, config = load_policy(model_path, adapter, lora or LoraSettings(), dtype=settings.dtype)
+        model, config = load_policy(
+            model_path, adapter, lora or LoraSettings(), dtype=settings.dtype, device=settings.device,
+            gradient_checkpointing=settings.gradient_checkpointing,
+        )
         return cls(model, adapter, config, settings, optim or OptimizerSettings(), keep_reference=keep_reference)
 
     def _lr_factor(self, step: int) -> float:
@@ -89,6 +96,15 @@ class Actor:
         progress = min(1.0, (step - optim.warmup_steps) / max(1, optim.total_steps - optim.warmup_steps))
         cosine = 0.5 * (1 + math.cos(math.pi * progress))
         return optim.min_lr_ratio + (1 - optim.min_lr_ratio) * cosine
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the policy's parameters (micro-batches are moved there)."""
+        return next(self.model.parameters()).device
+
+    def _on_device(self, batch: MicroBatch) -> MicroBatch:
+        """``batch`` on the model's device, its media features in the model's dtype."""
+        return batch.to(self.device, float_dtype=model_float_dtype(self.model))
 
     def _forward(
         self, module: Any, batch: MicroBatch, *, with_entropy: bool, gather_ids: Tensor | None = None
@@ -122,10 +138,11 @@ class Actor:
         was_training = self.model.training
         self.model.eval()
         try:
-            if reference:
-                with self._reference_module() as module:
-                    return [self._forward(module, b, with_entropy=False).log_probs for b in batches]
-            return [self._forward(self.model, b, with_entropy=False).log_probs for b in batches]
+            with contextlib.ExitStack() as stack:
+                module = stack.enter_context(self._reference_module()) if reference else self.model
+                return [
+                    self._forward(module, self._on_device(b), with_entropy=False).log_probs.cpu() for b in batches
+                ]
         finally:
             self.model.train(was_training)
 
@@ -142,6 +159,7 @@ class Actor:
         }
         started = time.perf_counter()
         for batch in batches:
+            batch = self._on_device(batch)
             if batch.old_log_probs is None or batch.advantages is None:
                 raise ValueError("update needs old_log_probs and advantages on every micro-batch.")
             mask = batch.response_mask.to(torch.float32)
@@ -212,6 +230,13 @@ class Actor:
             "perf/update_time_s": elapsed,
             "perf/update_tokens_per_s": float(counts.num_tokens or 0) / max(elapsed, 1e-9),
         }
+
+
+def model_float_dtype(model: Any) -> torch.dtype:
+    """The dtype of the model's input embeddings: what its (frozen, bf16 on a GPU) layers
+    compute in, even where PEFT keeps LoRA weights in fp32."""
+    dtype: torch.dtype = model.get_input_embeddings().weight.dtype
+    return dtype
 
 
 def _counts(batches: Sequence[MicroBatch]) -> BatchCounts:

@@ -55,9 +55,41 @@ class MicroBatch:
     def num_tokens(self) -> int:
         return int(self.response_mask.sum())
 
+    def to(self, device: torch.device | str, *, float_dtype: torch.dtype | None = None) -> MicroBatch:
+        """A copy with every tensor on ``device`` and the floating-point model inputs (media
+        features) in ``float_dtype`` -- the model's: a bf16 audio tower does not cast its
+        fp32 input features -- or itself when nothing changes. Log-probs, advantages and
+        masks keep their dtypes; extra fields stay as they are (the adapter's
+        ``prepare_model_inputs`` places them)."""
+        device = torch.device(device)
+
+        def needs_cast(value: Any) -> bool:
+            return float_dtype is not None and isinstance(value, Tensor) and value.is_floating_point() \
+                and value.dtype != float_dtype
+
+        if self.responses.device == device and not any(needs_cast(v) for v in self.model_inputs.values()):
+            return self
+
+        def move(value: Any) -> Any:
+            return value.to(device) if isinstance(value, Tensor) else value
+
+        def move_input(value: Any) -> Any:
+            return value.to(device, dtype=float_dtype) if needs_cast(value) else move(value)
+
+        teacher = self.teacher
+        if teacher is not None:
+            teacher = TeacherLogProbs(move(teacher.log_probs), move(teacher.topk_ids), move(teacher.topk_log_probs))
+        return MicroBatch(
+            model_inputs={key: move_input(value) for key, value in self.model_inputs.items()},
+            responses=move(self.responses), response_mask=move(self.response_mask),
+            old_log_probs=move(self.old_log_probs), advantages=move(self.advantages),
+            ref_log_probs=move(self.ref_log_probs), rollout_log_probs=move(self.rollout_log_probs),
+            teacher=teacher, extra=self.extra,
+        )
+
     def response_lengths(self) -> list[int]:
         """Each row's response length: up to its last masked-in token (holes included)."""
-        positions = torch.arange(1, self.response_mask.shape[1] + 1)
+        positions = torch.arange(1, self.response_mask.shape[1] + 1, device=self.response_mask.device)
         return [int(v) for v in (positions * (self.response_mask > 0)).amax(dim=1)]
 
 

@@ -196,13 +196,14 @@ class Teacher:
         results = []
         with self._on_device():
             for batch in batches:
+                batch = batch.to(self.device)  # the results come back to the CPU, as the actor's do
                 inputs = adapter_model_inputs(batch, self.adapter, self.model_config)
                 out = response_log_probs(self.model, inputs, batch.responses, topk=topk)
                 mask = batch.response_mask > 0
                 results.append(TeacherLogProbs(
-                    log_probs=out.log_probs * mask,
-                    topk_ids=out.topk_ids,
-                    topk_log_probs=out.topk_log_probs,
+                    log_probs=(out.log_probs * mask).cpu(),
+                    topk_ids=None if out.topk_ids is None else out.topk_ids.cpu(),
+                    topk_log_probs=None if out.topk_log_probs is None else out.topk_log_probs.cpu(),
                 ))
         return results
 

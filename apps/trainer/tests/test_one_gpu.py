@@ -1,0 +1,134 @@
+"""The local engine on one GPU, checked on the CPU: device and dtype resolution, the
+pre-flight's device check, `trainer doctor`'s memory plan, and gradient checkpointing on the
+tiny Qwen3-Omni (image + audio prompts)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from omni_trainer import gpu_plan
+from omni_trainer.cli import main
+from omni_trainer.config import ConfigError, load_config
+from omni_trainer.preflight import preflight
+from omni_trainer.settings_builders import actor_settings, local_device, model_dtype
+from omni_training.memory_plan import TextShape
+
+
+def cuda_visible(monkeypatch: pytest.MonkeyPatch, visible: bool) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: visible)
+
+
+@pytest.mark.parametrize("visible", [False, True])
+def test_auto_picks_cuda_when_visible_and_bf16_there(monkeypatch: pytest.MonkeyPatch, visible: bool) -> None:
+    cuda_visible(monkeypatch, visible)
+    cfg = load_config([])
+    device = local_device(cfg)
+    assert device == ("cuda" if visible else "cpu")
+    assert model_dtype(cfg, device) == ("bfloat16" if visible else "float32")
+    settings = actor_settings(cfg)
+    assert (settings.device, settings.dtype) == (device, model_dtype(cfg, device))
+    # The embedded default turns checkpointing off (tiny activations); a real model's default is on.
+    assert not settings.gradient_checkpointing
+    assert actor_settings(load_config(["actor_rollout_ref.model.path=/m"])).gradient_checkpointing
+    # Explicit values win.
+    explicit = load_config(["trainer.device=cpu", "actor_rollout_ref.actor.dtype=bfloat16"])
+    assert (local_device(explicit), model_dtype(explicit, "cpu")) == ("cpu", "bfloat16")
+
+
+def test_preflight_refuses_cuda_without_a_visible_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    cuda_visible(monkeypatch, False)
+    with pytest.raises(ConfigError) as info:
+        preflight(load_config(["trainer.device=cuda"]))
+    (problem,) = [p for p in info.value.problems if p.startswith("trainer.device")]
+    assert "no CUDA device is visible here" in problem and "use trainer.device=cpu or auto" in problem
+    cuda_visible(monkeypatch, True)
+    preflight(load_config(["trainer.device=cuda"]))  # accepted when one is visible
+    with pytest.raises(ConfigError, match="trainer.device=npu: the local engine runs on the CPU or one CUDA GPU"):
+        preflight(load_config(["trainer.device=npu"]))
+
+
+def test_doctor_prints_the_plan_without_a_gpu(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(gpu_plan, "visible_gpu", lambda: None)
+    assert main(["doctor", "actor_rollout_ref.model.lora_rank=0"]) == 0
+    out = capsys.readouterr().out
+    assert "one GPU (none visible here)" in out
+    assert "*full FT" in out and "*LoRA" not in out  # the embedded default with LoRA off, no checkpointing
+    assert "no GPU is visible here" in out and "fits" not in out
+    assert main(["doctor", "actor_rollout_ref.nope=1"]) == 2
+    assert "nope" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("total", "verdict"), [(141e9, "fits"), (0.05e9, "does not fit; try")])
+def test_doctor_compares_the_run_with_the_gpu(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], total: float, verdict: str
+) -> None:
+    monkeypatch.setattr(gpu_plan, "visible_gpu", lambda: gpu_plan.Gpu("Fake GPU", total))
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.startswith("this run (LoRA)"))
+    assert "on Fake GPU" in line and verdict in line
+    if verdict != "fits":
+        assert "enable_gradient_checkpointing=true" in line
+
+
+def tiny_setup() -> tuple[str, Any, Any]:
+    from transformers import AutoConfig
+
+    from omni_contracts import resolve_training_adapter
+    from omni_qwen3.tiny import build_tiny_qwen3_omni
+
+    path = str(build_tiny_qwen3_omni())
+    hf_config = AutoConfig.from_pretrained(path)
+    return path, hf_config, resolve_training_adapter(hf_config, "thinker", {})
+
+
+def test_run_plan_of_the_tiny_model() -> None:
+    path, hf_config, adapter = tiny_setup()
+    # omni_qwen3.tiny's text model: h 64, 2 layers, 4k vocabulary, 4 x 16 q, 2 x 16 kv, 4 experts of 64, top 2
+    assert TextShape.from_config(hf_config) == TextShape(64, 2, 4096, 64, 32, 64, num_experts=4, experts_per_token=2)
+    cfg = load_config(["actor_rollout_ref.model.lora_rank=16"])
+    plan = gpu_plan.run_plan(cfg, path, hf_config, adapter, gpu_plan.Gpu("Fake GPU", 141e9))
+    assert plan.fits is True and 0 < plan.peak_bytes < 141e9
+    work = gpu_plan.workload(cfg)
+    assert (work.prompts, work.n, work.prompt_tokens, work.response_tokens, work.micro_batch) == (8, 8, 1024, 4, 32)
+
+
+@pytest.mark.parametrize("lora_rank", [4, 0], ids=["lora", "full"])
+def test_gradient_checkpointing_on_the_tiny_omni_model(lora_rank: int) -> None:
+    """Same loss and gradient norm with and without, on image + audio prompts; the decoder
+    layer runs twice (forward, then the recompute in backward)."""
+    from omni_trainer import builtin_task
+    from omni_trainer.prompts import encode_builtin
+    from omni_training.actor import Actor
+    from omni_training.batching import MicroBatch, collate
+    from omni_training.settings import ActorSettings, LoraSettings, OptimizerSettings
+
+    path, hf_config, adapter = tiny_setup()
+    processor = adapter.configure_processor(path, hf_config)
+    rows = builtin_task.builtin_rows(2, seed=0)
+    prepared = [encode_builtin(processor, {**row, "data_source": builtin_task.DATA_SOURCE}, 256) for row in rows]
+    assert {"pixel_values", "input_features"} <= set(prepared[0].inputs)
+    inputs, responses, mask = collate([p.inputs for p in prepared], [[100, 101, 102], [103, 104]], pad_token_id=0)
+    seen = {}
+    for checkpointing in (False, True):
+        with torch.random.fork_rng():  # the same LoRA initialisation; other tests' RNG untouched
+            torch.manual_seed(0)
+            actor = Actor.from_pretrained(
+                path, adapter, settings=ActorSettings(loss_mode="gspo", gradient_checkpointing=checkpointing),
+                lora=LoraSettings(rank=lora_rank, alpha=2 * max(lora_rank, 1)), optim=OptimizerSettings(lr=1e-3),
+            )
+        batch = MicroBatch(dict(inputs), responses, mask)
+        (batch.old_log_probs,) = actor.compute_log_probs([batch])
+        batch.advantages = torch.tensor([[1.0], [-1.0]]) * mask
+        layer = next(m for m in actor.model.modules() if type(m).__name__ == "Qwen3OmniMoeThinkerTextDecoderLayer")
+        calls: list[int] = []
+        layer.register_forward_pre_hook(lambda *_: calls.append(1))
+        seen[checkpointing] = (actor.update([batch]), len(calls))
+    (plain, plain_calls), (ckpt, ckpt_calls) = seen[False], seen[True]
+    assert (plain_calls, ckpt_calls) == (1, 2)
+    assert ckpt["actor/pg_loss"] == pytest.approx(plain["actor/pg_loss"], abs=1e-6)
+    assert ckpt["actor/grad_norm"] == pytest.approx(plain["actor/grad_norm"], rel=1e-5)
+    assert plain["actor/grad_norm"] > 0
