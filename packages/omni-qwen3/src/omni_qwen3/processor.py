@@ -12,8 +12,7 @@ Adds two things to transformers' ``Qwen3OmniMoeProcessor``:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from transformers import Qwen3OmniMoeProcessor
@@ -21,7 +20,7 @@ from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
     Qwen3OmniMoePreTrainedModelForConditionalGeneration as _ThinkerPositions,
 )
 
-Ids = TypeVar("Ids", list[int], torch.Tensor)
+from omni_contracts.thinker_processor import ThinkerProcessorMixin, dedup_pad_tokens
 
 
 class _RopeIndexer:
@@ -40,48 +39,13 @@ class _RopeIndexer:
         self.spatial_merge_size = thinker_config.vision_config.spatial_merge_size
 
 
-def dedup_pad_tokens(prompt_ids: Ids, pad_token_ids: Iterable[int]) -> Ids:
-    """Collapse runs of the same pad token (one of ``pad_token_ids``) to one token.
+class Qwen3OmniThinkerProcessor(ThinkerProcessorMixin, Qwen3OmniMoeProcessor):
+    """transformers' Qwen3-Omni processor, bound to the thinker config of its checkpoint
+    (``bind_thinker_config``, ``pad_token_ids``, ``get_rope_index_kwargs`` and
+    ``dedup_pad_tokens`` come from :class:`~omni_contracts.thinker_processor.ThinkerProcessorMixin`)."""
 
-    Other tokens, and adjacent pads of different kinds, are kept. Accepts a list of ints or
-    a 1-D tensor and returns the same kind.
-    """
-    ids = prompt_ids if isinstance(prompt_ids, torch.Tensor) else torch.tensor(prompt_ids, dtype=torch.long)
-    if ids.dim() != 1:
-        raise ValueError(f"dedup_pad_tokens takes one sequence (1-D), got shape {tuple(ids.shape)}.")
-    if ids.numel() == 0:
-        return prompt_ids
-    pads = torch.tensor(sorted(set(pad_token_ids)), dtype=ids.dtype, device=ids.device)
-    repeats = (ids[1:] == ids[:-1]) & torch.isin(ids[1:], pads)
-    keep = torch.cat([torch.ones(1, dtype=torch.bool, device=ids.device), ~repeats])
-    kept = ids[keep]
-    return kept if isinstance(prompt_ids, torch.Tensor) else kept.tolist()
-
-
-class Qwen3OmniThinkerProcessor(Qwen3OmniMoeProcessor):
-    """transformers' Qwen3-Omni processor, bound to the thinker config of its checkpoint."""
-
-    thinker_config: Any = None
-
-    def bind_thinker_config(self, thinker_config: Any) -> None:
-        missing = [
-            name
-            for name in ("image_token_id", "video_token_id", "audio_token_id", "vision_start_token_id")
-            if getattr(thinker_config, name, None) is None
-        ]
-        if missing:
-            raise ValueError(
-                f"The thinker config lacks {missing}; rope positions cannot be computed. "
-                "Set them from the tokenizer's ids in the checkpoint's config.json."
-            )
-        self.thinker_config = thinker_config
-        self._rope: Any = _RopeIndexer(thinker_config)
-
-    @property
-    def pad_token_ids(self) -> tuple[int, int, int]:
-        """The image, video and audio pad token ids."""
-        config = self._config()
-        return (config.image_token_id, config.video_token_id, config.audio_token_id)
+    required_config_ids = ("image_token_id", "video_token_id", "audio_token_id", "vision_start_token_id")
+    rope_indexer = _RopeIndexer
 
     def get_rope_index(
         self,
@@ -111,34 +75,6 @@ class Qwen3OmniThinkerProcessor(Qwen3OmniMoeProcessor):
             second_per_grids,
         )
         return positions.long(), deltas.long()
-
-    def get_rope_index_kwargs(self, multi_modal_inputs: dict[str, Any]) -> dict[str, Any]:
-        """The arguments of :meth:`get_rope_index` beyond ids, mask and grids, read from the
-        processor's own output, exactly as the thinker's forward derives them: audio
-        lengths from ``feature_attention_mask``, ``video_second_per_grid``, and
-        ``use_audio_in_video=False`` (audio tracks of videos are not used).
-
-        verl's agent loop calls a processor's ``get_rope_index_kwargs`` by this name when it
-        computes the actor's positions.
-        """
-        mask = multi_modal_inputs.get("feature_attention_mask")
-        return {
-            "audio_seqlens": mask.sum(-1) if mask is not None else None,
-            "second_per_grids": multi_modal_inputs.get("video_second_per_grid"),
-            "use_audio_in_video": False,
-        }
-
-    def dedup_pad_tokens(self, prompt_ids: Ids) -> Ids:
-        """:func:`dedup_pad_tokens` with this checkpoint's image, video and audio pads."""
-        return dedup_pad_tokens(prompt_ids, self.pad_token_ids)
-
-    def _config(self) -> Any:
-        if self.thinker_config is None:
-            raise RuntimeError(
-                "This processor has no thinker config; load it through the Qwen3-Omni "
-                "training adapter's configure_processor."
-            )
-        return self.thinker_config
 
 
 def load_processor(model_path: str, thinker_config: Any) -> Qwen3OmniThinkerProcessor:
