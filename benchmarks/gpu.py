@@ -175,7 +175,7 @@ def run_ours(setup: Setup, config: Any, tiny_path: str, rows: Sequence[dict[str,
     from omni_trainer.step import StepParts, train_step
     from omni_training.actor import Actor
     from omni_training.model_loading import apply_lora, enable_gradient_checkpointing
-    from transformers import AutoConfig, Qwen3OmniMoeForConditionalGeneration
+    from transformers import AutoConfig
 
     cfg = load_config(our_overrides(setup, tiny_path, None, workdir / "ours", dtype="bfloat16", device=device,
                                     checkpointing=checkpointing))
@@ -183,14 +183,14 @@ def run_ours(setup: Setup, config: Any, tiny_path: str, rows: Sequence[dict[str,
     tiny_config = AutoConfig.from_pretrained(tiny_path)
     processor = adapter.configure_processor(tiny_path, tiny_config)
     tokenizer = adapter.configure_tokenizer(tiny_path, tiny_config)
-    model = build(Qwen3OmniMoeForConditionalGeneration, config, device, dtype, setup.seed)
+    model = build(adapter.policy_class(config), config, device, dtype, setup.seed)
     adapter.configure_model(model, config)
     if checkpointing:  # the decoder layers recompute in the backward pass, as the local trainer does it
         enable_gradient_checkpointing(model, lora=setup.lora_rank > 0)
     if setup.lora_rank:
         model = apply_lora(model, adapter, lora_settings(cfg))
     actor = Actor(model, adapter, config, actor_settings(cfg), optim_settings(cfg, setup.total_steps))
-    rollout_adapter = get_rollout_adapter(cfg.actor_rollout_ref.rollout.pipeline_name)
+    rollout_adapter = get_rollout_adapter(cfg.actor_rollout_ref.rollout.pipeline())
     mode = cfg.actor_rollout_ref.rollout.pipeline_mode
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     engine = LocalEngine(

@@ -22,6 +22,7 @@ exec uv run trainer \
     actor_rollout_ref.actor.optim.lr=3e-6 \
     actor_rollout_ref.actor.ppo_mini_batch_size=32 \
     actor_rollout_ref.rollout.n=16 \
+    actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe \
     algorithm.adv_estimator=grpo \
     trainer.experiment_name=qwen3_omni_mmk12_gspo_lora \
     trainer.test_freq=10 \

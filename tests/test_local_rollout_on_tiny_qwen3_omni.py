@@ -22,14 +22,14 @@ ARCH = "Qwen3OmniMoeForConditionalGeneration"
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Any]:
-    from transformers import AutoConfig, Qwen3OmniMoeForConditionalGeneration
+    from transformers import AutoConfig
 
     from omni_qwen3.tiny import build_tiny_qwen3_omni
 
     path = build_tiny_qwen3_omni(tmp_path_factory.mktemp("tiny") / "ckpt", seed=0)
     config = AutoConfig.from_pretrained(path)
     training = get_training_adapter(ARCH, "thinker")
-    model = Qwen3OmniMoeForConditionalGeneration.from_pretrained(path).eval()
+    model = training.policy_class(config).from_pretrained(path).eval()
     training.configure_model(model, config)
     return model, training.configure_processor(str(path), config), config
 

@@ -86,8 +86,6 @@ def test_trainer_trains_the_tiny_model_per_modality(tiny: Path, tmp_path: Path) 
     run = tmp_path / "run"
     assert main([
         f"actor_rollout_ref.model.path={tiny}", f"data.train_files={write_rows(tmp_path)}",
-        # The rollout pipeline does not follow the model yet (see the report of issue 18).
-        "actor_rollout_ref.rollout.pipeline_name=qwen2_5_omni",
         f"reward.custom_reward_function.path={scorer}", "reward.num_workers=1",
         "data.train_batch_size=1", "data.shuffle=false", "actor_rollout_ref.rollout.n=8",
         "actor_rollout_ref.actor.ppo_mini_batch_size=1", "data.max_response_length=8",

@@ -163,16 +163,27 @@ def test_custom_reward_function_scores_in_the_reward_workers(tmp_path: Path) -> 
     assert [o.result["score"] for o in result.outcomes] == [1.5, 0.5]
 
 
-def test_pipeline_that_does_not_serve_the_model_is_refused(tmp_path: Path) -> None:
-    """A model package declares the rollout pipeline that generates with it; naming another is
-    caught before anything loads (it would fail after the weights load, finding no policy)."""
+def test_pipeline_follows_the_model_and_one_that_does_not_serve_it_is_refused(tmp_path: Path) -> None:
+    """Unset, the pipeline is the one the model's package declares; naming another is caught
+    before anything loads (it would fail after the weights load, finding no policy)."""
     model = checkpoint_dir(tmp_path, "Qwen2_5OmniForConditionalGeneration")
+    assert load_config([f"actor_rollout_ref.model.path={model}"]).actor_rollout_ref.rollout.pipeline_name == "qwen2_5_omni"
     with pytest.raises(ConfigError) as info:
-        preflight(load_config([f"actor_rollout_ref.model.path={model}"]))
+        preflight(load_config([f"actor_rollout_ref.model.path={model}", "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe"]))
     problems = "\n".join(info.value.problems)
     assert "pipeline_name='qwen3_omni_moe' does not generate with Qwen2_5OmniForConditionalGeneration" in problems
     assert "set actor_rollout_ref.rollout.pipeline_name=qwen2_5_omni" in problems
     try:
-        preflight(load_config([f"actor_rollout_ref.model.path={model}", "actor_rollout_ref.rollout.pipeline_name=qwen2_5_omni"]))
+        preflight(load_config([f"actor_rollout_ref.model.path={model}"]))
     except ConfigError as exc:
         assert not any("does not generate with" in problem for problem in exc.problems), exc.problems
+
+
+def test_pipeline_unset_without_a_readable_model_is_explained(tmp_path: Path) -> None:
+    config = load_config([f"actor_rollout_ref.model.path={tmp_path / 'missing'}"])
+    assert config.actor_rollout_ref.rollout.pipeline_name is None
+    with pytest.raises(ConfigError) as info:
+        preflight(config)
+    assert any("pipeline_name is unset and could not be taken from the model" in p for p in info.value.problems)
+    with pytest.raises(ConfigError, match="pipeline_name is unset"):
+        config.actor_rollout_ref.rollout.pipeline()

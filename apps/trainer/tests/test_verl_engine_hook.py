@@ -67,16 +67,18 @@ def test_build_module_applies_adapter_before_lora_and_fsdp(
 ) -> None:
     from verl.utils.fsdp_utils import get_fsdp_wrap_policy
 
-    from omni_qwen3.training_adapter import THINKER_DECODER_LAYER
+    from omni_contracts import testing
+    from omni_qwen3.thinker_policy import THINKER_DECODER_LAYER, Qwen3OmniThinkerPolicy
 
     monkeypatch.setenv(SETTINGS_ENV, VerlSettings(model_path=tiny_path).to_env())
     engine = _engine(tiny_path)
     module = engine._build_module()
 
-    # configure_model ran: speech stages stripped, forward and accessors on the thinker,
-    # FSDP shards at the thinker's decoder layers, encoders frozen.
-    assert not hasattr(module, "talker") and not hasattr(module, "code2wav")
-    assert module.forward == module.thinker.forward
+    # verl loaded the adapter's policy class (the thinker alone, no speech stages, nothing
+    # re-bound), FSDP shards at the thinker's decoder layers, configure_model froze the encoders.
+    assert type(module) is Qwen3OmniThinkerPolicy
+    assert [name for name, _ in module.named_children()] == ["thinker"]
+    testing.check_no_rebound_methods(module)
     assert module._no_split_modules == [THINKER_DECODER_LAYER]
     assert not any(p.requires_grad for p in module.thinker.visual.parameters())
     assert not any(p.requires_grad for p in module.thinker.audio_tower.parameters())

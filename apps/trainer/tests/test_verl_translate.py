@@ -84,7 +84,8 @@ def test_translation_uses_our_extension_points_and_keys(tmp_path: Path) -> None:
 
 
 def test_adapter_lora_defaults_apply_when_config_names_none(tmp_path: Path) -> None:
-    config = load_config(["actor_rollout_ref.model.path=/m", "data.train_files=[/d.parquet]", "trainer.engine=verl"])
+    config = load_config(["actor_rollout_ref.model.path=/m", "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe",
+            "data.train_files=[/d.parquet]", "trainer.engine=verl"])
     verl = to_verl_config(config, lora_target_modules=QWEN3_LORA[0], lora_exclude_modules=QWEN3_LORA[1])
     assert list(verl.actor_rollout_ref.model.target_modules) == QWEN3_LORA[0]
     assert verl.actor_rollout_ref.model.exclude_modules == QWEN3_LORA[1]
@@ -99,7 +100,8 @@ def test_builtin_task_is_refused_with_a_reason() -> None:
 
 def test_lora_runs_merge_the_adapter_and_size_the_engine() -> None:
     """Defects 1, 6 and 7 of issue 14, in the resolved config a user sees."""
-    base = ["actor_rollout_ref.model.path=/m", "data.train_files=[/d.parquet]", "trainer.engine=verl",
+    base = ["actor_rollout_ref.model.path=/m", "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe",
+            "data.train_files=[/d.parquet]", "trainer.engine=verl",
             "data.max_prompt_length=3000", "data.max_response_length=1000"]
     lora = to_verl_config(load_config(base + ["actor_rollout_ref.model.lora_rank=32"]),
                           lora_target_modules=None, lora_exclude_modules=None)
@@ -126,7 +128,8 @@ def test_deploy_options_serve_no_lora_when_verl_merges() -> None:
     pytest.importorskip("vllm_omni", reason="needs the gpu extra (uv sync --extra distributed --extra gpu)")
     from omni_trainer.verl_engine.rollout import _lora_rank
 
-    verl = to_verl_config(load_config(["actor_rollout_ref.model.path=/m", "data.train_files=[/d.parquet]",
+    verl = to_verl_config(load_config(["actor_rollout_ref.model.path=/m", "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe",
+            "data.train_files=[/d.parquet]",
                                        "trainer.engine=verl", "actor_rollout_ref.model.lora_rank=32"]),
                           lora_target_modules=None, lora_exclude_modules=None)
     model = verl.actor_rollout_ref.model

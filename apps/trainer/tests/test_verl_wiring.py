@@ -90,7 +90,8 @@ def test_external_modules_reach_the_ray_runtime_env() -> None:
     from omni_trainer.verl_engine.translate import to_verl_config
 
     config = load_config([
-        "trainer.engine=verl", "actor_rollout_ref.model.path=/m", "data.train_files=[/d.parquet]",
+        "trainer.engine=verl", "actor_rollout_ref.model.path=/m", "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe",
+            "data.train_files=[/d.parquet]",
         "ray_kwargs.ray_init.address=auto", "ray_kwargs.ray_init.runtime_env.env_vars.MY_VAR=1",
     ])
     kwargs = ray_init_kwargs(to_verl_config(config, lora_target_modules=None, lora_exclude_modules=None))

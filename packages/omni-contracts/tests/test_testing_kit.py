@@ -33,7 +33,9 @@ def test_good_pair_passes_every_check(fake: ModuleType, fake_model: Any, fake_co
     testing.check_rollout_registration(fake.FakeRolloutAdapter, fake.FAKE_PIPELINE)
     testing.check_strip_modules(training, fake_model, fake_config)
     testing.check_no_split_modules(fake_model)
+    testing.check_no_rebound_methods(fake_model)
     testing.check_chat_templates(training, "/unused", fake_config)
+    testing.check_processor(training, "/unused", fake_config)
     testing.check_rollout_modes(rollout)
     testing.check_combine_engine_outputs(rollout)
     testing.check_postprocess_alignment(
@@ -87,6 +89,17 @@ def test_override_that_skips_super_leaves_modules(fake: ModuleType, fake_model: 
         testing.check_strip_modules(ForgetsSuper(), fake_model, fake_config)
 
 
+def test_a_forward_rebound_on_the_instance_is_refused(fake: ModuleType, fake_model: Any, fake_config: Any) -> None:
+    class Rebinds(fake.FakeThinkerAdapter):  # type: ignore[name-defined, misc]
+        def configure_model(self, module: Any, model_config: Any) -> None:
+            super().configure_model(module, model_config)
+            module.forward = module.thinker.forward
+
+    Rebinds().configure_model(fake_model, fake_config)
+    with pytest.raises(ContractViolation, match=r"\['FakeOmniModel.forward'\] are re-bound.*policy_class"):
+        testing.check_no_rebound_methods(fake_model)
+
+
 def test_strip_list_naming_absent_modules(fake: ModuleType, fake_model: Any, fake_config: Any) -> None:
     class Typo(fake.FakeThinkerAdapter):  # type: ignore[name-defined, misc]
         def get_strip_modules(self, model_config: Any) -> Sequence[str]:
@@ -114,6 +127,20 @@ def test_missing_chat_template_is_reported(fake: ModuleType, fake_config: Any) -
 
     with pytest.raises(ContractViolation, match=r"configure_processor\('/ckpt'\) returned SimpleNamespace without a chat template"):
         testing.check_chat_templates(NoTemplate(), "/ckpt", fake_config)
+
+
+def test_processor_missing_an_engine_member_is_reported(fake: ModuleType, fake_config: Any) -> None:
+    from omni_contracts import OmniProcessor, require_omni_processor
+
+    class NoRope(fake.FakeThinkerAdapter):  # type: ignore[name-defined, misc]
+        def configure_processor(self, model_path: str, model_config: Any) -> Any:
+            return SimpleNamespace(tokenizer=SimpleNamespace(chat_template="t"))
+
+    assert isinstance(fake.FakeThinkerAdapter().configure_processor("/ckpt", fake_config), OmniProcessor)
+    with pytest.raises(ContractViolation, match=r"returned SimpleNamespace, which lacks \['pad_token_ids', 'dedup_pad_tokens', 'get_rope_index', 'get_rope_index_kwargs'\]"):
+        testing.check_processor(NoRope(), "/ckpt", fake_config)
+    with pytest.raises(TypeError, match=r"NoRope.configure_processor returned SimpleNamespace, which lacks"):
+        require_omni_processor(NoRope().configure_processor("/ckpt", fake_config), NoRope())
 
 
 def test_prepare_model_inputs_that_ignores_its_fields(fake: ModuleType, fake_config: Any) -> None:
@@ -245,3 +272,59 @@ def test_extra_field_specs_keyed_by_their_own_key(fake: ModuleType) -> None:
     spec = fake.FakeThinkerAdapter.extra_field_specs[fake.CODEC_KEY]
     with pytest.raises(ContractViolation, match=r"entry 'fake_omni.other' holds a spec for 'fake_omni.codec_ids'"):
         testing.check_extra_field_keys({"fake_omni.other": spec})
+
+
+def test_thinker_policy_check_catches_extra_stages_renamed_or_stale_weights_and_foreign_accessors() -> None:
+    import torch
+    from torch import nn
+
+    class Thinker(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed, self.head = nn.Embedding(8, 4), nn.Linear(4, 8)
+
+        def get_input_embeddings(self) -> nn.Module:
+            return self.embed
+
+        def get_output_embeddings(self) -> nn.Module:
+            return self.head
+
+    class Full(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.thinker, self.talker = Thinker(), nn.Linear(4, 4)
+
+    class Policy(nn.Module):
+        def __init__(self, wrong_accessor: bool = False) -> None:
+            super().__init__()
+            self.thinker = Thinker()
+            self.wrong_accessor = wrong_accessor
+
+        def get_input_embeddings(self) -> nn.Module:
+            return self.thinker.head if self.wrong_accessor else self.thinker.get_input_embeddings()
+
+        def get_output_embeddings(self) -> nn.Module:
+            return self.thinker.get_output_embeddings()
+
+    torch.manual_seed(0)
+    full = Full()
+    policy = Policy()
+    policy.thinker.load_state_dict(full.thinker.state_dict())
+    testing.check_thinker_policy(policy, full)
+
+    policy.talker = nn.Linear(4, 4)
+    with pytest.raises(ContractViolation, match=r"builds \['thinker', 'talker'\]"):
+        testing.check_thinker_policy(policy, full)
+    del policy.talker
+    with torch.no_grad():
+        policy.thinker.head.bias.add_(1.0)
+    with pytest.raises(ContractViolation, match=r"1 tensors differ.*thinker.head.bias"):
+        testing.check_thinker_policy(policy, full)
+    renamed = Policy()
+    renamed.thinker.extra = nn.Linear(1, 1)
+    with pytest.raises(ContractViolation, match=r"names differ.*extra \['thinker.extra.bias'"):
+        testing.check_thinker_policy(renamed, full)
+    foreign = Policy(wrong_accessor=True)
+    foreign.thinker.load_state_dict(full.thinker.state_dict())
+    with pytest.raises(ContractViolation, match=r"get_input_embeddings\(\) is not the thinker's"):
+        testing.check_thinker_policy(foreign, full)

@@ -29,24 +29,28 @@ def test_registered_for_the_thinker_stage_with_its_options() -> None:
     assert (adapter.freeze_vision_tower, adapter.freeze_audio_tower) == (True, False)
 
 
-def test_strip_redirect_and_shard_pass_the_contract_kit(full_model: Any, tiny_config: Any) -> None:
+def test_policy_class_is_the_thinker_alone_and_passes_the_contract_kit(
+    policy_model: Any, full_model: Any, tiny_config: Any
+) -> None:
     adapter = Qwen25OmniThinkerAdapter()
-    total = sum(p.numel() for p in full_model.parameters())
-    speech = sum(p.numel() for name in ("talker", "token2wav") for p in getattr(full_model, name).parameters())
-    testing.check_strip_modules(adapter, full_model, tiny_config)
-    testing.check_no_split_modules(full_model)
-    assert full_model._no_split_modules == ["Qwen2_5OmniDecoderLayer"]
-    assert not hasattr(full_model, "talker") and not hasattr(full_model, "token2wav")
-    assert sum(p.numel() for p in full_model.parameters()) == total - speech
-    assert full_model.get_input_embeddings() is full_model.thinker.model.embed_tokens
-    assert full_model.get_output_embeddings() is full_model.thinker.lm_head
+    assert isinstance(policy_model, adapter.policy_class(tiny_config))
+    testing.check_strip_modules(adapter, policy_model, tiny_config)
+    testing.check_no_split_modules(policy_model)
+    testing.check_no_rebound_methods(policy_model)
+    assert policy_model._no_split_modules == ["Qwen2_5OmniDecoderLayer"]
+    testing.check_thinker_policy(policy_model, full_model)
+
+
+def test_configure_model_refuses_the_full_model(full_model: Any, tiny_config: Any) -> None:
+    with pytest.raises(TypeError, match=r"Qwen25OmniThinkerPolicy.from_pretrained\(path\)"):
+        Qwen25OmniThinkerAdapter().configure_model(full_model, tiny_config)
 
 
 def test_encoders_are_frozen_by_default_and_train_on_request(tiny_path: Path, tiny_config: Any) -> None:
-    from transformers import Qwen2_5OmniForConditionalGeneration
+    from omni_qwen25.thinker_policy import Qwen25OmniThinkerPolicy
 
     for freeze in (True, False):
-        model = Qwen2_5OmniForConditionalGeneration.from_pretrained(tiny_path)
+        model = Qwen25OmniThinkerPolicy.from_pretrained(tiny_path)
         Qwen25OmniThinkerAdapter(freeze_vision_tower=freeze, freeze_audio_tower=freeze).configure_model(model, tiny_config)
         thinker = model.thinker
         assert all(p.requires_grad != freeze for p in thinker.visual.parameters())
@@ -54,8 +58,9 @@ def test_encoders_are_frozen_by_default_and_train_on_request(tiny_path: Path, ti
         assert all(p.requires_grad for p in thinker.model.layers.parameters())
 
 
-def test_processor_and_tokenizer_expose_chat_templates(tiny_path: Path, tiny_config: Any) -> None:
+def test_processor_and_tokenizer_pass_the_contract_kit(tiny_path: Path, tiny_config: Any) -> None:
     testing.check_chat_templates(Qwen25OmniThinkerAdapter(), str(tiny_path), tiny_config)
+    testing.check_processor(Qwen25OmniThinkerAdapter(), str(tiny_path), tiny_config)
 
 
 def test_missing_chat_template_names_the_files_looked_for(tmp_path: Path, tiny_path: Path, tiny_config: Any) -> None:
@@ -71,41 +76,44 @@ def test_prepare_model_inputs_passes_batches_through(tiny_config: Any) -> None:
 
 
 def test_media_reach_the_thinker_and_generate_runs(
-    tiny_path: Path, tiny_config: Any, full_model: Any, media: Any
+    tiny_path: Path, tiny_config: Any, policy_model: Any, full_model: Any, media: Any
 ) -> None:
     """The ids-are-right check: with a wrong audio or image id the media are silently ignored."""
     adapter = Qwen25OmniThinkerAdapter()
     processor = adapter.configure_processor(str(tiny_path), tiny_config)
     tokenizer = adapter.configure_tokenizer(str(tiny_path), tiny_config)
-    adapter.configure_model(full_model, tiny_config)
+    adapter.configure_model(policy_model, tiny_config)
     inputs = conversation(processor, media)
     ids = inputs["input_ids"][0].tolist()
     assert ids.count(tiny_config.thinker_config.image_token_id) > 1  # expanded by the processor
     assert ids.count(tiny_config.thinker_config.audio_token_id) > 1
     with torch.no_grad():
-        logits = full_model(**inputs).logits  # the top-level forward is the thinker's
+        logits = policy_model(**inputs).logits
+        assert torch.equal(logits, full_model.thinker(**inputs).logits)  # the checkpoint's thinker
         other_tone = conversation(processor, media, hz=1234.0)
         assert torch.equal(other_tone["input_ids"], inputs["input_ids"])
-        logits_other_tone = full_model(**other_tone).logits
+        logits_other_tone = policy_model(**other_tone).logits
         other_picture = dict(inputs, pixel_values=torch.zeros_like(inputs["pixel_values"]))
-        logits_other_picture = full_model(**other_picture).logits
+        logits_other_picture = policy_model(**other_picture).logits
     assert logits.shape == (1, len(ids), tiny_config.thinker_config.text_config.vocab_size)
     assert not torch.allclose(logits, logits_other_tone)  # the audio reaches the model
     assert not torch.allclose(logits, logits_other_picture)  # so does the image
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    generated = full_model.thinker.generate(**inputs, max_new_tokens=4, do_sample=False, eos_token_id=eos)
+    generated = policy_model.generate(**inputs, max_new_tokens=4, do_sample=False, eos_token_id=eos)
     assert len(ids) < generated.shape[1] <= len(ids) + 4 and generated[0, : len(ids)].tolist() == ids
+    reference = full_model.thinker.generate(**inputs, max_new_tokens=4, do_sample=False, eos_token_id=eos)
+    assert torch.equal(generated, reference)
 
 
-def test_lora_defaults_target_only_the_thinker_text_attention(full_model: Any, tiny_config: Any) -> None:
+def test_lora_defaults_target_only_the_thinker_text_attention(policy_model: Any, tiny_config: Any) -> None:
     import peft
 
     adapter = Qwen25OmniThinkerAdapter()
-    adapter.configure_model(full_model, tiny_config)
+    adapter.configure_model(policy_model, tiny_config)
     config = peft.LoraConfig(
         r=4, target_modules=list(adapter.lora_target_modules), exclude_modules=adapter.lora_exclude_modules
     )
-    wrapped = peft.get_peft_model(full_model, config)
+    wrapped = peft.get_peft_model(policy_model, config)
     adapted = sorted(
         name.removeprefix("base_model.model.").removesuffix(".lora_A.default")
         for name, _ in wrapped.named_modules()

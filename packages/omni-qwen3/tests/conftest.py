@@ -23,6 +23,14 @@ def tiny_config(tiny_path: Path) -> Any:
 
 
 @pytest.fixture
+def policy_model(tiny_path: Path) -> Any:
+    """A fresh thinker policy, as the engines load it; tests may mutate it."""
+    from omni_qwen3.thinker_policy import Qwen3OmniThinkerPolicy
+
+    return Qwen3OmniThinkerPolicy.from_pretrained(tiny_path).eval()
+
+
+@pytest.fixture
 def full_model(tiny_path: Path) -> Any:
     """A fresh full model (thinker, talker, code2wav); tests may mutate it."""
     from transformers import Qwen3OmniMoeForConditionalGeneration

@@ -44,38 +44,41 @@ def test_wrong_architecture_and_unknown_stage_are_explained() -> None:
         get_training_adapter(ARCHITECTURE, "talker")
 
 
-def test_strip_redirect_and_shard_pass_the_contract_kit(full_model: Any, tiny_config: Any) -> None:
+def test_policy_class_is_the_thinker_alone_and_passes_the_contract_kit(
+    policy_model: Any, full_model: Any, tiny_config: Any
+) -> None:
     adapter = Qwen3OmniThinkerAdapter()
-    total = sum(p.numel() for p in full_model.parameters())
-    speech = sum(p.numel() for p in full_model.talker.parameters()) + sum(
-        p.numel() for p in full_model.code2wav.parameters()
-    )
-    testing.check_strip_modules(adapter, full_model, tiny_config)
-    testing.check_no_split_modules(full_model)
-    assert full_model._no_split_modules == ["Qwen3OmniMoeThinkerTextDecoderLayer"]
-    assert not hasattr(full_model, "talker") and not hasattr(full_model, "code2wav")
-    assert sum(p.numel() for p in full_model.parameters()) == total - speech
-    assert full_model.get_input_embeddings() is full_model.thinker.model.embed_tokens
-    assert full_model.get_output_embeddings() is full_model.thinker.lm_head
+    assert isinstance(policy_model, adapter.policy_class(tiny_config))
+    testing.check_strip_modules(adapter, policy_model, tiny_config)
+    testing.check_no_split_modules(policy_model)
+    testing.check_no_rebound_methods(policy_model)
+    assert policy_model._no_split_modules == ["Qwen3OmniMoeThinkerTextDecoderLayer"]
+    testing.check_thinker_policy(policy_model, full_model)
 
 
-def test_encoders_are_frozen_by_default_and_on_request(full_model: Any, tiny_config: Any) -> None:
-    Qwen3OmniThinkerAdapter().configure_model(full_model, tiny_config)
-    thinker = full_model.thinker
+def test_configure_model_refuses_the_full_model(full_model: Any, tiny_config: Any) -> None:
+    with pytest.raises(TypeError, match=r"Qwen3OmniThinkerPolicy.from_pretrained\(path\)"):
+        Qwen3OmniThinkerAdapter().configure_model(full_model, tiny_config)
+
+
+def test_encoders_are_frozen_by_default_and_on_request(policy_model: Any, tiny_config: Any) -> None:
+    Qwen3OmniThinkerAdapter().configure_model(policy_model, tiny_config)
+    thinker = policy_model.thinker
     assert not any(p.requires_grad for p in thinker.visual.parameters())
     assert not any(p.requires_grad for p in thinker.audio_tower.parameters())
     assert all(p.requires_grad for p in thinker.model.layers.parameters())
 
 
-def test_encoders_train_when_asked(full_model: Any, tiny_config: Any) -> None:
+def test_encoders_train_when_asked(policy_model: Any, tiny_config: Any) -> None:
     adapter = Qwen3OmniThinkerAdapter(freeze_vision_tower=False, freeze_audio_tower=False)
-    adapter.configure_model(full_model, tiny_config)
-    assert all(p.requires_grad for p in full_model.thinker.visual.parameters())
-    assert all(p.requires_grad for p in full_model.thinker.audio_tower.parameters())
+    adapter.configure_model(policy_model, tiny_config)
+    assert all(p.requires_grad for p in policy_model.thinker.visual.parameters())
+    assert all(p.requires_grad for p in policy_model.thinker.audio_tower.parameters())
 
 
-def test_processor_and_tokenizer_expose_chat_templates(tiny_path: Path, tiny_config: Any) -> None:
+def test_processor_and_tokenizer_pass_the_contract_kit(tiny_path: Path, tiny_config: Any) -> None:
     testing.check_chat_templates(Qwen3OmniThinkerAdapter(), str(tiny_path), tiny_config)
+    testing.check_processor(Qwen3OmniThinkerAdapter(), str(tiny_path), tiny_config)
 
 
 def test_missing_chat_template_names_the_files_looked_for(
@@ -93,26 +96,30 @@ def test_missing_chat_template_names_the_files_looked_for(
 
 
 def test_text_image_audio_forward_and_generate(
-    tiny_path: Path, tiny_config: Any, full_model: Any, media: Any
+    tiny_path: Path, tiny_config: Any, policy_model: Any, full_model: Any, media: Any
 ) -> None:
     adapter = Qwen3OmniThinkerAdapter()
     processor = adapter.configure_processor(str(tiny_path), tiny_config)
     tokenizer = adapter.configure_tokenizer(str(tiny_path), tiny_config)
-    adapter.configure_model(full_model, tiny_config)
+    adapter.configure_model(policy_model, tiny_config)
     inputs = conversation(processor, media)
     ids = inputs["input_ids"][0].tolist()
     assert ids.count(tiny_config.thinker_config.image_token_id) > 1  # expanded by the processor
     assert ids.count(tiny_config.thinker_config.audio_token_id) > 1
     with torch.no_grad():
-        logits = full_model(**inputs).logits  # the top-level forward is the thinker's
+        logits = policy_model(**inputs).logits
         silent = dict(inputs, input_features=torch.zeros_like(inputs["input_features"]))
-        logits_silent = full_model(**silent).logits
+        logits_silent = policy_model(**silent).logits
+        upstream = full_model.thinker(**inputs).logits
     assert logits.shape == (1, len(ids), len(tokenizer))
+    assert torch.equal(logits, upstream)  # the policy's forward is the checkpoint's thinker
     assert not torch.allclose(logits, logits_silent)  # the audio reaches the model
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    generated = full_model.thinker.generate(**inputs, max_new_tokens=4, do_sample=False, eos_token_id=eos)
+    generated = policy_model.generate(**inputs, max_new_tokens=4, do_sample=False, eos_token_id=eos)
     assert generated.shape[0] == 1 and len(ids) < generated.shape[1] <= len(ids) + 4
     assert generated[0, : len(ids)].tolist() == ids
+    reference = full_model.thinker.generate(**inputs, max_new_tokens=4, do_sample=False, eos_token_id=eos)
+    assert torch.equal(generated, reference)
 
 
 def test_rope_positions_are_int64_and_match_the_model(
@@ -171,16 +178,16 @@ def test_prepare_model_inputs_passes_text_batches_through(tiny_config: Any) -> N
     testing.check_prepare_model_inputs(Qwen3OmniThinkerAdapter(), {"input_ids": [[1, 2]]}, {}, tiny_config)
 
 
-def test_lora_defaults_target_only_the_thinker_text_attention(full_model: Any, tiny_config: Any) -> None:
+def test_lora_defaults_target_only_the_thinker_text_attention(policy_model: Any, tiny_config: Any) -> None:
     peft = pytest.importorskip("peft")
     adapter = Qwen3OmniThinkerAdapter()
-    adapter.configure_model(full_model, tiny_config)
+    adapter.configure_model(policy_model, tiny_config)
     config = peft.LoraConfig(
         r=4,
         target_modules=list(adapter.lora_target_modules),
         exclude_modules=adapter.lora_exclude_modules,
     )
-    wrapped = peft.get_peft_model(full_model, config)
+    wrapped = peft.get_peft_model(policy_model, config)
     adapted = sorted(
         name.removeprefix("base_model.model.").removesuffix(".lora_A.default")
         for name, _ in wrapped.named_modules()

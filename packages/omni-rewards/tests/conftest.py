@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import base64
 import importlib.util
+import io
 import json
 import os
 import sys
@@ -13,6 +15,7 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
+import soundfile
 
 from omni_rewards import SCORERS, RewardManager, RewardManagerConfig, ScorerRegistry, compute_score
 
@@ -150,12 +153,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif service.raw_answer is not None:
             self._send(200, service.raw_answer)
         else:
-            results = [
-                compute_score(
-                    r["data_source"], r["solution_str"], r["ground_truth"], r["extra_info"]
-                )
-                for r in body["requests"]
-            ]
+            results = [_score(r) for r in body["requests"]]
             self._send(200, json.dumps({"results": results}).encode())
         if service.close_after_answer:
             # Silently, as a server whose keep-alive expired does: no "Connection: close".
@@ -179,6 +177,29 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass
+
+
+def _score(request: dict[str, Any]) -> dict[str, float]:
+    """A text request is scored by compute_score. A speech request is decoded as a real
+    service would (soundfile, not omni_rewards' own decoder) and answered with what was
+    heard: its duration (the score), peak, and the word count of the text sent with it."""
+    if "audio_wav_b64" not in request:
+        return compute_score(
+            request["data_source"],
+            request["solution_str"],
+            request["ground_truth"],
+            request["extra_info"],
+        )
+    waveform, sample_rate = soundfile.read(
+        io.BytesIO(base64.b64decode(request["audio_wav_b64"])), dtype="float32"
+    )
+    return {
+        "score": len(waveform) / sample_rate,
+        "peak": float(abs(waveform).max()),
+        "words": float(len(request["text"].split())),
+        "has_ground_truth": float(request["ground_truth"] is not None),
+        "sample_rate_matches": float(sample_rate == request["sample_rate"]),
+    }
 
 
 @pytest.fixture

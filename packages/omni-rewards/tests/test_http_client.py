@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 
-from omni_rewards import http_client
-
 from omni_rewards import (
+    AudioScoreRequest,
     HttpScorerClient,
     HttpScorerConfig,
+    InvalidWaveformError,
     RemoteScorerError,
     ScoreRequest,
     compute_score,
+    http_client,
 )
 
 REQUESTS = [
@@ -187,3 +189,90 @@ def test_config_is_validated_all_at_once() -> None:
     assert "url must be an http(s) URL" in message
     assert "timeout_s must be > 0" in message
     assert "max_retries must be >= 0" in message
+
+
+# --- speech requests: the audio wire format of the module docstring ----------------------
+
+SAMPLE_RATE = 16000
+
+
+def tone(seconds: float, amplitude: float = 0.5) -> np.ndarray:
+    t = np.arange(round(seconds * SAMPLE_RATE)) / SAMPLE_RATE
+    return (amplitude * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
+
+
+def test_speech_is_sent_as_a_wav_file_and_scored(scoring_service) -> None:
+    requests = [
+        AudioScoreRequest(tone(1.5), SAMPLE_RATE, "one two three", "ref transcript"),
+        AudioScoreRequest(tone(0.25, amplitude=0.8), SAMPLE_RATE, "hi", None),
+    ]
+    with client_for(scoring_service.url) as client:
+        results = client.score_batch(requests)
+    # The service decoded each with soundfile: 1.5 s and 0.25 s of audio, peaks 0.5 and 0.8
+    # (within one 16-bit step), the text's words, whether a ground truth came along.
+    assert results[0]["score"] == 1.5 and results[1]["score"] == 0.25
+    assert results[0]["peak"] == pytest.approx(0.5, abs=2 / 32768)
+    assert results[1]["peak"] == pytest.approx(0.8, abs=2 / 32768)
+    assert [r["words"] for r in results] == [3.0, 1.0]
+    assert [r["has_ground_truth"] for r in results] == [1.0, 0.0]
+    assert [r["sample_rate_matches"] for r in results] == [1.0, 1.0]
+    sent = scoring_service.requests[0]["body"]["requests"][0]
+    assert sent.keys() == {"audio_wav_b64", "sample_rate", "text", "ground_truth"}
+    assert (sent["sample_rate"], sent["text"], sent["ground_truth"]) == (
+        16000,
+        "one two three",
+        "ref transcript",
+    )
+
+
+def test_speech_requests_are_retried_like_text(scoring_service) -> None:
+    scoring_service.fail_next = [503, 429]
+    with client_for(scoring_service.url, max_retries=2) as client:
+        [result] = client.score_batch([AudioScoreRequest(tone(0.5), SAMPLE_RATE, "a b")])
+    assert result["score"] == 0.5
+    assert len(scoring_service.requests) == 3
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (b"<html>bad gateway</html>", "answered invalid JSON"),
+        (b'{"results": [{"wer": 0.1}]}', 'with a "score" key'),
+        (b'{"results": [{"score": "0.9"}]}', "non-numeric 'score'"),
+        (b'{"results": [{"score": NaN}]}', r"score=nan; scores must be finite"),
+        (b'{"results": [{"score": Infinity}]}', r"score=inf; scores must be finite"),
+    ],
+)
+def test_malformed_or_non_finite_speech_scores_are_errors(
+    scoring_service, answer: bytes, message: str
+) -> None:
+    scoring_service.raw_answer = answer
+    request = AudioScoreRequest(tone(0.5), SAMPLE_RATE, "a b")
+    with client_for(scoring_service.url) as client:
+        with pytest.raises(RemoteScorerError, match=message):
+            client.score_batch([request])
+        [outcome] = client.score_each([request])
+    assert isinstance(outcome, RemoteScorerError)  # an error to count, not a 0
+
+
+def test_score_each_fails_only_the_requests_a_failure_touches(scoring_service) -> None:
+    # Batches of 2: the first batch's answer has a NaN for its second request only; the
+    # second batch is answered by the service; the NaN waveform is never sent.
+    good = AudioScoreRequest(tone(0.5), SAMPLE_RATE, "a b")
+    broken = AudioScoreRequest(np.full(100, np.nan, np.float32), SAMPLE_RATE, "a b")
+    with client_for(scoring_service.url, batch_size=2, pool_size=1) as client:
+        scoring_service.raw_answer = b'{"results": [{"score": 0.7}, {"score": NaN}]}'
+        outcomes = client.score_each([good, good, broken])
+    assert outcomes[0] == {"score": 0.7}
+    assert isinstance(outcomes[1], RemoteScorerError) and "finite" in str(outcomes[1])
+    assert isinstance(outcomes[2], InvalidWaveformError)
+    assert [len(r["body"]["requests"]) for r in scoring_service.requests] == [2]
+
+
+def test_a_failed_batch_fails_each_of_its_requests(scoring_service) -> None:
+    scoring_service.fail_next = [500, 500]
+    request = AudioScoreRequest(tone(0.5), SAMPLE_RATE, "a b")
+    with client_for(scoring_service.url, max_retries=1) as client:
+        outcomes = client.score_each([request, request])
+    assert all(isinstance(o, RemoteScorerError) for o in outcomes)
+    assert "failed 2 times; last error: HTTP 500" in str(outcomes[0])

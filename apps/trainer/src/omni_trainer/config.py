@@ -142,7 +142,9 @@ class RolloutConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
-    pipeline_name: str = "qwen3_omni_moe"
+    # None: the pipeline the model's training adapter declares (``rollout_pipeline``),
+    # filled in by load_config from the checkpoint's config.json.
+    pipeline_name: str | None = None
     pipeline_mode: str = "thinker_only"
     agent: AgentConfig = field(default_factory=AgentConfig)
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
@@ -158,6 +160,19 @@ class RolloutConfig:
     cudagraph_capture_sizes: list[int] | None = None
     enforce_eager: bool = False
     free_cache_engine: bool = True  # sleep the engine while the colocated actor trains
+
+    def pipeline(self) -> str:
+        """``pipeline_name``, which the pre-flight guarantees is set.
+
+        Raises:
+            ConfigError: it is unset and the model named none.
+        """
+        if self.pipeline_name is None:
+            raise ConfigError(
+                "actor_rollout_ref.rollout.pipeline_name is unset and the model's adapter names no "
+                "rollout pipeline; set it (uv run trainer --list-models lists the pipelines)"
+            )
+        return self.pipeline_name
 
 
 @dataclass
@@ -408,7 +423,25 @@ def load_config(*override_groups: list[str]) -> Config:
     resolved = OmegaConf.to_object(config)
     assert isinstance(resolved, Config)
     _check_choices(resolved)
+    rollout = resolved.actor_rollout_ref.rollout
+    if rollout.pipeline_name is None:
+        rollout.pipeline_name = model_pipeline(resolved.actor_rollout_ref.model.path, resolved.actor_rollout_ref.model.stage)
     return resolved
+
+
+def model_pipeline(model_path: str | None, stage: str) -> str | None:
+    """The rollout pipeline the checkpoint's training adapter declares; ``None`` when the
+    checkpoint's config cannot be read or no adapter serves it (the pre-flight says why).
+    Reads ``config.json`` only: model packages register their adapters without heavy imports."""
+    if model_path is None:
+        return None
+    from omni_contracts import OmniContractError, resolve_training_adapter
+
+    try:
+        model_config = json.loads((Path(model_path).expanduser() / "config.json").read_text(encoding="utf-8"))
+        return resolve_training_adapter(model_config, stage).rollout_pipeline
+    except (OSError, ValueError, OmniContractError):
+        return None
 
 
 def uses_embedded_default(config: Config | DictConfig) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from omni_contracts import get_rollout_adapter, resolve_training_adapter
+from omni_contracts import get_rollout_adapter, require_omni_processor, resolve_training_adapter
 from omni_rewards import SCORERS, RewardManager, ScorerRegistry
 from omni_rollout.agent_loops import get_agent_loop
 from omni_rollout.local_engine import LocalEngine, find_policy_module
@@ -88,10 +88,11 @@ class LocalTrainer:
         hf_config = AutoConfig.from_pretrained(model_path)
         stage = cfg.actor_rollout_ref.model.stage
         self.training_adapter = resolve_training_adapter(hf_config, stage, adapter_options(cfg))
-        self.rollout_adapter = get_rollout_adapter(cfg.actor_rollout_ref.rollout.pipeline_name)
+        self.rollout_adapter = get_rollout_adapter(cfg.actor_rollout_ref.rollout.pipeline())
         self.mode = cfg.actor_rollout_ref.rollout.pipeline_mode
         self.rollout_adapter.check_mode(self.mode)
         self.processor = self.training_adapter.configure_processor(model_path, hf_config)
+        require_omni_processor(self.processor, self.training_adapter)
         self.tokenizer = self.training_adapter.configure_tokenizer(model_path, hf_config)
         self.train_rows, self.val_rows = self._load_rows()
         self.total_steps = self._total_steps()

@@ -86,6 +86,12 @@ def _pipeline(config: Config, found: Findings) -> None:
     from omni_contracts import OmniContractError, rollout_adapters
 
     rollout = config.actor_rollout_ref.rollout
+    if rollout.pipeline_name is None:
+        found.problems.append(
+            "actor_rollout_ref.rollout.pipeline_name is unset and could not be taken from the model "
+            f"(actor_rollout_ref.model.path={config.actor_rollout_ref.model.path}); set it, or fix the model path"
+        )
+        return
     try:
         adapter_cls = rollout_adapters.get(rollout.pipeline_name)
     except OmniContractError as exc:

@@ -26,6 +26,7 @@ from omni_contracts.rollout_adapter import (
     rollout_adapters,
 )
 from omni_contracts.sample import RolloutSample, StageOutput, collate_extra_fields
+from omni_contracts.thinker_processor import OmniProcessor, require_omni_processor
 from omni_contracts.topology import OUTPUT_TYPES, OutputType, StageConfig, validate_stage_topology
 from omni_contracts.training_adapter import (
     RESPONSE_LENGTHS_KEY,
@@ -53,6 +54,7 @@ __all__ = [
     "ModelPackageImportError",
     "ModelPackageLoader",
     "OmniContractError",
+    "OmniProcessor",
     "OutputType",
     "RegistrationError",
     "RolloutAdapter",
@@ -70,6 +72,7 @@ __all__ = [
     "get_training_adapter",
     "is_namespaced",
     "keep_final_outputs",
+    "require_omni_processor",
     "resolve_training_adapter",
     "rollout_adapters",
     "strip_submodules",

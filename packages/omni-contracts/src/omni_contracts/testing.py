@@ -21,6 +21,7 @@ from omni_contracts.errors import ContractViolation, OmniContractError, UnknownM
 from omni_contracts.extra_fields import ExtraFieldSpec, is_namespaced
 from omni_contracts.rollout_adapter import RolloutAdapter, rollout_adapters
 from omni_contracts.sample import RolloutSample, StageOutput
+from omni_contracts.thinker_processor import missing_processor_members
 from omni_contracts.topology import StageConfig, validate_stage_topology
 from omni_contracts.training_adapter import TrainingAdapter, training_adapters
 
@@ -105,6 +106,66 @@ def check_no_split_modules(model: Any) -> None:
             f"{type(model).__name__}._no_split_modules names {absent}, which no submodule is "
             f"an instance of. Layer-like classes present: {layers or 'none'}."
         )
+
+
+def check_no_rebound_methods(model: Any) -> None:
+    """No module of ``model`` carries a callable in its instance ``__dict__`` that shadows a
+    class attribute (``module.forward = other.forward``, the pattern the contract forbids).
+
+    A policy whose forward differs from the checkpoint class's is a class of its own,
+    returned by ``TrainingAdapter.policy_class``.
+    """
+    modules = getattr(model, "modules", None)
+    rebound = [
+        f"{type(sub).__name__}.{name}"
+        for sub in (modules() if callable(modules) else [model])
+        for name, value in vars(sub).items()
+        if callable(value) and not isinstance(value, type) and hasattr(type(sub), name)
+    ]
+    if rebound:
+        raise ContractViolation(
+            f"{sorted(set(rebound))} are re-bound on loaded instances. Define the methods on a "
+            "class and return it from TrainingAdapter.policy_class instead."
+        )
+
+
+def check_thinker_policy(policy: Any, full_model: Any) -> None:
+    """A thinker policy (:class:`~omni_contracts.thinker_policy.ThinkerPolicyMixin`) built
+    from a checkpoint holds only ``thinker``, under the checkpoint's parameter names and with
+    its values (so weights load by name and sync to a rollout engine unchanged), and its
+    embedding accessors are the thinker's. ``full_model`` is the checkpoint's own class
+    loaded from the same path."""
+    children = [name for name, _ in policy.named_children()]
+    if children != ["thinker"]:
+        raise _fail(policy, f"the policy builds {children}; a thinker policy builds ['thinker'] only.")
+    expected = {f"thinker.{k}": v for k, v in full_model.thinker.state_dict().items()}
+    loaded = policy.state_dict()
+    if loaded.keys() != expected.keys():
+        extra, missing = sorted(loaded.keys() - expected.keys()), sorted(expected.keys() - loaded.keys())
+        raise _fail(policy, f"parameter names differ from the checkpoint's: extra {extra[:5]}, missing {missing[:5]}.")
+    differing = [k for k in loaded if not bool((loaded[k] == expected[k]).all())]
+    if differing:
+        raise _fail(policy, f"{len(differing)} tensors differ from the checkpoint's, e.g. {differing[:3]}.")
+    if policy.get_input_embeddings() is not policy.thinker.get_input_embeddings():
+        raise _fail(policy, "get_input_embeddings() is not the thinker's.")
+    if policy.get_output_embeddings() is not policy.thinker.get_output_embeddings():
+        raise _fail(policy, "get_output_embeddings() is not the thinker's.")
+
+
+def check_processor(adapter: TrainingAdapter, model_path: str, model_config: Any) -> None:
+    """``configure_processor`` returns an :class:`~omni_contracts.OmniProcessor`: every
+    member the engines call by name exists, and ``pad_token_ids`` are distinct ints."""
+    processor = adapter.configure_processor(model_path, model_config)
+    missing = missing_processor_members(processor)
+    if missing:
+        raise _fail(
+            adapter,
+            f"configure_processor returned {type(processor).__name__}, which lacks {missing}. Mix in "
+            "omni_contracts.thinker_processor.ThinkerProcessorMixin and define get_rope_index.",
+        )
+    pads = list(processor.pad_token_ids)
+    if not pads or len(set(pads)) != len(pads) or not all(isinstance(p, int) for p in pads):
+        raise _fail(adapter, f"pad_token_ids is {pads!r}; it must list the distinct media pad ids (ints).")
 
 
 def _chat_template(obj: Any) -> Any:

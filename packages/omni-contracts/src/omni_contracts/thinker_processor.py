@@ -1,7 +1,8 @@
 """What every omni thinker's processor adds for the engines, shared by the model packages.
 
-The engines call these by name on the processor a training adapter's
-``configure_processor`` returns (see ``docs/adding-a-model.md``):
+:class:`OmniProcessor` declares what the engines call on the processor a training adapter's
+``configure_processor`` returns (see ``docs/adding-a-model.md``); both engines check it when
+they load the processor, and ``omni_contracts.testing.check_processor`` in a package's tests:
 
 - ``pad_token_ids`` and ``dedup_pad_tokens``: the processor expands each image/video/audio
   placeholder to its feature length; vLLM(-Omni) expands it again, so prompts sent to the
@@ -15,8 +16,53 @@ Light: no torch import; tensors are handled through their own methods.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class OmniProcessor(Protocol):
+    """The processor an omni training adapter's ``configure_processor`` returns: a
+    transformers processor (it templates and encodes prompts) with these members.
+    :class:`ThinkerProcessorMixin` supplies all but ``get_rope_index``."""
+
+    @property
+    def pad_token_ids(self) -> Sequence[int]:
+        """The placeholder ids the processor expands per media item (image, video, audio);
+        never sampled in a response."""
+
+    def dedup_pad_tokens(self, prompt_ids: Any) -> Any:
+        """One pad per media item (a vLLM engine expands it again)."""
+
+    def get_rope_index(self, *args: Any, **kwargs: Any) -> Any:
+        """``(positions [3, batch, seq], deltas)`` as int64, computed as the model does."""
+
+    def get_rope_index_kwargs(self, multi_modal_inputs: dict[str, Any]) -> dict[str, Any]:
+        """``get_rope_index``'s arguments beyond ids, grids and mask."""
+
+
+PROCESSOR_MEMBERS = ("pad_token_ids", "dedup_pad_tokens", "get_rope_index", "get_rope_index_kwargs")
+
+
+def missing_processor_members(processor: object) -> list[str]:
+    """The members of :class:`OmniProcessor` that ``processor``'s class lacks."""
+    return [name for name in PROCESSOR_MEMBERS if not hasattr(type(processor), name)]
+
+
+def require_omni_processor(processor: object, adapter: object) -> None:
+    """What the engines call on loading a processor: refuse one that lacks a member of
+    :class:`OmniProcessor` now, not when the member is first used.
+
+    Raises:
+        TypeError: members are missing (named, with the fix).
+    """
+    missing = missing_processor_members(processor)
+    if missing:
+        raise TypeError(
+            f"{type(adapter).__name__}.configure_processor returned {type(processor).__name__}, which "
+            f"lacks {missing} (omni_contracts.OmniProcessor); mix in "
+            "omni_contracts.thinker_processor.ThinkerProcessorMixin and define get_rope_index."
+        )
 
 
 def dedup_pad_tokens(prompt_ids: Any, pad_token_ids: Iterable[int]) -> Any:

@@ -5,9 +5,16 @@ architecture is the checkpoint config's ``architectures[0]``. Call order, in bot
 
 1. ``register_auto_classes()`` once, before anything is loaded;
 2. ``configure_tokenizer`` and ``configure_processor`` when the dataset is built;
-3. the engine loads the model (through ``auto_model_class`` if set), then calls
+3. the engine loads the model -- ``policy_class(model_config).from_pretrained(path)`` when
+   the adapter names a class, else through ``auto_model_class`` -- then calls
    ``configure_model`` before FSDP wrapping and before LoRA injection;
 4. ``prepare_model_inputs`` for every actor forward (old/ref log-probs and the update).
+
+A trained policy whose forward is not the checkpoint class's own (the thinker of an Omni
+checkpoint, say) is a class of its own, returned by ``policy_class``: its methods are defined
+on the class and its submodule names equal the checkpoint's, so the weights load by name
+and sync to the rollout engine unchanged. Adapters never re-bind methods on a loaded
+instance (``module.forward = ...``): FSDP, PEFT and pickling see the class, not the patch.
 """
 
 from __future__ import annotations
@@ -91,12 +98,25 @@ class TrainingAdapter(abc.ABC):
 
         return decorate
 
+    def policy_class(self, model_config: Any) -> Any | None:
+        """The class the engines load the checkpoint with (``from_pretrained``), or ``None``
+        for the one :attr:`auto_model_class` resolves.
+
+        Return a class when the trained policy is part of the checkpoint's model: e.g. a
+        ``PreTrainedModel`` whose only child is ``thinker`` and whose ``forward``,
+        ``generate`` and embedding accessors are the thinker's. The speech stages are then
+        never built or loaded. Its ``config_class`` is the checkpoint's config class and its
+        parameter names are the checkpoint's, so loading and weight sync need no renaming.
+        Import heavy modules inside this method, not at module import.
+        """
+        return None
+
     @abc.abstractmethod
     def get_strip_modules(self, model_config: Any) -> Sequence[str]:
         """Attribute paths (dotted for nested) of submodules to delete before wrapping.
 
-        Inference-only components (e.g. a talker and a vocoder when training the thinker).
-        Called by the default :meth:`configure_model`.
+        Inference-only components the loaded class builds but training does not use; empty
+        when :meth:`policy_class` builds none. Called by the default :meth:`configure_model`.
         """
 
     @abc.abstractmethod
@@ -111,8 +131,9 @@ class TrainingAdapter(abc.ABC):
         """Adapt the loaded model in place; runs before FSDP wrapping and LoRA injection.
 
         The default deletes the submodules named by :meth:`get_strip_modules`. Overrides
-        call ``super().configure_model(module, model_config)`` first, then redirect
-        forwards, set ``_no_split_modules`` and freeze what must not train.
+        call ``super().configure_model(module, model_config)`` first, then freeze what must
+        not train. They set data, never methods: a different forward is a
+        :meth:`policy_class`, and ``_no_split_modules`` belongs on that class.
         """
         strip_submodules(module, self.get_strip_modules(model_config))
 

@@ -1,10 +1,10 @@
 """Training adapter for the Qwen2.5-Omni Thinker.
 
 The checkpoint holds the thinker (text, vision and audio in; text out), the talker and the
-token2wav vocoder (a DiT and a BigVGAN). RL trains the thinker only: the speech components
-are deleted before FSDP wrapping, the top-level forward and embedding accessors point at
-the thinker (the top-level class has no ``forward`` of its own), FSDP shards at the
-thinker's decoder layers, and the encoders are frozen by default.
+token2wav vocoder (a DiT and a BigVGAN). RL trains the thinker only: the engines load
+:class:`omni_qwen25.thinker_policy.Qwen25OmniThinkerPolicy`, which builds the thinker alone
+(its forward and FSDP units are the thinker's; the checkpoint's top-level class has no
+``forward`` of its own), and the encoders are frozen by default.
 
 Nothing heavy is imported at module import: the entry point only registers the class.
 """
@@ -20,8 +20,6 @@ from omni_contracts.chat_template import load_chat_template
 from omni_qwen25.rollout_adapter import PIPELINE
 
 ARCHITECTURE = "Qwen2_5OmniForConditionalGeneration"
-THINKER_DECODER_LAYER = "Qwen2_5OmniDecoderLayer"
-SPEECH_MODULES = ("talker", "token2wav")
 
 # LoRA defaults: attention projections of the thinker's text decoder; never the heads, the
 # encoders (the audio tower has q/k/v_proj too) or the speech stages.
@@ -47,9 +45,13 @@ class Qwen25OmniThinkerAdapter(TrainingAdapter):
         self.freeze_vision_tower = freeze_vision_tower
         self.freeze_audio_tower = freeze_audio_tower
 
+    def policy_class(self, model_config: Any) -> Any:
+        from omni_qwen25.thinker_policy import Qwen25OmniThinkerPolicy
+
+        return Qwen25OmniThinkerPolicy
+
     def get_strip_modules(self, model_config: Any) -> Sequence[str]:
-        # Without audio output the model builds no talker or token2wav to strip.
-        return SPEECH_MODULES if getattr(model_config, "enable_audio_output", True) else ()
+        return ()  # the policy class never builds the talker and token2wav
 
     def configure_processor(self, model_path: str, model_config: Any) -> Any:
         from omni_qwen25.processor import load_processor
@@ -65,33 +67,19 @@ class Qwen25OmniThinkerAdapter(TrainingAdapter):
         return tokenizer
 
     def configure_model(self, module: Any, model_config: Any) -> None:
+        from omni_qwen25.thinker_policy import Qwen25OmniThinkerPolicy
+
+        if not isinstance(module, Qwen25OmniThinkerPolicy):
+            raise TypeError(
+                f"{type(self).__name__} trains Qwen25OmniThinkerPolicy (its policy_class), got "
+                f"{type(module).__name__}; load the checkpoint with "
+                "Qwen25OmniThinkerPolicy.from_pretrained(path)."
+            )
         super().configure_model(module, model_config)
-        thinker = module.thinker
-        module.has_talker = False  # upstream's own flag for a model without talker/token2wav
-        # The trained policy is the thinker: the top-level forward (which FSDP, PEFT and
-        # the actor call) and the embedding accessors (PEFT, resizing) resolve to it.
-        module.forward = thinker.forward
-        module.get_input_embeddings = thinker.get_input_embeddings
-        module.set_input_embeddings = thinker.set_input_embeddings
-        module.get_output_embeddings = thinker.get_output_embeddings
-        module._no_split_modules = [decoder_layer_class_name()]
         if self.freeze_vision_tower:
-            thinker.visual.requires_grad_(False)
+            module.thinker.visual.requires_grad_(False)
         if self.freeze_audio_tower:
-            thinker.audio_tower.requires_grad_(False)
-
-
-def decoder_layer_class_name() -> str:
-    """The thinker's text decoder layer class, checked to exist in transformers."""
-    from transformers.models.qwen2_5_omni import modeling_qwen2_5_omni
-
-    if not hasattr(modeling_qwen2_5_omni, THINKER_DECODER_LAYER):
-        raise RuntimeError(
-            f"transformers {_transformers_version()} has no {THINKER_DECODER_LAYER} in "
-            "modeling_qwen2_5_omni; FSDP could not shard the thinker by layer. Update "
-            "omni_qwen25.training_adapter.THINKER_DECODER_LAYER for this version."
-        )
-    return THINKER_DECODER_LAYER
+            module.thinker.audio_tower.requires_grad_(False)
 
 
 def _thinker_config(model_config: Any) -> Any:
@@ -102,8 +90,3 @@ def _thinker_config(model_config: Any) -> Any:
         )
     return thinker
 
-
-def _transformers_version() -> str:
-    import transformers
-
-    return str(transformers.__version__)

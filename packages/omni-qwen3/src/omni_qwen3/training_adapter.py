@@ -1,9 +1,9 @@
 """Training adapter for the Qwen3-Omni Thinker.
 
 The checkpoint holds the thinker (text, vision and audio in; text out), the talker and the
-code2wav vocoder. RL trains the thinker only: the speech components are deleted before
-FSDP wrapping, the top-level forward and embedding accessors point at the thinker, FSDP
-shards at the thinker's decoder layers, and the encoders are frozen by default.
+code2wav vocoder. RL trains the thinker only: the engines load
+:class:`omni_qwen3.thinker_policy.Qwen3OmniThinkerPolicy`, which builds the thinker alone
+(its forward and FSDP units are the thinker's), and the encoders are frozen by default.
 
 Nothing heavy is imported at module import: the entry point only registers the class.
 """
@@ -19,8 +19,6 @@ from omni_contracts.chat_template import load_chat_template
 from omni_qwen3.rollout_adapter import PIPELINE
 
 ARCHITECTURE = "Qwen3OmniMoeForConditionalGeneration"
-THINKER_DECODER_LAYER = "Qwen3OmniMoeThinkerTextDecoderLayer"
-SPEECH_MODULES = ("talker.code_predictor", "talker", "code2wav")
 
 # LoRA defaults: attention projections of the thinker's text decoder; never the heads or
 # the encoders (their q/k/v names differ, but the exclusions make the intent explicit).
@@ -46,9 +44,13 @@ class Qwen3OmniThinkerAdapter(TrainingAdapter):
         self.freeze_vision_tower = freeze_vision_tower
         self.freeze_audio_tower = freeze_audio_tower
 
+    def policy_class(self, model_config: Any) -> Any:
+        from omni_qwen3.thinker_policy import Qwen3OmniThinkerPolicy
+
+        return Qwen3OmniThinkerPolicy
+
     def get_strip_modules(self, model_config: Any) -> Sequence[str]:
-        # Without audio output the checkpoint has no talker or code2wav to strip.
-        return SPEECH_MODULES if getattr(model_config, "enable_audio_output", True) else ()
+        return ()  # the policy class never builds the talker and code2wav
 
     def configure_processor(self, model_path: str, model_config: Any) -> Any:
         from omni_qwen3.processor import load_processor
@@ -64,32 +66,19 @@ class Qwen3OmniThinkerAdapter(TrainingAdapter):
         return tokenizer
 
     def configure_model(self, module: Any, model_config: Any) -> None:
+        from omni_qwen3.thinker_policy import Qwen3OmniThinkerPolicy
+
+        if not isinstance(module, Qwen3OmniThinkerPolicy):
+            raise TypeError(
+                f"{type(self).__name__} trains Qwen3OmniThinkerPolicy (its policy_class), got "
+                f"{type(module).__name__}; load the checkpoint with "
+                "Qwen3OmniThinkerPolicy.from_pretrained(path)."
+            )
         super().configure_model(module, model_config)
-        thinker = module.thinker
-        # The trained policy is the thinker: the top-level forward (which FSDP, PEFT and
-        # the actor call) and the embedding accessors (PEFT, resizing) resolve to it.
-        module.forward = thinker.forward
-        module.get_input_embeddings = thinker.get_input_embeddings
-        module.set_input_embeddings = thinker.set_input_embeddings
-        module.get_output_embeddings = thinker.get_output_embeddings
-        module._no_split_modules = [decoder_layer_class_name()]
         if self.freeze_vision_tower:
-            thinker.visual.requires_grad_(False)
+            module.thinker.visual.requires_grad_(False)
         if self.freeze_audio_tower:
-            thinker.audio_tower.requires_grad_(False)
-
-
-def decoder_layer_class_name() -> str:
-    """The thinker's text decoder layer class, checked to exist in transformers."""
-    from transformers.models.qwen3_omni_moe import modeling_qwen3_omni_moe
-
-    if not hasattr(modeling_qwen3_omni_moe, THINKER_DECODER_LAYER):
-        raise RuntimeError(
-            f"transformers {_transformers_version()} has no {THINKER_DECODER_LAYER} in "
-            "modeling_qwen3_omni_moe; FSDP could not shard the thinker by layer. Update "
-            "omni_qwen3.training_adapter.THINKER_DECODER_LAYER for this version."
-        )
-    return THINKER_DECODER_LAYER
+            module.thinker.audio_tower.requires_grad_(False)
 
 
 def _thinker_config(model_config: Any) -> Any:
@@ -100,8 +89,3 @@ def _thinker_config(model_config: Any) -> Any:
         )
     return thinker
 
-
-def _transformers_version() -> str:
-    import transformers
-
-    return str(transformers.__version__)

@@ -28,3 +28,24 @@ class RewardWorkerError(RewardError, RuntimeError):
 
 class RemoteScorerError(RewardError, RuntimeError):
     """The remote (HTTP) scorer failed after its retries, or answered malformed JSON."""
+
+
+class InvalidSpeechSampleError(RewardError, ValueError):
+    """A speech sample cannot be scored (e.g. the duration reward got a text with no words)."""
+
+
+class InvalidWaveformError(InvalidSpeechSampleError):
+    """A waveform cannot be scored: empty, not 1-D, not floating point, NaN/infinite samples,
+    or a sample rate that is not a positive integer. Counted per batch, never scored 0 silently."""
+
+
+class UnknownAudioRewardError(RewardError, LookupError):
+    """No audio reward is registered under a name."""
+
+
+class AudioRewardConfigError(RewardError, ValueError):
+    """A list of audio reward specs is invalid (every problem is listed in one message)."""
+
+
+class AudioRewardError(RewardError, RuntimeError):
+    """One component of a combined audio reward failed on a sample (the cause is chained)."""

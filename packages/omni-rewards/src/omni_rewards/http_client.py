@@ -1,14 +1,27 @@
 """A client for a remote reward service speaking JSON over HTTP.
 
-Wire format: ``POST <url>`` with ``{"requests": [{"data_source", "solution_str",
-"ground_truth", "extra_info"}, ...]}``; the service answers ``{"results": [{"score": ...,
-<sub-metric>: ...}, ...]}``, one result per request, in order. Requests go in batches of
-``batch_size``, concurrently over a pool of keep-alive connections; connection errors,
-timeouts and 408/429/5xx answers are retried with exponential backoff, a bounded number of
-times. ``timeout_s`` is a deadline for each attempt as a whole (connecting, sending, waiting
-and reading every byte), so a server that trickles its answer cannot hold a caller longer. A
-pooled keep-alive connection that the server has closed meanwhile is reopened; that is not
-a failed attempt.
+Wire format: ``POST <url>`` with ``{"requests": [<request>, ...]}``; the service answers
+``{"results": [{"score": ..., <sub-metric>: ...}, ...]}``, one result per request, in order.
+A request is one of:
+
+- text (:class:`ScoreRequest`): ``{"data_source", "solution_str", "ground_truth",
+  "extra_info"}``;
+- speech (:class:`omni_rewards.audio.AudioScoreRequest`): ``{"audio_wav_b64": <base64 of a
+  mono 16-bit PCM WAV file>, "sample_rate": <int, also in the WAV header>, "text": <what the
+  talker spoke>, "ground_truth": <str or null>}``; the WAV encoding is documented in
+  ``omni_rewards.audio.wav``. A service is written for one kind.
+
+Requests go in batches of ``batch_size``, concurrently over a pool of keep-alive
+connections; connection errors, timeouts and 408/429/5xx answers are retried with
+exponential backoff, a bounded number of times. ``timeout_s`` is a deadline for each attempt
+as a whole (connecting, sending, waiting and reading every byte), so a server that trickles
+its answer cannot hold a caller longer. A pooled keep-alive connection that the server has
+closed meanwhile is reopened; that is not a failed attempt.
+
+Fail-closed: a batch that still fails after its retries, a malformed answer, or a result
+without a finite numeric ``"score"`` is a :class:`RemoteScorerError`, never a 0.
+:meth:`HttpScorerClient.score_batch` raises the first; :meth:`HttpScorerClient.score_each`
+returns each request's result or error, so a caller can count failures per sample.
 """
 
 from __future__ import annotations
@@ -24,11 +37,11 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from omni_rewards.api import normalise_output
-from omni_rewards.errors import RemoteScorerError
+from omni_rewards.errors import RemoteScorerError, RewardError
 
 # A pooled connection failing like this was closed by the server while idle (keep-alive
 # expiry): the request is sent again on a new connection, once, without counting a failure.
@@ -87,9 +100,17 @@ class HttpScorerConfig:
             raise ValueError("Invalid HttpScorerConfig: " + "; ".join(problems) + ".")
 
 
+class WireRequest(Protocol):
+    """One sample as the service receives it (the module docstring lists the kinds)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The request's JSON object; raises a ``RewardError`` if the sample cannot be sent."""
+        ...
+
+
 @dataclass(frozen=True)
 class ScoreRequest:
-    """One sample to score remotely."""
+    """One text sample to score remotely."""
 
     data_source: str
     solution_str: str
@@ -134,21 +155,50 @@ class HttpScorerClient:
         request = ScoreRequest(data_source, solution_str, ground_truth, extra_info)
         return self.score_batch([request])[0]
 
-    def score_batch(self, requests: Sequence[ScoreRequest]) -> list[dict[str, float]]:
+    def score_batch(self, requests: Sequence[WireRequest]) -> list[dict[str, float]]:
         """Score ``requests`` (in batches, concurrently); results in input order.
 
         Raises:
             RemoteScorerError: a batch still failed after the retries, the service refused
                 it (4xx other than 408 and 429), or it answered something other than one result
                 with a numeric ``"score"`` per request.
+            RewardError: a request could not be encoded (e.g. ``InvalidWaveformError``).
         """
+        results = self.score_each(requests)
+        for result in results:
+            if isinstance(result, RewardError):
+                raise result
+        return [result for result in results if not isinstance(result, RewardError)]
+
+    def score_each(
+        self, requests: Sequence[WireRequest]
+    ) -> list[dict[str, float] | RewardError]:
+        """Like :meth:`score_batch`, but each request gets its own result or error.
+
+        A request that cannot be encoded gets its ``RewardError`` and is not sent; a batch
+        that failed (after the retries) or was answered malformed gives every request in it
+        that batch's :class:`RemoteScorerError`; a result without a finite ``"score"`` gives
+        its request a :class:`RemoteScorerError`. Never a 0 in place of an error.
+        """
+        outcomes: list[dict[str, float] | RewardError | None] = [None] * len(requests)
+        encoded: list[tuple[int, dict[str, Any]]] = []
+        for position, request in enumerate(requests):
+            try:
+                encoded.append((position, request.to_json()))
+            except RewardError as exc:
+                outcomes[position] = exc
         size = self.config.batch_size
-        batches = [list(requests[i : i + size]) for i in range(0, len(requests), size)]
-        if len(batches) <= 1:
-            return self._score_one_batch(batches[0]) if batches else []
-        with ThreadPoolExecutor(min(self.config.pool_size, len(batches))) as executor:
-            answers = list(executor.map(self._score_one_batch, batches))
-        return [result for answer in answers for result in answer]
+        batches = [encoded[i : i + size] for i in range(0, len(encoded), size)]
+        bodies = [[body for _, body in batch] for batch in batches]
+        if len(bodies) <= 1:
+            answers = [self._score_one_batch(batch) for batch in bodies]
+        else:
+            with ThreadPoolExecutor(min(self.config.pool_size, len(bodies))) as executor:
+                answers = list(executor.map(self._score_one_batch, bodies))
+        for batch, answer in zip(batches, answers, strict=True):
+            for index, (position, _) in enumerate(batch):
+                outcomes[position] = answer if isinstance(answer, RewardError) else answer[index]
+        return [outcome for outcome in outcomes if outcome is not None]
 
     def close(self) -> None:
         """Close the pooled connections."""
@@ -164,20 +214,30 @@ class HttpScorerClient:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _score_one_batch(self, batch: list[ScoreRequest]) -> list[dict[str, float]]:
-        body = json.dumps({"requests": [r.to_json() for r in batch]}).encode()
-        payload = self._post_with_retries(body)
+    def _score_one_batch(
+        self, batch: list[dict[str, Any]]
+    ) -> list[dict[str, float] | RewardError] | RemoteScorerError:
+        """Each request's result or error, or the error of the batch as a whole."""
+        try:
+            payload = self._post_with_retries(json.dumps({"requests": batch}).encode())
+        except RemoteScorerError as exc:
+            return exc
         results = payload.get("results") if isinstance(payload, dict) else None
         if not isinstance(results, list) or len(results) != len(batch):
             got = f"{len(results)} results" if isinstance(results, list) else _short(payload)
-            raise RemoteScorerError(
+            return RemoteScorerError(
                 f"The reward service at {self.config.url} must answer "
                 f'{{"results": [...]}} with one result per request; sent {len(batch)}, got {got}.'
             )
+        return [self._check_result(result) for result in results]
+
+    def _check_result(self, result: object) -> dict[str, float] | RewardError:
         try:
-            return [normalise_output(result, "the reward service") for result in results]
+            return normalise_output(result, "the reward service")
         except ValueError as exc:
-            raise RemoteScorerError(f"The reward service at {self.config.url}: {exc}") from exc
+            error = RemoteScorerError(f"The reward service at {self.config.url}: {exc}")
+            error.__cause__ = exc
+            return error
 
     def _post_with_retries(self, body: bytes) -> Any:
         attempts = self.config.max_retries + 1

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from omni_rewards.api import run_scorer
 from omni_rewards.equivalence import warm_up
 from omni_rewards.errors import UnknownDataSourceError
-from omni_rewards.metrics import DATA_PROBLEMS, batch_metrics
+from omni_rewards.metrics import DATA_PROBLEMS, batch_metrics, report_failures
 from omni_rewards.outcomes import BatchResult, SampleOutcome
 from omni_rewards.pool import StartMethod, Task, TaskOutcome, TimedWorkerPool
 from omni_rewards.registry import SCORERS, ScorerRegistry
@@ -164,7 +164,7 @@ class RewardManager:
         outcomes = [
             self._outcome(source, by_position.get(i)) for i, source in enumerate(data_sources)
         ]
-        errors = self._report_failures(outcomes)
+        errors = report_failures(outcomes, self.config.max_logged_errors)
         metrics = batch_metrics(outcomes)
         if metrics[DATA_PROBLEMS]:
             logger.warning(
@@ -194,18 +194,3 @@ class RewardManager:
         if ran.status == "ok":
             return SampleOutcome(source, "ok", ran.value)
         return SampleOutcome(source, ran.status, {"score": 0.0}, ran.error)
-
-    def _report_failures(self, outcomes: Sequence[SampleOutcome]) -> list[str]:
-        failures = [(i, o) for i, o in enumerate(outcomes) if o.status != "ok"]
-        messages = [
-            f"sample {i} ({o.data_source}) {o.status}, scored 0: {o.error}"
-            for i, o in failures[: self.config.max_logged_errors]
-        ]
-        for message in messages:
-            logger.warning("reward %s", message)
-        if len(failures) > len(messages):
-            logger.warning(
-                "reward: %d more failed samples in this batch (counted in the metrics, not logged)",
-                len(failures) - len(messages),
-            )
-        return messages

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -10,6 +11,8 @@ from omni_rewards.outcomes import SampleOutcome
 FAILURE_COUNTERS = {"timeout": "timeouts", "error": "errors", "skipped": "skipped"}
 DATA_PROBLEM_KEY = "data_problem"
 DATA_PROBLEMS = "reward/data_problems"
+
+logger = logging.getLogger("omni_rewards")
 
 
 def batch_metrics(outcomes: Sequence[SampleOutcome]) -> dict[str, float]:
@@ -49,6 +52,23 @@ def batch_metrics(outcomes: Sequence[SampleOutcome]) -> dict[str, float]:
             values = [o.result[key] for o in scored if key in o.result]
             metrics[f"reward/{source}/{key}/mean"] = sum(values) / len(values)
     return metrics
+
+
+def report_failures(outcomes: Sequence[SampleOutcome], max_logged: int) -> list[str]:
+    """Log the first ``max_logged`` failed samples (and how many more); return those messages."""
+    failures = [(i, o) for i, o in enumerate(outcomes) if o.status != "ok"]
+    messages = [
+        f"sample {i} ({o.data_source}) {o.status}, scored 0: {o.error}"
+        for i, o in failures[:max_logged]
+    ]
+    for message in messages:
+        logger.warning("reward %s", message)
+    if len(failures) > len(messages):
+        logger.warning(
+            "reward: %d more failed samples in this batch (counted in the metrics, not logged)",
+            len(failures) - len(messages),
+        )
+    return messages
 
 
 def _counter_names() -> list[str]:

@@ -18,7 +18,18 @@ be a module-level function (picklable by reference).
 
 
 class ScorerRegistry:
-    """Maps a ``data_source`` string to its scorer."""
+    """Maps a ``data_source`` string to its scorer.
+
+    Subclasses that hold scorers of another call shape (``omni_rewards.audio``) override the
+    class attributes below, which only shape the messages, and :meth:`_miss_message`.
+    """
+
+    key_name = "data_source"
+    """What a key is, for messages."""
+    call_shape = "scorer(solution_str, ground_truth, extra_info=None, **kwargs)"
+    """How a registered scorer is called, for messages."""
+    miss_error: type[LookupError] = UnknownDataSourceError
+    """Raised on a lookup miss."""
 
     def __init__(self) -> None:
         self._scorers: dict[str, Scorer] = {}
@@ -35,21 +46,21 @@ class ScorerRegistry:
         if not callable(scorer):
             raise ScorerRegistrationError(
                 f"Cannot register {scorer!r} for {keys}: a scorer must be callable as "
-                "scorer(solution_str, ground_truth, extra_info=None, **kwargs)."
+                f"{self.call_shape}."
             )
         if not keys or any(not isinstance(k, str) or not k for k in keys):
             raise ScorerRegistrationError(
-                f"Cannot register {_name(scorer)} under {keys!r}: data sources must be "
-                "non-empty strings."
+                f"Cannot register {_name(scorer)} under {keys!r}: {self.key_name} keys "
+                "must be non-empty strings."
             )
         with self._lock:
             for key in keys:
                 holder = self._scorers.get(key)
                 if holder is not None and holder is not scorer:
                     raise ScorerRegistrationError(
-                        f"Duplicate scorer for data_source {key!r}: {_name(scorer)} cannot "
+                        f"Duplicate scorer for {self.key_name} {key!r}: {_name(scorer)} cannot "
                         f"replace {_name(holder)}, which is already registered. Remove it "
-                        "first (registry.remove) or register under another data_source."
+                        f"first (registry.remove) or register under another {self.key_name}."
                     )
             for key in keys:
                 self._scorers[key] = scorer
@@ -64,21 +75,22 @@ class ScorerRegistry:
         return decorate
 
     def remove(self, data_source: str) -> None:
-        """Unregister ``data_source``; a miss raises :class:`UnknownDataSourceError`."""
+        """Unregister ``data_source``; a miss raises :attr:`miss_error`."""
         with self._lock:
             if data_source not in self._scorers:
-                raise UnknownDataSourceError(self._miss_message(data_source))
+                raise self.miss_error(self._miss_message(data_source))
             del self._scorers[data_source]
 
     def get(self, data_source: str) -> Scorer:
         """The scorer for ``data_source``.
 
         Raises:
-            UnknownDataSourceError: nothing is registered for it; the message lists what is.
+            UnknownDataSourceError: nothing is registered for it; the message lists what is
+                (:attr:`miss_error` in a subclass).
         """
         scorer = self._scorers.get(data_source)
         if scorer is None:
-            raise UnknownDataSourceError(self._miss_message(data_source))
+            raise self.miss_error(self._miss_message(data_source))
         return scorer
 
     def __contains__(self, data_source: object) -> bool:

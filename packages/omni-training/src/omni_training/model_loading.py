@@ -1,9 +1,9 @@
 """Build the trainable policy from a checkpoint through its training adapter.
 
-Order (the contract's): register auto classes -> load (onto the run's device, in its
-dtype) -> ``configure_model`` (strip, redirect, freeze) -> gradient checkpointing -> LoRA
-injection. FSDP wrapping, when an engine does it, comes after (verl's FSDP engine keeps
-the same order).
+Order (the contract's): register auto classes -> load (the adapter's ``policy_class`` when
+it names one, else an auto class; onto the run's device, in its dtype) -> ``configure_model``
+(strip, freeze) -> gradient checkpointing -> LoRA injection. FSDP wrapping, when an engine
+does it, comes after (verl's FSDP engine keeps the same order).
 """
 
 from __future__ import annotations
@@ -67,9 +67,9 @@ def enable_gradient_checkpointing(model: Any, *, lora: bool) -> None:
 
 
 def _from_pretrained(model_path: str, adapter: TrainingAdapter, config: Any, dtype: str, device: str = "cpu") -> Any:
-    """Load through the adapter's ``auto_model_class``; without one, through
-    :data:`DEFAULT_AUTO_CLASS`, falling back to ``AutoModelForCausalLM`` for a text-only
-    causal LM the multimodal auto class does not own.
+    """Load with the adapter's ``policy_class``; without one, through its
+    ``auto_model_class`` or :data:`DEFAULT_AUTO_CLASS`, falling back to
+    ``AutoModelForCausalLM`` for a text-only causal LM the multimodal auto class does not own.
 
     Raises:
         ValueError: no auto class owns the checkpoint's config class (names the adapter
@@ -79,6 +79,9 @@ def _from_pretrained(model_path: str, adapter: TrainingAdapter, config: Any, dty
 
     # On a GPU the weights load straight onto it (no full copy in host memory first).
     placement: dict[str, Any] = {} if device == "cpu" else {"device_map": {"": device}}
+    policy_class = adapter.policy_class(config)
+    if policy_class is not None:
+        return policy_class.from_pretrained(model_path, dtype=DTYPES[dtype], **placement)
     names = _auto_class_names(adapter)
     for name in names:
         try:
@@ -112,6 +115,11 @@ def count_parameters(config: Any, adapter: TrainingAdapter, lora: LoraSettings) 
     adapter.register_auto_classes()
     model = None
     names = _auto_class_names(adapter)
+    policy_class = adapter.policy_class(config)
+    if policy_class is not None:
+        with torch.device("meta"):
+            model = policy_class._from_config(config)
+        names = []
     for name in names:
         try:
             with torch.device("meta"):

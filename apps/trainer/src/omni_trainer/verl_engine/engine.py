@@ -5,8 +5,8 @@ verl's FSDP engine builds the actor (and the reference model) as: HF load -> dro
 (``_build_module``), then LoRA (``_build_lora_module``), then FSDP wrapping by
 ``_no_split_modules`` (``_build_fsdp_module``), then the optimizer. This engine runs the
 adapter in that sequence: ``register_auto_classes`` before the load, and
-``configure_model`` (strip the inference-only stages, redirect the forward, set
-``_no_split_modules``, freeze encoders) right after ``_build_module`` -- before LoRA and
+``configure_model`` (strip what the loaded class built but training does not use, freeze
+encoders) right after ``_build_module`` -- before LoRA and
 before FSDP wrapping, as the adapter contract requires.
 
 It is registered under its own ``model_type`` (``omni_language_model``, set by the
@@ -39,18 +39,24 @@ def ensure_tie_word_embeddings(hf_config: Any) -> None:
 
 
 def ensure_auto_class(hf_config: Any, adapter: Any) -> None:
-    """Make the auto class verl picks (``get_hf_auto_model_class``) own this config.
+    """Make the auto class verl picks (``get_hf_auto_model_class``) load the class the local
+    engine loads: the adapter's ``policy_class``, else its ``auto_model_class`` or
+    ``AutoModelForMultimodalLM``.
 
-    verl resolves ``AutoModel`` for configs it does not know (Qwen3-Omni's among them),
-    which cannot load ``Qwen3OmniMoeConfig``. The class the local engine loads -- the
-    adapter's ``auto_model_class`` or ``AutoModelForMultimodalLM`` -- is registered for the
-    config with transformers' own ``Auto*.register``, so both engines load the same class.
+    verl's loader calls ``auto_class.from_pretrained(path, config=hf_config)`` and resolves
+    ``AutoModel`` for configs it does not know (Qwen3-Omni's among them). The class is
+    registered for the config with transformers' own ``Auto*.register``. The registration is
+    process-wide; in verl's worker processes every load of this config is the policy's.
     """
     import transformers
     from verl.utils.model import get_hf_auto_model_class
 
     verl_auto = get_hf_auto_model_class(hf_config=hf_config)
     config_cls = type(hf_config)
+    policy_class = adapter.policy_class(hf_config)
+    if policy_class is not None:
+        verl_auto.register(config_cls, policy_class, exist_ok=True)
+        return
     if auto_class_owns(verl_auto, config_cls):
         return
     ours = getattr(transformers, adapter.auto_model_class or DEFAULT_AUTO_CLASS)

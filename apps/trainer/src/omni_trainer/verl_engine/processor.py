@@ -13,6 +13,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from omni_contracts import require_omni_processor
 from omni_trainer.placeholders import placeholder_token_ids
 from omni_trainer.verl_engine.adapters import training_adapter
 from omni_trainer.verl_engine.settings import VerlSettings
@@ -24,7 +25,10 @@ def adapter_processor(settings: VerlSettings) -> Any:
     from transformers import AutoConfig
 
     hf_config = AutoConfig.from_pretrained(settings.model_path)
-    return training_adapter(hf_config, settings).configure_processor(settings.model_path, hf_config)
+    adapter = training_adapter(hf_config, settings)
+    processor = adapter.configure_processor(settings.model_path, hf_config)
+    require_omni_processor(processor, adapter)
+    return processor
 
 
 def banned_token_ids(processor: Any) -> list[int]:

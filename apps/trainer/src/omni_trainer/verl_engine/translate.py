@@ -61,7 +61,7 @@ def settings_for(config: Config, model_path: str) -> VerlSettings:
     return VerlSettings(
         model_path=model_path, stage=model.stage,
         freeze_vision_tower=model.freeze_vision_tower, freeze_audio_tower=model.freeze_audio_tower,
-        pipeline_name=rollout.pipeline_name, pipeline_mode=rollout.pipeline_mode,
+        pipeline_name=rollout.pipeline(), pipeline_mode=rollout.pipeline_mode,
     )
 
 
@@ -216,7 +216,7 @@ def _values(
         "actor_rollout_ref.rollout.agent.default_agent_loop": AGENT_LOOPS[rollout.agent.default_agent_loop],
         "actor_rollout_ref.rollout.agent.agent_loop_manager_class": AGENT_LOOP_MANAGER,
         "actor_rollout_ref.rollout.engine_kwargs.vllm_omni": {
-            "pipeline_name": rollout.pipeline_name, "pipeline_mode": rollout.pipeline_mode,
+            "pipeline_name": rollout.pipeline(), "pipeline_mode": rollout.pipeline_mode,
         },
         "algorithm.adv_estimator": algorithm.adv_estimator,
         "algorithm.norm_adv_by_std_in_grpo": algorithm.norm_adv_by_std_in_grpo,

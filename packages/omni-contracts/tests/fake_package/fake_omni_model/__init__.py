@@ -66,6 +66,19 @@ class FakeProcessor:
     def __init__(self) -> None:
         self.tokenizer = FakeTokenizer()
 
+    @property
+    def pad_token_ids(self) -> tuple[int, int, int]:
+        return (90, 91, 92)
+
+    def dedup_pad_tokens(self, prompt_ids: Any) -> Any:
+        return prompt_ids
+
+    def get_rope_index(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("the fake model has no positions")
+
+    def get_rope_index_kwargs(self, multi_modal_inputs: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
 
 @TrainingAdapter.register(FAKE_ARCH, stage="thinker")
 class FakeThinkerAdapter(TrainingAdapter):

@@ -1,0 +1,28 @@
+"""The thinker of a Qwen3-Omni checkpoint as a model of its own: what the trainer loads.
+
+Only ``thinker`` is built, so the talker and code2wav are neither allocated nor read from
+the checkpoint; parameter names keep the checkpoint's ``thinker.`` prefix. Importing this
+module imports transformers' Qwen3-Omni modelling code (tens of seconds cold): the training
+adapter imports it only when a model is loaded.
+"""
+
+from __future__ import annotations
+
+from transformers import Qwen3OmniMoeConfig
+from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
+    Qwen3OmniMoePreTrainedModel,
+    Qwen3OmniMoeThinkerForConditionalGeneration,
+)
+
+from omni_contracts.thinker_policy import ThinkerPolicyMixin
+
+THINKER_DECODER_LAYER = "Qwen3OmniMoeThinkerTextDecoderLayer"
+
+
+class Qwen3OmniThinkerPolicy(ThinkerPolicyMixin, Qwen3OmniMoePreTrainedModel):
+    """``Qwen3OmniMoeForConditionalGeneration`` without its speech stages."""
+
+    config_class = Qwen3OmniMoeConfig
+    thinker_class = Qwen3OmniMoeThinkerForConditionalGeneration
+    thinker_decoder_layer = THINKER_DECODER_LAYER
+    _keys_to_ignore_on_load_unexpected = [r"^talker\.", r"^code2wav\."]
