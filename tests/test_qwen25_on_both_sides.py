@@ -1,11 +1,12 @@
 """The tiny Qwen2.5-Omni (omni-qwen25) through the engines with no change outside its
-package: the actor's log-probs see the audio, and `trainer` trains it on text, image and
-audio rows with generation-time and recomputed log-probs agreeing for each modality."""
+package: the actor's log-probs see the audio, and `trainer` trains it on text, image, audio
+and video rows with generation-time and recomputed log-probs agreeing for each modality."""
 
 from __future__ import annotations
 
 import io
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,9 @@ def write_rows(root: Path) -> Path:
 
     from omni_data import rl_row, write_rl_parquet
 
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_data_qwen3_processor import write_mp4
+
     picture = io.BytesIO()
     Image.fromarray(np.random.default_rng(1).integers(0, 256, (56, 84, 3), dtype=np.uint8)).save(picture, format="PNG")
     sf.write(root / "tone.wav", tone(440.0), 16_000)
@@ -69,6 +73,7 @@ def write_rows(root: Path) -> Path:
         row("What is 2 + 2?", 4),
         row("<image>How many apples?", 3, images=[{"bytes": picture.getvalue(), "path": "a.png"}]),
         row("<audio>How many beeps?", 1, audios=[str(root / "tone.wav")]),
+        row("<video>What moves?", 2, videos=[write_mp4(root / "clip.mp4", frames=8, fps=4, size=56)]),
     ]
     return write_rl_parquet(rows, root / "train.parquet")
 
@@ -89,12 +94,12 @@ def test_trainer_trains_the_tiny_model_per_modality(tiny: Path, tmp_path: Path) 
         f"reward.custom_reward_function.path={scorer}", "reward.num_workers=1",
         "data.train_batch_size=1", "data.shuffle=false", "actor_rollout_ref.rollout.n=8",
         "actor_rollout_ref.actor.ppo_mini_batch_size=1", "data.max_response_length=8",
-        "actor_rollout_ref.actor.optim.lr=1e-2", "trainer.total_training_steps=3",
+        "actor_rollout_ref.actor.optim.lr=1e-2", "trainer.total_training_steps=4",
         "trainer.val_before_train=false", f"trainer.default_local_dir={run}",
     ]) == 0
     steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     steps = [step for step in steps if step["step"] >= 1]
-    assert [step["step"] for step in steps] == [1.0, 2.0, 3.0]  # text, image, audio
-    for modality, step in zip(("text", "image", "audio"), steps, strict=True):
+    assert [step["step"] for step in steps] == [1.0, 2.0, 3.0, 4.0]  # text, image, audio, video
+    for modality, step in zip(("text", "image", "audio", "video"), steps, strict=True):
         assert step["training/rollout_actor_probs_pearson_corr"] >= 0.999, modality
         assert step["actor/grad_norm"] > 0, modality

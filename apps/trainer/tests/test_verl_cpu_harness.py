@@ -46,10 +46,13 @@ def run_harness(out_dir: Path, *flags: str) -> dict[str, Any]:
     return report
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["padded", "remove_padding"])
+@pytest.fixture(
+    scope="module",
+    params=[("--model", "qwen3"), ("--model", "qwen3", "--remove-padding"), ("--model", "qwen25", "--remove-padding")],
+    ids=["qwen3-padded", "qwen3-remove_padding", "qwen25-remove_padding"],
+)
 def report(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    flags = ("--remove-padding",) if request.param else ()
-    return run_harness(tmp_path_factory.mktemp("verl-harness"), *flags)
+    return run_harness(tmp_path_factory.mktemp("verl-harness"), *request.param)
 
 
 def row_of(report: dict[str, Any], modality: str) -> dict[str, Any]:
@@ -59,6 +62,10 @@ def row_of(report: dict[str, Any], modality: str) -> dict[str, Any]:
 
 def test_verl_built_our_engine_under_fsdp2(report: dict[str, Any]) -> None:
     assert report["engine_class"] == "OmniFSDPEngine"
+    # The model package chose the policy class and the rollout pipeline; nothing else did.
+    assert (report["pipeline"], report["policy_class"]) in {
+        ("qwen3_omni_moe", "Qwen3OmniThinkerPolicy"), ("qwen2_5_omni", "Qwen25OmniThinkerPolicy"),
+    }
     assert report["module_class"].startswith("FSDP")  # verl's fully_shard wrapped it
 
 

@@ -1,6 +1,6 @@
 """verl's own code on our data, on the CPU: the batch verl's actor receives, and its log-probs.
 
-Run as a script (``python verl_cpu_harness.py OUT_DIR [--remove-padding]``) by
+Run as a script (``python verl_cpu_harness.py OUT_DIR [--remove-padding] [--model qwen25]``) by
 ``test_verl_cpu_harness.py``, in a process of its own: verl picks its device platform once
 per process, and this one must be the CPU platform of ``verl_cpu_platform``.
 
@@ -19,6 +19,9 @@ What runs is verl 0.9.1's code, unchanged, with our registered classes:
    process, in fp32;
 4. the local engine (omni-training's ``Actor`` on the same rows through omni-data) on the
    same prompt and response tokens: the oracle.
+
+``--model`` picks the tiny checkpoint: Qwen3-Omni (default) or Qwen2.5-Omni, whose package
+plugs into the same verl classes with nothing changed outside it.
 
 The JSON report holds, per row, what the test asserts; nothing is judged here.
 """
@@ -58,7 +61,17 @@ class FixedTokenServer:
         return TokenOutput(token_ids=list(RESPONSE), log_probs=[0.0] * len(RESPONSE), stop_reason="completed", extra_fields={})
 
 
-def main(out_dir: Path, remove_padding: bool) -> None:
+def build_tiny(model: str, out_dir: Path) -> str:
+    if model == "qwen25":
+        from omni_qwen25.tiny import build_tiny_qwen25_omni
+
+        return str(build_tiny_qwen25_omni(out_dir / "tiny", seed=0))
+    from omni_qwen3.tiny import build_tiny_qwen3_omni
+
+    return str(build_tiny_qwen3_omni(out_dir / "tiny", seed=0))
+
+
+def main(out_dir: Path, remove_padding: bool, model: str) -> None:
     sys.path.insert(0, str(HERE))
     from verl_cpu_platform import use_cpu_platform
 
@@ -67,13 +80,12 @@ def main(out_dir: Path, remove_padding: bool) -> None:
     import torch
     from omegaconf import open_dict
 
-    from omni_qwen3.tiny import build_tiny_qwen3_omni
     from omni_trainer.config import load_config
     from omni_trainer.verl_engine.settings import SETTINGS_ENV
     from omni_trainer.verl_engine.translate import settings_for, to_verl_config
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    tiny = str(build_tiny_qwen3_omni(out_dir / "tiny", seed=0))
+    tiny = build_tiny(model, out_dir)
     data = write_rows(out_dir)
     config = load_config([
         f"actor_rollout_ref.model.path={tiny}", f"data.train_files=[{data}]", "trainer.engine=verl",
@@ -148,7 +160,10 @@ def main(out_dir: Path, remove_padding: bool) -> None:
     hf_architecture = json.loads((Path(tiny) / "config.json").read_text())["architectures"][0]
     actor = Actor.from_pretrained(tiny, get_training_adapter(hf_architecture, "thinker"), settings=ActorSettings(loss_mode="gspo"))
 
-    report: dict[str, Any] = {"engine_class": type(engine).__name__, "module_class": type(engine.module).__name__, "rows": []}
+    report: dict[str, Any] = {
+        "engine_class": type(engine).__name__, "module_class": type(engine.module).__name__,
+        "policy_class": type(actor.model).__name__, "pipeline": config.actor_rollout_ref.rollout.pipeline(), "rows": [],
+    }
     for i, modality in enumerate(MODALITIES):
         ours = dataset.dataset[i]
         mask = output.batch["attention_mask"][i].bool()
@@ -190,4 +205,6 @@ def main(out_dir: Path, remove_padding: bool) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), remove_padding="--remove-padding" in sys.argv[2:])
+    flags = sys.argv[2:]
+    main(Path(sys.argv[1]), remove_padding="--remove-padding" in flags,
+         model=flags[flags.index("--model") + 1] if "--model" in flags else "qwen3")
