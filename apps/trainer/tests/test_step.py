@@ -62,7 +62,7 @@ def test_prompts_with_equal_data_indices_form_separate_groups() -> None:
     # so every advantage is 0. (Grouped by the shared index they would be +-0.87.)
     rewards = torch.tensor([[1.0], [1.0], [0.0], [0.0]])
     mask = torch.ones(4, 1)
-    batch = TrainBatch(micro=[], mask=mask, actor_log_probs=torch.zeros(4, 1), token_rewards=rewards)
+    batch = TrainBatch(micro=[], mask=mask, token_rewards=rewards)
     advantages = advantage_phase(step_parts, rollouts, batch)
     assert torch.equal(advantages, torch.zeros(4, 1))
 
@@ -80,3 +80,24 @@ def test_a_stop_before_the_update_discards_the_step() -> None:
         train_step(step_parts, 7, [prompt(0)], stop_requested=lambda: True)
     assert step_parts.engine.calls == 1  # type: ignore[attr-defined]
 
+
+
+@pytest.mark.parametrize(
+    ("overrides", "samples", "expected"),
+    [
+        ([], 16, True),  # the defaults: one epoch over one mini-batch of 8 prompts x n=2
+        (["actor_rollout_ref.actor.old_log_prob=recompute"], 16, False),
+        (["actor_rollout_ref.actor.ppo_epochs=2"], 16, False),  # the second epoch is off-policy
+        (["actor_rollout_ref.actor.ppo_mini_batch_size=4"], 16, False),  # two optimizer steps
+        (["algorithm.use_kl_in_reward=true"], 16, False),  # the reward needs them first
+        (["actor_rollout_ref.actor.use_kl_loss=true"], 16, True),  # reference log-probs only
+    ],
+)
+def test_only_on_policy_steps_take_old_log_probs_from_the_update(
+    overrides: list[str], samples: int, expected: bool
+) -> None:
+    from omni_trainer.step import takes_old_log_probs_from_update
+
+    step_parts = parts()
+    step_parts.config = load_config(["actor_rollout_ref.rollout.n=2", *overrides])
+    assert takes_old_log_probs_from_update(step_parts, samples) is expected

@@ -118,6 +118,35 @@ def test_micro_batches_accumulate_to_the_full_batch(tiny_lm_path: Path, tiny_ada
         torch.testing.assert_close(p, q, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("loss_mode", ["vanilla", "gspo"])
+def test_on_policy_update_takes_old_log_probs_from_its_own_forward(
+    tiny_lm_path: Path, tiny_adapter: TrainingAdapter, loss_mode: str
+) -> None:
+    """One pass fewer, the same step: the update's detached log-probs equal a separate
+    pass's, and loss, gradients and parameters follow."""
+    settings = ActorSettings(loss_mode=loss_mode)
+    def make() -> Actor:
+        torch.manual_seed(0)  # the same LoRA initialisation for both
+        return Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LORA, optim=FAST, settings=settings)
+
+    separate, fused = make(), make()
+    recomputed = split(make_batch(3), [slice(0, 2), slice(2, 4)])
+    for mb, old in zip(recomputed, separate.compute_log_probs(recomputed), strict=True):
+        mb.old_log_probs = old
+    on_policy = split(make_batch(3), [slice(0, 2), slice(2, 4)])
+    m_separate = separate.update(recomputed)
+    m_fused = fused.update(on_policy, on_policy=True)
+    for mb, reference in zip(on_policy, recomputed, strict=True):
+        assert mb.old_log_probs is not None and mb.old_log_probs.device.type == "cpu"
+        torch.testing.assert_close(mb.old_log_probs, reference.old_log_probs, rtol=0, atol=1e-6)
+    for key in ("actor/pg_loss", "actor/grad_norm", "actor/ppo_kl", "actor/pg_clipfrac"):
+        assert m_fused[key] == pytest.approx(m_separate[key], rel=1e-5, abs=1e-7), key
+    for p, q in zip(separate.model.parameters(), fused.model.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="already set"):
+        fused.update(on_policy, on_policy=True)  # old log-probs of an earlier policy: not on-policy
+
+
 def test_generation_log_probs_match_the_actor(tiny_lm_path: Path, tiny_adapter: TrainingAdapter) -> None:
     from transformers import GenerationConfig
 

@@ -101,6 +101,10 @@ class ActorConfig:
     entropy_coeff: float = 0.0
     grad_clip: float = 1.0
     dtype: str = "auto"  # local engine: auto (bfloat16 on a GPU, float32 on the CPU) | float32 | bfloat16
+    # Local engine. auto: when the step is on-policy (one epoch, one mini-batch, no KL reward,
+    # no teacher) the update's own forward gives the old log-probs (detached), one actor
+    # pass fewer with the same loss and gradients; recompute: always a separate pass first.
+    old_log_prob: str = "auto"  # auto | recompute
     optim: OptimConfig = field(default_factory=OptimConfig)
 
 
@@ -334,6 +338,7 @@ CHOICES = {
     "trainer.device": ("auto", "cpu", "cuda", "npu"),
     "data.on_bad_row": ("raise", "skip"),
     "actor_rollout_ref.actor.dtype": ("auto", "float32", "bfloat16"),
+    "actor_rollout_ref.actor.old_log_prob": ("auto", "recompute"),
     "actor_rollout_ref.actor.optim.lr_scheduler_type": ("constant", "cosine"),
     "reward.on_unknown_data_source": ("raise", "skip"),
     "actor_rollout_ref.actor.strategy": ("fsdp", "fsdp2"),

@@ -79,7 +79,6 @@ class TrainBatch:
 
     micro: list[MicroBatch]
     mask: torch.Tensor  # [B, T] response mask, padded to the longest response
-    actor_log_probs: torch.Tensor  # [B, T] old log-probs of the actor
     token_rewards: torch.Tensor  # [B, T] score on the last response token (minus KL if in reward)
     metrics: dict[str, float] = field(default_factory=dict)
 
@@ -116,20 +115,41 @@ def score_phase(parts: StepParts, rollouts: Rollouts) -> Scores:
     return Scores(scores, accuracy, dict(scored.metrics))
 
 
-def logprob_phase(parts: StepParts, rollouts: Rollouts, scores: Scores) -> TrainBatch:
-    """Old log-probs (and the rollout/actor consistency), teacher log-probs when distilling,
-    reference log-probs when a KL term needs them, and the token-level rewards."""
+def takes_old_log_probs_from_update(parts: StepParts, num_samples: int) -> bool:
+    """Whether this step is on-policy, so its update's own forward gives the old log-probs
+    (``actor.old_log_prob=auto``): one epoch over one mini-batch, and nothing needs the old
+    log-probs before the update (no KL in the reward, no teacher)."""
+    cfg = parts.config
+    actor = cfg.actor_rollout_ref.actor
+    return (
+        actor.old_log_prob == "auto" and actor.ppo_epochs == 1
+        and num_samples <= actor.ppo_mini_batch_size * cfg.actor_rollout_ref.rollout.n
+        and not cfg.algorithm.use_kl_in_reward and parts.teacher is None
+    )
+
+
+def padded_log_probs(per_micro: Sequence[torch.Tensor], width: int) -> torch.Tensor:
+    return torch.cat([pad_cols(lp, width) for lp in per_micro])
+
+
+def logprob_phase(parts: StepParts, rollouts: Rollouts, scores: Scores, *, on_policy: bool) -> TrainBatch:
+    """Old log-probs (and the rollout/actor consistency) unless ``on_policy`` defers them to
+    the update, teacher log-probs when distilling, reference log-probs when a KL term needs
+    them, and the token-level rewards."""
     cfg = parts.config
     micro = micro_batches(parts, rollouts.samples, rollouts.owners)
-    old = parts.actor.compute_log_probs(micro)
-    for mb, log_probs in zip(micro, old, strict=True):
-        mb.old_log_probs = log_probs
     width = max(mb.responses.shape[1] for mb in micro)
     mask = torch.cat([pad_cols(mb.response_mask, width) for mb in micro]).float()
-    rollout_lp = torch.cat([pad_cols(mb.rollout_log_probs, width) for mb in micro])  # type: ignore[arg-type]
-    actor_lp = torch.cat([pad_cols(lp, width) for lp in old])
-    metrics = dict(rollout_actor_consistency(rollout_lp, actor_lp, mask))
+    metrics: dict[str, float] = {}
+    actor_lp = None
+    if not on_policy:
+        old = parts.actor.compute_log_probs(micro)
+        for mb, log_probs in zip(micro, old, strict=True):
+            mb.old_log_probs = log_probs
+        actor_lp = padded_log_probs(old, width)
+        metrics.update(consistency_metrics(micro, width, mask))
     if parts.teacher is not None:
+        assert actor_lp is not None  # a teacher makes the step off the on-policy shortcut
         started = time.perf_counter()
         metrics.update(teacher_phase(parts, rollouts, micro, actor_lp, mask))
         metrics["timing_s/teacher"] = time.perf_counter() - started
@@ -141,12 +161,20 @@ def logprob_phase(parts: StepParts, rollouts: Rollouts, scores: Scores) -> Train
         for mb, ref in zip(micro, refs, strict=True):
             mb.ref_log_probs = ref
         if cfg.algorithm.use_kl_in_reward:
-            ref_lp = torch.cat([pad_cols(r, width) for r in refs])
+            assert actor_lp is not None  # a KL reward makes the step off the on-policy shortcut
+            ref_lp = padded_log_probs(refs, width)
             token_rewards, mean_kl = kl_penalized_rewards(
                 token_rewards, actor_lp, ref_lp, mask, coef=cfg.algorithm.kl_ctrl.kl_coef, mode=cfg.algorithm.kl_penalty
             )
             metrics["actor/reward_kl_penalty"] = float(mean_kl)
-    return TrainBatch(micro, mask, actor_lp, token_rewards, metrics)
+    return TrainBatch(micro, mask, token_rewards, metrics)
+
+
+def consistency_metrics(micro: Sequence[MicroBatch], width: int, mask: torch.Tensor) -> dict[str, float]:
+    """Rollout (sampling-time) vs actor (old) log-probs of the same tokens."""
+    rollout_lp = padded_log_probs([mb.rollout_log_probs for mb in micro], width)  # type: ignore[misc]
+    actor_lp = padded_log_probs([mb.old_log_probs for mb in micro], width)  # type: ignore[misc]
+    return dict(rollout_actor_consistency(rollout_lp, actor_lp, mask))
 
 
 def advantage_phase(parts: StepParts, rollouts: Rollouts, batch: TrainBatch) -> torch.Tensor:
@@ -164,10 +192,16 @@ def advantage_phase(parts: StepParts, rollouts: Rollouts, batch: TrainBatch) -> 
     return advantages
 
 
-def update_phase(parts: StepParts, batch: TrainBatch) -> dict[str, float]:
+def update_phase(parts: StepParts, batch: TrainBatch, *, on_policy: bool) -> dict[str, float]:
+    """The optimizer steps; on-policy, the single update also gives the old log-probs, and the
+    rollout/actor consistency is measured on them."""
+    if on_policy:
+        metrics = parts.actor.update(batch.micro, on_policy=True)
+        width = batch.mask.shape[1]
+        return {**metrics, **consistency_metrics(batch.micro, width, batch.mask)}
     actor = parts.config.actor_rollout_ref.actor
     per_update = actor.ppo_mini_batch_size * parts.config.actor_rollout_ref.rollout.n
-    metrics: dict[str, float] = {}
+    metrics = {}
     for _ in range(actor.ppo_epochs):
         for group in group_micro_batches(batch.micro, per_update):
             metrics = parts.actor.update(group)
@@ -196,11 +230,12 @@ def train_step(
     scores = score_phase(parts, rollouts)
     timed("reward", started)
     started = time.perf_counter()
-    batch = logprob_phase(parts, rollouts, scores)
+    on_policy = takes_old_log_probs_from_update(parts, len(rollouts.samples))
+    batch = logprob_phase(parts, rollouts, scores, on_policy=on_policy)
     advantages = advantage_phase(parts, rollouts, batch)
     timed("old_log_prob", started)
     started = time.perf_counter()
-    actor_metrics = update_phase(parts, batch)
+    actor_metrics = update_phase(parts, batch, on_policy=on_policy)
     timed("update_actor", started)
     step_time = sum(timings.values())
     mask = batch.mask

@@ -6,7 +6,7 @@ An Omni checkpoint's top-level class holds ``thinker``, ``talker`` and a vocoder
 thinker's ``forward``, ``generate`` and embedding accessors are the policy's own methods
 (see :meth:`omni_contracts.TrainingAdapter.policy_class`)::
 
-    class MyThinkerPolicy(ThinkerPolicyMixin, MyOmniPreTrainedModel):
+    class MyThinkerPolicy(ThinkerPolicyMixin, MyOmniPreTrainedModel, GenerationMixin):
         config_class = MyOmniConfig
         thinker_class = MyThinkerForConditionalGeneration
         thinker_decoder_layer = "MyThinkerDecoderLayer"
@@ -26,7 +26,9 @@ class ThinkerPolicyMixin:
     embedding accessors to it.
 
     List it before the ``PreTrainedModel`` base, whose ``__init__`` it extends and whose
-    accessors it replaces. FSDP shards at :attr:`thinker_decoder_layer` only: ``post_init``
+    accessors it replaces, and end the bases with transformers' ``GenerationMixin`` (a
+    class defining ``prepare_inputs_for_generation`` is expected to be one; ``generate``
+    stays the thinker's). FSDP shards at :attr:`thinker_decoder_layer` only: ``post_init``
     merges in the units the children declare (whole audio and vision encoders), and under
     verl's FSDP2 an encoder unit fails its forward (mixed Tensor and DTensor in the audio
     encoder's layer norm; verl 0.9.1, measured on CPU).

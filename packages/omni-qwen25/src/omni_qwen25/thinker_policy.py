@@ -8,7 +8,7 @@ Qwen2.5-Omni modelling code: the training adapter imports it only when a model i
 
 from __future__ import annotations
 
-from transformers import Qwen2_5OmniConfig
+from transformers import GenerationMixin, Qwen2_5OmniConfig
 from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import (
     Qwen2_5OmniPreTrainedModel,
     Qwen2_5OmniThinkerForConditionalGeneration,
@@ -19,7 +19,7 @@ from omni_contracts.thinker_policy import ThinkerPolicyMixin
 THINKER_DECODER_LAYER = "Qwen2_5OmniDecoderLayer"
 
 
-class Qwen25OmniThinkerPolicy(ThinkerPolicyMixin, Qwen2_5OmniPreTrainedModel):
+class Qwen25OmniThinkerPolicy(ThinkerPolicyMixin, Qwen2_5OmniPreTrainedModel, GenerationMixin):
     """``Qwen2_5OmniForConditionalGeneration`` without its speech stages."""
 
     config_class = Qwen2_5OmniConfig

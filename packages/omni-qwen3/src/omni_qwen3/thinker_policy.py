@@ -8,7 +8,7 @@ adapter imports it only when a model is loaded.
 
 from __future__ import annotations
 
-from transformers import Qwen3OmniMoeConfig
+from transformers import GenerationMixin, Qwen3OmniMoeConfig
 from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
     Qwen3OmniMoePreTrainedModel,
     Qwen3OmniMoeThinkerForConditionalGeneration,
@@ -19,7 +19,7 @@ from omni_contracts.thinker_policy import ThinkerPolicyMixin
 THINKER_DECODER_LAYER = "Qwen3OmniMoeThinkerTextDecoderLayer"
 
 
-class Qwen3OmniThinkerPolicy(ThinkerPolicyMixin, Qwen3OmniMoePreTrainedModel):
+class Qwen3OmniThinkerPolicy(ThinkerPolicyMixin, Qwen3OmniMoePreTrainedModel, GenerationMixin):
     """``Qwen3OmniMoeForConditionalGeneration`` without its speech stages."""
 
     config_class = Qwen3OmniMoeConfig

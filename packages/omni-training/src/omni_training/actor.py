@@ -146,8 +146,15 @@ class Actor:
         finally:
             self.model.train(was_training)
 
-    def update(self, batches: Sequence[MicroBatch]) -> dict[str, float]:
-        """One optimizer step over ``batches``; returns the ``actor/*`` metrics."""
+    def update(self, batches: Sequence[MicroBatch], *, on_policy: bool = False) -> dict[str, float]:
+        """One optimizer step over ``batches``; returns the ``actor/*`` metrics.
+
+        ``on_policy``: ``batches`` are all the samples of this policy version and this is
+        their only update, so the old log-probs are the update's own forward, detached
+        (importance ratio exactly 1, as a separate pass would give up to float rounding).
+        They are written to each micro-batch's ``old_log_probs`` (on the CPU), which must be
+        ``None`` on entry.
+        """
         settings = self.settings
         counts = _counts(batches)
         self.model.train()
@@ -158,10 +165,12 @@ class Actor:
             "clipfrac_lower": 0.0, "distill_loss": 0.0,
         }
         started = time.perf_counter()
-        for batch in batches:
-            batch = self._on_device(batch)
-            if batch.old_log_probs is None or batch.advantages is None:
-                raise ValueError("update needs old_log_probs and advantages on every micro-batch.")
+        for given in batches:
+            if on_policy and given.old_log_probs is not None:
+                raise ValueError("an on-policy update computes old_log_probs itself; they were already set.")
+            batch = self._on_device(given)
+            if (batch.old_log_probs is None and not on_policy) or batch.advantages is None:
+                raise ValueError("update needs old_log_probs (or on_policy=True) and advantages on every micro-batch.")
             mask = batch.response_mask.to(torch.float32)
             gather_ids = None
             if distill is not None:
@@ -169,15 +178,19 @@ class Actor:
                     raise ValueError("Distillation is on but a micro-batch has no teacher log-probs.")
                 gather_ids = batch.teacher.topk_ids if distill.uses_topk else None
             out = self._forward(self.model, batch, with_entropy=True, gather_ids=gather_ids)
+            old_log_probs = out.log_probs.detach() if on_policy else batch.old_log_probs
+            assert old_log_probs is not None
+            if on_policy:
+                given.old_log_probs = old_log_probs.cpu()
             pg = self.loss_fn(
-                old_log_prob=batch.old_log_probs, log_prob=out.log_probs, advantages=batch.advantages,
+                old_log_prob=old_log_probs, log_prob=out.log_probs, advantages=batch.advantages,
                 response_mask=mask, config=settings.policy_loss, counts=counts,
             )
             loss = pg.loss
             if distill is not None:
                 assert batch.teacher is not None
                 distill_loss, _ = distillation_loss(
-                    student_log_probs=out.log_probs, old_log_probs=batch.old_log_probs, teacher=batch.teacher,
+                    student_log_probs=out.log_probs, old_log_probs=old_log_probs, teacher=batch.teacher,
                     response_mask=mask, settings=distill, loss_agg_mode=settings.policy_loss.loss_agg_mode,
                     counts=counts, student_topk_log_probs=out.gathered_log_probs,
                 )
