@@ -79,6 +79,14 @@ def test_unknown_stage_and_architecture_are_problems(tmp_path: Path) -> None:
         preflight(config)
 
 
+def test_talker_stage_is_refused_until_the_trainer_runs_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """The talker adapter is registered (the Python API works); the trainer says plainly that
+    it cannot run that stage instead of failing inside generation."""
+    assert main(["--print-config", "actor_rollout_ref.model.stage=talker"]) == 2
+    err = capsys.readouterr().err
+    assert "stage=talker: neither engine runs the talker stage yet" in err and "Traceback" not in err
+
+
 def test_data_sources_without_a_scorer_are_named(tmp_path: Path) -> None:
     train = rl_parquet(tmp_path / "data" / "train.parquet", ["openai/gsm8k", "my/dataset"])
     base = [f"actor_rollout_ref.model.path={checkpoint_dir(tmp_path)}", f"data.train_files={train}",

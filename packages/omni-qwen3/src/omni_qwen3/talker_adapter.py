@@ -1,0 +1,91 @@
+"""Training adapter for the Qwen3-Omni Talker: RL on codec-0 of the speech output.
+
+The engines load :class:`omni_qwen3.talker_policy.Qwen3OmniTalkerPolicy` (the whole
+checkpoint: generation needs the thinker, the code predictor and code2wav); only the
+talker's decoder and codec head train. A sample's codec-0 tokens are its response; what the
+talker consumed travels in the ``qwen3_omni.*`` extra fields below, so the actor recomputes
+the log-probs teacher-forced without running the thinker or the code predictor again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from omni_contracts import ExtraFieldSpec, TrainingAdapter
+
+from omni_qwen3.rollout_adapter import PIPELINE
+from omni_qwen3.training_adapter import ARCHITECTURE, Qwen3OmniThinkerAdapter
+
+# The same names as omni_qwen3.talker_policy's constants (kept here: that module imports
+# transformers' modelling code, and the adapter registers without it).
+PREFILL_EMBEDS = "qwen3_omni.talker_prefill_embeds"
+PREFILL_POSITIONS = "qwen3_omni.talker_prefill_positions"
+RESIDUAL_CODES = "qwen3_omni.residual_codes"
+TRAILING_TEXT = "qwen3_omni.trailing_text_hidden"
+TTS_PAD_EMBED = "qwen3_omni.tts_pad_embed"
+
+TALKER_FIELDS = {
+    PREFILL_EMBEDS: ExtraFieldSpec(
+        PREFILL_EMBEDS, ("prompt_length", "talker_hidden"), forward_arg="talker_prefill_embeds",
+        description="the talker's prefill input embeddings (projected thinker states, codec specials)",
+    ),
+    PREFILL_POSITIONS: ExtraFieldSpec(
+        PREFILL_POSITIONS, (3, "prompt_length"), forward_arg="talker_prefill_positions",
+        description="the prefill's 3-D rope positions, as the talker computed them",
+    ),
+    RESIDUAL_CODES: ExtraFieldSpec(
+        RESIDUAL_CODES, ("response_length", "residual_groups"), forward_arg="residual_codes",
+        description="codebooks 1..G-1 the code predictor sampled for each codec-0 token (-1: never sampled)",
+    ),
+    TRAILING_TEXT: ExtraFieldSpec(
+        TRAILING_TEXT, ("text_length", "talker_hidden"), forward_arg="trailing_text_hidden",
+        description="the text stream added to the talker's input at each step",
+    ),
+    TTS_PAD_EMBED: ExtraFieldSpec(
+        TTS_PAD_EMBED, ("talker_hidden",), forward_arg="tts_pad_embed",
+        description="the text stream once the text has run out",
+    ),
+}
+
+# LoRA defaults: the talker decoder's attention. The thinker, the code predictor (its
+# q/k/v/o share the names) and code2wav stay frozen.
+LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
+LORA_EXCLUDE_MODULES = r".*(thinker|code_predictor|code2wav).*"
+FROZEN = ("thinker", "talker.code_predictor", "code2wav", "talker.text_projection", "talker.hidden_projection")
+
+
+@TrainingAdapter.register(ARCHITECTURE, stage="talker")
+class Qwen3OmniTalkerAdapter(TrainingAdapter):
+    """Trains codec-0 of ``Qwen3OmniMoeForConditionalGeneration``'s talker."""
+
+    lora_target_modules = LORA_TARGET_MODULES
+    lora_exclude_modules = LORA_EXCLUDE_MODULES
+    rollout_pipeline = PIPELINE
+    extra_field_specs = TALKER_FIELDS
+
+    def policy_class(self, model_config: Any) -> Any:
+        from omni_qwen3.talker_policy import Qwen3OmniTalkerPolicy
+
+        return Qwen3OmniTalkerPolicy
+
+    def get_strip_modules(self, model_config: Any) -> Sequence[str]:
+        return ()  # generation needs every stage
+
+    def configure_processor(self, model_path: str, model_config: Any) -> Any:
+        return Qwen3OmniThinkerAdapter().configure_processor(model_path, model_config)
+
+    def configure_tokenizer(self, model_path: str, model_config: Any) -> Any:
+        return Qwen3OmniThinkerAdapter().configure_tokenizer(model_path, model_config)
+
+    def configure_model(self, module: Any, model_config: Any) -> None:
+        from omni_qwen3.talker_policy import Qwen3OmniTalkerPolicy
+
+        if not isinstance(module, Qwen3OmniTalkerPolicy):
+            raise TypeError(
+                f"{type(self).__name__} trains Qwen3OmniTalkerPolicy (its policy_class), got "
+                f"{type(module).__name__}; load the checkpoint with Qwen3OmniTalkerPolicy.from_pretrained(path)."
+            )
+        super().configure_model(module, model_config)
+        for path in FROZEN:
+            module.get_submodule(path).requires_grad_(False)

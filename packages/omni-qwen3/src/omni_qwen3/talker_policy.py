@@ -1,0 +1,282 @@
+"""The talker of a Qwen3-Omni checkpoint as the trained policy: codec-0 of the speech output.
+
+:class:`Qwen3OmniTalkerPolicy` is the checkpoint's own class (thinker, talker, code2wav,
+under the checkpoint's parameter names) with two methods of its own:
+
+- :meth:`~Qwen3OmniTalkerPolicy.sample_speech`: thinker -> talker -> code predictor ->
+  code2wav for one prompt and its spoken text, ``n`` talker samples at once. Each sample
+  holds the codec-0 tokens (the policy's actions), their log-probs under the sampling
+  distribution, what the talker consumed (its prefill embeddings and their 3-D rope
+  positions, the residual codebooks the code predictor sampled, the text stream fed
+  alongside) and the waveform.
+- :meth:`~Qwen3OmniTalkerPolicy.forward`: the talker teacher-forced on those stored fields,
+  returning codec-0 logits over the whole row, as the actor's log-prob gather expects.
+
+Codec ids that are never audio (the codec's control tokens; ids at or past the codebook
+in the real checkpoint) are suppressed in both, except the end-of-speech token, so the
+sampling distribution and the recomputed one are the same distribution.
+
+Importing this module imports transformers' Qwen3-Omni modelling code: the talker
+adapter imports it only when a model is loaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+from transformers import Qwen3OmniMoeConfig
+from transformers.modeling_outputs import CausalLMOutput
+from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import Qwen3OmniMoeForConditionalGeneration
+
+TALKER_DECODER_LAYER = "Qwen3OmniMoeTalkerDecoderLayer"
+FIELD_PREFIX = "qwen3_omni."
+PREFILL_EMBEDS = FIELD_PREFIX + "talker_prefill_embeds"
+PREFILL_POSITIONS = FIELD_PREFIX + "talker_prefill_positions"
+RESIDUAL_CODES = FIELD_PREFIX + "residual_codes"
+TRAILING_TEXT = FIELD_PREFIX + "trailing_text_hidden"
+TTS_PAD_EMBED = FIELD_PREFIX + "tts_pad_embed"
+NOT_SAMPLED = -1
+ROPE_MEDIA_KEYS = ("image_grid_thw", "video_grid_thw", "video_second_per_grid", "audio_feature_lengths")  # residual codes of a last token that no later step consumed
+
+
+@dataclass
+class SpeechSample:
+    """One talker sample. ``prompt_ids`` are the talker's prefill ids (the rope input), one
+    per row of ``extra_fields[PREFILL_EMBEDS]``; ``response_ids`` the codec-0 tokens."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_logprobs: list[float]
+    extra_fields: dict[str, Tensor]
+    waveform: Tensor  # [samples], float32 in [-1, 1]
+    finished: bool  # ended with the end-of-speech token
+
+
+def suppressed_codec_ids(config: Any) -> list[int]:
+    """Codec-0 ids the talker must never emit: control tokens and ids past the codebook,
+    all but the end-of-speech token."""
+    talker = config.talker_config
+    vocab = talker.text_config.vocab_size
+    codebook = config.code2wav_config.codebook_size
+    controls = {
+        talker.codec_pad_id, talker.codec_bos_id, talker.codec_nothink_id,
+        talker.codec_think_bos_id, talker.codec_think_eos_id,
+    }
+    return sorted((set(range(codebook, vocab)) | controls) - {talker.codec_eos_token_id})
+
+
+def with_audio_lengths(media: dict[str, Any]) -> dict[str, Any]:
+    """``media`` plus ``audio_feature_lengths`` (the talker's rope reads them) when it has audio."""
+    if "feature_attention_mask" in media and "audio_feature_lengths" not in media:
+        return {**media, "audio_feature_lengths": media["feature_attention_mask"].sum(dim=1)}
+    return dict(media)
+
+
+class Qwen3OmniTalkerPolicy(Qwen3OmniMoeForConditionalGeneration):
+    """``Qwen3OmniMoeForConditionalGeneration`` whose forward is the talker's codec-0 policy."""
+
+    def __init__(self, config: Qwen3OmniMoeConfig) -> None:
+        if not config.enable_audio_output:
+            raise ValueError("Training the talker needs a checkpoint with enable_audio_output=true.")
+        super().__init__(config)
+        self._no_split_modules = [TALKER_DECODER_LAYER]
+        self.suppressed_codec_ids = suppressed_codec_ids(config)
+
+    def get_input_embeddings(self) -> Any:
+        return self.talker.get_input_embeddings()
+
+    def get_output_embeddings(self) -> Any:
+        return self.talker.codec_head
+
+    # --- the actor's forward --------------------------------------------------------------
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        talker_prefill_embeds: Sequence[Tensor],
+        talker_prefill_positions: Sequence[Tensor],
+        residual_codes: Sequence[Tensor],
+        trailing_text_hidden: Sequence[Tensor],
+        tts_pad_embed: Sequence[Tensor],
+        **_: Any,
+    ) -> CausalLMOutput:
+        """Codec-0 logits ``[B, S, V]`` for rows of prefill ids (left-padded to the longest)
+        followed by codec-0 tokens, teacher-forced: each token's input is its codec
+        embedding plus its residual codes' embeddings plus the text stream, exactly as in
+        generation."""
+        batch, width = input_ids.shape
+        prompt_width = max(int(e.shape[0]) for e in talker_prefill_embeds)
+        talker = self.talker
+        hidden = talker.config.text_config.hidden_size
+        dtype = talker.codec_head.weight.dtype
+        device = input_ids.device
+        embeds = torch.zeros(batch, width, hidden, dtype=dtype, device=device)
+        positions = torch.zeros(3, batch, width, dtype=torch.long, device=device)
+        codec_embedding = talker.get_input_embeddings()
+        residual_embeddings = talker.code_predictor.get_input_embeddings()
+        steps = width - prompt_width
+        for row in range(batch):
+            prefill = talker_prefill_embeds[row].to(device, dtype)
+            length = prefill.shape[0]
+            expected = torch.arange(prompt_width, device=device) >= prompt_width - length
+            if not torch.equal(attention_mask[row, :prompt_width].bool(), expected):
+                raise ValueError(
+                    f"row {row}: the prompt columns are not {length} prefill positions left-padded to "
+                    f"{prompt_width}; the stored talker fields do not belong to this row."
+                )
+            embeds[row, prompt_width - length : prompt_width] = prefill
+            prefill_positions = talker_prefill_positions[row].to(device)
+            positions[:, row, prompt_width - length : prompt_width] = prefill_positions
+            positions[:, row, prompt_width:] = prefill_positions.max() + 1 + torch.arange(steps, device=device)
+            codes = residual_codes[row].to(device)
+            taken = min(steps, codes.shape[0])
+            tokens = codec_embedding(input_ids[row, prompt_width : prompt_width + taken])
+            for group, table in enumerate(residual_embeddings):
+                tokens = tokens + table(codes[:taken, group].clamp(min=0))
+            text = trailing_text_hidden[row].to(device, dtype)
+            pad = tts_pad_embed[row].to(device, dtype).reshape(1, hidden)
+            stream = torch.cat([text[:taken], pad.expand(max(0, taken - text.shape[0]), hidden)])
+            embeds[row, prompt_width : prompt_width + taken] = tokens + stream
+        out = talker.model(inputs_embeds=embeds, attention_mask=attention_mask, position_ids=positions)
+        logits = talker.codec_head(out.last_hidden_state)
+        suppressed = torch.zeros(logits.shape[-1], dtype=torch.bool, device=device)
+        suppressed[self.suppressed_codec_ids] = True
+        logits = logits.masked_fill(suppressed, torch.finfo(logits.dtype).min)
+        return CausalLMOutput(logits=logits)
+
+    # --- rollout ---------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def talker_prefill(
+        self, sequence: Tensor, speaker: str, media: dict[str, Any]
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """What the talker consumes for ``sequence`` (``[1, S]``: the chat prompt, then
+        ``<|im_start|>assistant\\n`` and the spoken text, no ``<|im_end|>``), from one thinker
+        forward: prefill embeddings ``[L, D]``, prefill ids ``[L]``, their rope positions
+        ``[3, L]``, the text stream ``[R, D]`` and the text-pad embedding ``[D]``."""
+        config: Any = self.config
+        speaker_id = config.talker_config.speaker_id.get(speaker.lower())
+        if speaker_id is None:
+            raise ValueError(f"Unknown speaker {speaker!r}; this checkpoint has {sorted(config.talker_config.speaker_id)}.")
+        media = with_audio_lengths(media)
+        thinker_inputs = {k: v for k, v in media.items() if k != "audio_feature_lengths"}
+        out = self.thinker(
+            input_ids=sequence, attention_mask=torch.ones_like(sequence), output_hidden_states=True, **thinker_inputs
+        )
+        thinker_embed = out.hidden_states[0]
+        thinker_hidden = out.hidden_states[config.talker_config.accept_hidden_layer]
+        thinker_config = config.thinker_config
+        multimodal = (
+            (sequence == thinker_config.audio_token_id) | (sequence == thinker_config.image_token_id)
+            | (sequence == thinker_config.video_token_id)
+        )
+        specials = torch.tensor([[config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id]],
+                                device=sequence.device)
+        tts_bos, tts_eos, tts_pad = self.talker.text_projection(self.thinker.get_input_embeddings()(specials)).chunk(3, dim=1)
+        starts = torch.nonzero(sequence[0] == config.im_start_token_id).flatten().tolist() + [sequence.shape[1]]
+        if len(starts) < 2 or int(sequence[0, starts[-2] + 1]) != config.assistant_token_id:
+            raise ValueError("The sequence must end with an assistant turn holding the text to speak.")
+        if sequence.shape[1] - starts[-2] < 4:
+            raise ValueError("The assistant turn holds no text to speak.")
+        parts, ids, trailing = [], [], None
+        for index, (start, end) in enumerate(zip(starts[:-1], starts[1:], strict=True)):
+            role = int(sequence[0, start + 1])
+            if role == config.user_token_id:
+                parts.append(self._get_talker_user_parts(start, end, multimodal, thinker_hidden, thinker_embed))
+                ids.append(sequence[:, start:end])
+            elif role == config.assistant_token_id and index == len(starts) - 2:
+                part, part_ids, trailing = self._get_talker_assistant_parts(
+                    start, end, speaker_id, thinker_embed, tts_pad, tts_bos, tts_eos
+                )
+                parts.append(part)
+                ids.append(part_ids)
+            # system turns and earlier assistant turns: the talker does not see them
+        assert trailing is not None
+        prefill = torch.cat(parts, dim=1)
+        prefill_ids = torch.cat(ids, dim=1)
+        positions, _ = self.talker.get_rope_index(
+            prefill_ids, media.get("image_grid_thw"), media.get("video_grid_thw"), torch.ones_like(prefill_ids),
+            False, media.get("audio_feature_lengths"), media.get("video_second_per_grid"),
+        )
+        return prefill[0], prefill_ids[0], positions[:, 0], trailing[0], tts_pad[0, 0]
+
+    @torch.no_grad()
+    def sample_speech(
+        self,
+        sequence: Tensor,
+        *,
+        n: int,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        speaker: str | None = None,
+        media: dict[str, Any] | None = None,
+    ) -> list[SpeechSample]:
+        """``n`` spoken renditions of the assistant text that ends ``sequence`` (see
+        :meth:`talker_prefill`). Codec-0 is sampled from the talker's distribution at
+        ``temperature`` (no top-k/top-p, no repetition penalty: the distribution the actor
+        recomputes); the residual codebooks come from the frozen code predictor as in
+        transformers' own generation."""
+        media = with_audio_lengths(media or {})
+        talker_config: Any = self.config.talker_config
+        speaker = speaker or next(iter(talker_config.speaker_id))
+        prefill, prefill_ids, positions, trailing, tts_pad = self.talker_prefill(sequence, speaker, media)
+        eos = talker_config.codec_eos_token_id
+        # The talker's rope reads one entry per media item of each row: every row repeats them.
+        grids = {k: torch.cat([torch.as_tensor(media[k])] * n) for k in ROPE_MEDIA_KEYS if media.get(k) is not None}
+        result = self.talker.generate(
+            inputs_embeds=prefill[None].expand(n, -1, -1),
+            attention_mask=torch.ones(n, prefill.shape[0], dtype=torch.long, device=prefill.device),
+            talker_input_ids=prefill_ids[None].expand(n, -1),
+            trailing_text_hidden=trailing[None],
+            tts_pad_embed=tts_pad.reshape(1, 1, -1),
+            max_new_tokens=max_new_tokens, do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
+            repetition_penalty=1.0, eos_token_id=eos, pad_token_id=eos, suppress_tokens=suppressed_codec_ids(self.config),
+            output_hidden_states=True, output_scores=True, return_dict_in_generate=True, **grids,
+        )
+        expected_delta = int(positions.max()) + 1 - prefill.shape[0]
+        if self.talker.rope_deltas is not None and not bool((self.talker.rope_deltas == expected_delta).all()):
+            raise RuntimeError("The talker's rope positions differ from the stored ones; transformers changed under us.")
+        tokens = result.sequences[:, -len(result.scores):]  # [n, T]
+        log_probs = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in result.scores], dim=1)
+        token_log_probs = log_probs.gather(-1, tokens[..., None])[..., 0]
+        # Decode step t (t >= 1) consumed token t-1 with its residual codes: [n, G].
+        steps = [h[-1] for h in result.hidden_states[1:]]
+        groups = talker_config.num_code_groups
+        all_codes = torch.stack(steps, dim=1) if steps else tokens.new_zeros(n, 0, groups)
+        samples = []
+        for row in range(n):
+            ended = (tokens[row] == eos).nonzero()
+            length = int(ended[0]) + 1 if len(ended) else tokens.shape[1]
+            residual = torch.full((length, groups - 1), NOT_SAMPLED, dtype=torch.long, device=tokens.device)
+            known = min(length, all_codes.shape[1])
+            residual[:known] = all_codes[row, :known, 1:]
+            spoken = length - 1 if len(ended) else known  # frames with every codebook sampled
+            codes = torch.cat([tokens[row, :spoken, None], residual[:spoken]], dim=1)  # [frames, G]
+            samples.append(SpeechSample(
+                prompt_ids=prefill_ids.tolist(),
+                response_ids=tokens[row, :length].tolist(),
+                response_logprobs=token_log_probs[row, :length].tolist(),
+                extra_fields={
+                    PREFILL_EMBEDS: prefill.float().cpu(),
+                    PREFILL_POSITIONS: positions.cpu(),
+                    RESIDUAL_CODES: residual.cpu(),
+                    TRAILING_TEXT: trailing.float().cpu(),
+                    TTS_PAD_EMBED: tts_pad.float().cpu(),
+                },
+                waveform=self.decode_codes(codes),
+                finished=bool(len(ended)),
+            ))
+        return samples
+
+    @torch.no_grad()
+    def decode_codes(self, codes: Tensor) -> Tensor:
+        """The waveform ``[samples]`` of codec frames ``[frames, G]`` (empty for none)."""
+        if codes.shape[0] == 0:
+            return torch.zeros(0)
+        wav = self.code2wav.chunked_decode(codes.T[None].to(self.code2wav.device), chunk_size=300, left_context_size=25)
+        return wav.reshape(-1).float().cpu()
