@@ -79,12 +79,13 @@ def test_unknown_stage_and_architecture_are_problems(tmp_path: Path) -> None:
         preflight(config)
 
 
-def test_talker_stage_is_refused_until_the_trainer_runs_it(capsys: pytest.CaptureFixture[str]) -> None:
-    """The talker adapter is registered (the Python API works); the trainer says plainly that
-    it cannot run that stage instead of failing inside generation."""
-    assert main(["--print-config", "actor_rollout_ref.model.stage=talker"]) == 2
+def test_talker_stage_runs_locally_on_the_builtin_speech_task_only(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--print-config", "actor_rollout_ref.model.stage=talker", "trainer.engine=verl",
+                 "data.train_files=[/d.parquet]", "actor_rollout_ref.model.path=/m",
+                 "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe"]) == 2
     err = capsys.readouterr().err
-    assert "stage=talker: neither engine runs the talker stage yet" in err and "Traceback" not in err
+    assert "stage=talker runs on the local engine only" in err and "built-in speech task only" in err
+    assert "Traceback" not in err
 
 
 def test_data_sources_without_a_scorer_are_named(tmp_path: Path) -> None:

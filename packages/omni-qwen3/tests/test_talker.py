@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from omni_contracts import ExtraFieldError, testing
+from omni_contracts import ExtraFieldError, SpeechPolicy, testing
 from omni_qwen3.talker_adapter import (
     PREFILL_EMBEDS,
     RESIDUAL_CODES,
@@ -68,6 +68,8 @@ def test_talker_adapter_passes_the_contract_kit(talker: Any, full_model: Any, ti
     testing.check_no_rebound_methods(talker)
     testing.check_extra_field_keys(TALKER_FIELDS)
     assert isinstance(talker, adapter.policy_class(tiny_config))
+    assert isinstance(talker, SpeechPolicy)  # what the local engine samples through
+    assert talker.speech_sample_rate == 100  # 12.5 codec frames a second x the tiny code2wav's 8x upsampling
     assert talker._no_split_modules == ["Qwen3OmniMoeTalkerDecoderLayer"]
     # The whole checkpoint under its own names: weights load by name and sync unchanged.
     expected = full_model.state_dict()

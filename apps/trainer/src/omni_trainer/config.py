@@ -396,7 +396,9 @@ def load_config(*override_groups: list[str]) -> Config:
     """Schema <- packaged defaults [<- embedded preset] <- each override group, in order.
 
     The embedded preset (``embedded.yaml``) applies when no override names a model path or
-    train files: that is the tiny built-in run of a bare ``uv run trainer``.
+    train files: that is the tiny built-in run of a bare ``uv run trainer``; with
+    ``actor_rollout_ref.model.stage=talker``, ``embedded_talker.yaml`` follows it (the
+    built-in speech task).
 
     Raises:
         ConfigError: every problem found, each naming the key (and the closest valid key).
@@ -408,6 +410,9 @@ def load_config(*override_groups: list[str]) -> Config:
     user_keys = {key for layer in parsed for key, _ in _flatten(layer)}
     if not user_keys & set(EMBEDDED_TRIGGERS):
         layers.append(("embedded.yaml", packaged_yaml("embedded.yaml")))
+        stages = [value for layer in parsed for key, value in _flatten(layer) if key == "actor_rollout_ref.model.stage"]
+        if stages and stages[-1] == "talker":
+            layers.append(("embedded_talker.yaml", packaged_yaml("embedded_talker.yaml")))
     layers.extend(("overrides", layer) for layer in parsed)
     for origin, layer in layers:
         for key, value in _flatten(layer):

@@ -17,11 +17,12 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from omni_contracts import get_rollout_adapter, require_omni_processor, resolve_training_adapter
+from omni_contracts import find_speech_policy, get_rollout_adapter, require_omni_processor, resolve_training_adapter
 from omni_rewards import SCORERS, RewardManager, ScorerRegistry
+from omni_rewards.audio import WeightedAudioReward
 from omni_rollout.agent_loops import get_agent_loop
 from omni_rollout.local_engine import LocalEngine, find_policy_module
-from omni_trainer import builtin_task
+from omni_trainer import builtin_task, speech_task
 from omni_trainer.config import Config, ConfigError, to_yaml
 from omni_trainer.interrupts import StopRequest, workers_ignore_sigint
 from omni_trainer.loggers import build_sinks
@@ -46,6 +47,7 @@ from omni_trainer.settings_builders import (
     reward_manager_config,
     validation_sampling,
 )
+from omni_trainer.speech_step import SpeechParts, write_speech_samples
 from omni_trainer.step import StepDiscarded, StepParts, train_step
 from omni_training.actor import Actor
 from omni_training.checkpoint import load_checkpoint, save_checkpoint
@@ -87,6 +89,7 @@ class LocalTrainer:
         self.model_path = model_path
         hf_config = AutoConfig.from_pretrained(model_path)
         stage = cfg.actor_rollout_ref.model.stage
+        self.speaks = stage == "talker"  # the trained stage outputs speech: the built-in speech task
         self.training_adapter = resolve_training_adapter(hf_config, stage, adapter_options(cfg))
         self.rollout_adapter = get_rollout_adapter(cfg.actor_rollout_ref.rollout.pipeline())
         self.mode = cfg.actor_rollout_ref.rollout.pipeline_mode
@@ -109,19 +112,24 @@ class LocalTrainer:
             optim=optim_settings(cfg, self.total_steps),
         )
         self.teacher: Teacher | None = self._load_teacher() if distillation is not None else None
-        eos = self.tokenizer.eos_token_id
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
-        self.engine = LocalEngine(
-            find_policy_module(self.actor.model, self.rollout_adapter, self.mode),
-            eos_token_ids=(eos,), pad_token_id=pad,
-            stage_id=self.rollout_adapter.policy_stage_id(self.mode),
-            suppress_token_ids=placeholder_token_ids(self.tokenizer, self.processor),
-        )
+        self.engine: LocalEngine | None = None
+        self.speech: SpeechParts | None = None
+        if self.speaks:
+            self.speech = SpeechParts(find_speech_policy(self.actor.model), WeightedAudioReward(speech_task.REWARDS))
+        else:
+            eos = self.tokenizer.eos_token_id
+            pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
+            self.engine = LocalEngine(
+                find_policy_module(self.actor.model, self.rollout_adapter, self.mode),
+                eos_token_ids=(eos,), pad_token_id=pad,
+                stage_id=self.rollout_adapter.policy_stage_id(self.mode),
+                suppress_token_ids=placeholder_token_ids(self.tokenizer, self.processor),
+            )
         self.agent_loop = get_agent_loop(cfg.actor_rollout_ref.rollout.agent.default_agent_loop)
         self.rewards = RewardManager(reward_manager_config(cfg), registry=self._scorers())
         self.parts = StepParts(
             cfg, self.engine, self.agent_loop, self.rollout_adapter, self.mode, self.training_adapter,
-            self.tokenizer, self.rewards, self.actor, self.teacher,
+            self.tokenizer, self.rewards, self.actor, self.teacher, self.speech,
         )
 
     def _print_gpu_plan(self, hf_config: Any) -> None:
@@ -203,6 +211,9 @@ class LocalTrainer:
 
     def _load_rows(self) -> tuple[PromptSource, list[Prepared]]:
         cfg = self.config
+        if self.speaks:  # the pre-flight refused train files for this stage
+            rows = speech_task.speech_rows(cfg.data.builtin_task_size, seed=cfg.data.seed)
+            return BuiltinPrompts(rows, self._encode_speech), []
         if cfg.data.train_files is None:
             train = builtin_task.builtin_rows(cfg.data.builtin_task_size, seed=cfg.data.seed)
             val = builtin_task.builtin_rows(BUILTIN_VALIDATION_ROWS, seed=cfg.data.seed + 1)
@@ -213,6 +224,15 @@ class LocalTrainer:
 
     def _encode(self, row: dict[str, Any]) -> Prepared:
         return encode_builtin(self.processor, row, self.config.data.max_prompt_length)
+
+    def _encode_speech(self, row: dict[str, Any]) -> Prepared:
+        """The prompt, then the assistant turn holding the text to speak (no end of turn)."""
+        prepared = encode_builtin(self.processor, row, self.config.data.max_prompt_length)
+        spoken = torch.tensor([self.tokenizer.encode(row["spoken_text"])])
+        ids = torch.cat([prepared.inputs["input_ids"], spoken], dim=1)
+        prepared.inputs = {**prepared.inputs, "input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        prepared.extra_info = {"spoken_text": row["spoken_text"]}
+        return prepared
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -277,6 +297,8 @@ class LocalTrainer:
                         last.update(self.validate())
                     self._log(step, last, sinks)
                     report_step(self.run_dir, self.log, cfg, step, self.total_steps, last)
+                    if self.speech is not None and step in (start_step + 1, self.total_steps):
+                        write_speech_samples(self.run_dir / "samples", step, self.speech)
                     if (cfg.trainer.save_freq > 0 and step % cfg.trainer.save_freq == 0) or step == self.total_steps:
                         self._save(step)
                     if stop.requested:
@@ -309,7 +331,10 @@ class LocalTrainer:
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
         """``rollout.val_kwargs`` responses on the validation prompts:
-        ``val-core/<data_source>/<metric>/mean@<n>``."""
+        ``val-core/<data_source>/<metric>/mean@<n>`` (none for the speech task: its training
+        curve is the measurement)."""
+        if self.engine is None:
+            return {}
         sampling = validation_sampling(self.config)
         rollouts = self.engine.generate([p.inputs for p in self.val_rows], sampling)
         owners = [p for p, r in zip(self.val_rows, rollouts, strict=True) for _ in r.outputs]

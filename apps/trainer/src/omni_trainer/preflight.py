@@ -68,13 +68,16 @@ def _vocabularies(config: Config, found: Findings) -> None:
     _one_of(found, "algorithm.kl_penalty", config.algorithm.kl_penalty, kl_modes)
     _one_of(found, "actor_rollout_ref.model.stage", config.actor_rollout_ref.model.stage, STAGES)
     if config.actor_rollout_ref.model.stage == "talker":
-        found.problems.append(
-            "actor_rollout_ref.model.stage=talker: neither engine runs the talker stage yet. Qwen3-Omni's "
-            "talker policy, its sampler and the teacher-forced actor exist "
-            "(omni_qwen3.talker_policy.Qwen3OmniTalkerPolicy, usable from Python), but the trainer's "
-            "rollout, audio rewards in the step and the embedded talker task are not wired; train "
-            "the thinker (stage=thinker) meanwhile"
-        )
+        if config.trainer.engine != "local":
+            found.problems.append(
+                "actor_rollout_ref.model.stage=talker runs on the local engine only in this version (the "
+                "vLLM-Omni talker mode is not wired into the verl engine); set trainer.engine=local"
+            )
+        if config.data.train_files:
+            found.problems.append(
+                "actor_rollout_ref.model.stage=talker trains on the built-in speech task only in this "
+                "version; leave data.train_files unset"
+            )
     _one_of(found, "actor_rollout_ref.rollout.agent.default_agent_loop", rollout.agent.default_agent_loop,
             tuple(AGENT_LOOPS))
     _pipeline(config, found)

@@ -35,6 +35,7 @@ from omni_training.metrics import length_metrics
 from omni_trainer.config import Config
 from omni_trainer.prompts import Prepared
 from omni_trainer.settings_builders import sampling_settings
+from omni_trainer.speech_step import SpeechParts, score_speech, speech_rollouts
 
 
 class StepDiscarded(Exception):
@@ -46,7 +47,7 @@ class StepParts:
     """What the phases use: the run's config and its loaded components."""
 
     config: Config
-    engine: LocalEngine
+    engine: LocalEngine | None  # None for a speech stage, which samples through its policy
     agent_loop: Callable[..., RolloutSample]
     rollout_adapter: RolloutAdapter
     mode: str
@@ -55,6 +56,7 @@ class StepParts:
     rewards: RewardManager
     actor: Actor
     teacher: Teacher | None = None
+    speech: SpeechParts | None = None  # set when the trained stage speaks (stage=talker)
 
 
 @dataclass
@@ -89,6 +91,14 @@ def new_group_ids(count: int) -> list[str]:
 
 
 def rollout_phase(parts: StepParts, prompts: Sequence[Prepared], step: int) -> Rollouts:
+    rollout = parts.config.actor_rollout_ref.rollout
+    if parts.speech is not None:
+        spoken, speakers = speech_rollouts(
+            parts.speech, prompts, n=rollout.n, max_new_tokens=parts.config.data.max_response_length,
+            temperature=rollout.temperature,
+        )
+        return Rollouts(spoken, speakers, [g for g in new_group_ids(len(prompts)) for _ in range(rollout.n)])
+    assert parts.engine is not None
     outputs = parts.engine.generate([p.inputs for p in prompts], sampling_settings(parts.config, step))
     samples: list[RolloutSample] = []
     owners: list[Prepared] = []
@@ -105,6 +115,10 @@ def rollout_phase(parts: StepParts, prompts: Sequence[Prepared], step: int) -> R
 
 
 def score_phase(parts: StepParts, rollouts: Rollouts) -> Scores:
+    if parts.speech is not None:
+        speech_scores, metrics = score_speech(parts.speech, rollouts.owners)
+        scores = torch.tensor(speech_scores, dtype=torch.float32)
+        return Scores(scores, scores.clone(), metrics)
     texts = [parts.tokenizer.decode(s.response_ids, skip_special_tokens=True) for s in rollouts.samples]
     owners = rollouts.owners
     scored = parts.rewards.score_batch(
@@ -251,7 +265,7 @@ def train_step(
         **timings,
         "timing_s/step": step_time,
         "perf/throughput_tokens_per_s": float(mask.sum()) / max(step_time, 1e-9),
-        **parts.engine.stats.metrics(),
+        **(parts.engine.stats.metrics() if parts.engine is not None else {}),
     }
 
 
@@ -307,13 +321,19 @@ def micro_batches(
         chunk = [samples[i] for i in group]
         inputs, responses, mask = collate(
             [owners[i].inputs for i in group], [s.response_ids for s in chunk],
-            [s.response_mask for s in chunk], pad_token_id=parts.engine.pad_token_id,
+            [s.response_mask for s in chunk], pad_token_id=parts.engine.pad_token_id if parts.engine else 0,
         )
         rollout_lp = torch.zeros(mask.shape, dtype=torch.float32)
         for row, sample in enumerate(chunk):
             if sample.response_logprobs is not None:
                 rollout_lp[row, : len(sample.response_logprobs)] = torch.tensor(sample.response_logprobs)
-        batches.append(MicroBatch(inputs, responses, mask, rollout_log_probs=rollout_lp))
+        # A field some sample lacks is left out: the adapter's validation names it.
+        extra = {
+            key: [s.extra_fields[key] for s in chunk]
+            for key in parts.training_adapter.extra_field_specs
+            if all(key in s.extra_fields for s in chunk)
+        }
+        batches.append(MicroBatch(inputs, responses, mask, rollout_log_probs=rollout_lp, extra=extra))
     return batches
 
 

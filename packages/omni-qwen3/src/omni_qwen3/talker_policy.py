@@ -22,8 +22,7 @@ adapter imports it only when a model is loaded.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -31,6 +30,8 @@ from torch import Tensor
 from transformers import Qwen3OmniMoeConfig
 from transformers.modeling_outputs import CausalLMOutput
 from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import Qwen3OmniMoeForConditionalGeneration
+
+from omni_contracts import SpeechRollout
 
 TALKER_DECODER_LAYER = "Qwen3OmniMoeTalkerDecoderLayer"
 FIELD_PREFIX = "qwen3_omni."
@@ -40,20 +41,8 @@ RESIDUAL_CODES = FIELD_PREFIX + "residual_codes"
 TRAILING_TEXT = FIELD_PREFIX + "trailing_text_hidden"
 TTS_PAD_EMBED = FIELD_PREFIX + "tts_pad_embed"
 NOT_SAMPLED = -1
+CODEC_FRAME_RATE_HZ = 12.5  # Qwen3-Omni's codec: 12.5 frames a second (24 kHz / 1920 samples a frame)
 ROPE_MEDIA_KEYS = ("image_grid_thw", "video_grid_thw", "video_second_per_grid", "audio_feature_lengths")  # residual codes of a last token that no later step consumed
-
-
-@dataclass
-class SpeechSample:
-    """One talker sample. ``prompt_ids`` are the talker's prefill ids (the rope input), one
-    per row of ``extra_fields[PREFILL_EMBEDS]``; ``response_ids`` the codec-0 tokens."""
-
-    prompt_ids: list[int]
-    response_ids: list[int]
-    response_logprobs: list[float]
-    extra_fields: dict[str, Tensor]
-    waveform: Tensor  # [samples], float32 in [-1, 1]
-    finished: bool  # ended with the end-of-speech token
 
 
 def suppressed_codec_ids(config: Any) -> list[int]:
@@ -69,7 +58,7 @@ def suppressed_codec_ids(config: Any) -> list[int]:
     return sorted((set(range(codebook, vocab)) | controls) - {talker.codec_eos_token_id})
 
 
-def with_audio_lengths(media: dict[str, Any]) -> dict[str, Any]:
+def with_audio_lengths(media: Mapping[str, Any]) -> dict[str, Any]:
     """``media`` plus ``audio_feature_lengths`` (the talker's rope reads them) when it has audio."""
     if "feature_attention_mask" in media and "audio_feature_lengths" not in media:
         return {**media, "audio_feature_lengths": media["feature_attention_mask"].sum(dim=1)}
@@ -85,6 +74,11 @@ class Qwen3OmniTalkerPolicy(Qwen3OmniMoeForConditionalGeneration):
         super().__init__(config)
         self._no_split_modules = [TALKER_DECODER_LAYER]
         self.suppressed_codec_ids = suppressed_codec_ids(config)
+
+    @property
+    def speech_sample_rate(self) -> int:
+        """24000 for the real checkpoint; a tiny code2wav upsamples less, so its rate is lower."""
+        return round(CODEC_FRAME_RATE_HZ * int(self.code2wav.total_upsample))
 
     def get_input_embeddings(self) -> Any:
         return self.talker.get_input_embeddings()
@@ -214,8 +208,8 @@ class Qwen3OmniTalkerPolicy(Qwen3OmniMoeForConditionalGeneration):
         max_new_tokens: int,
         temperature: float = 1.0,
         speaker: str | None = None,
-        media: dict[str, Any] | None = None,
-    ) -> list[SpeechSample]:
+        media: Mapping[str, Any] | None = None,
+    ) -> list[SpeechRollout]:
         """``n`` spoken renditions of the assistant text that ends ``sequence`` (see
         :meth:`talker_prefill`). Codec-0 is sampled from the talker's distribution at
         ``temperature`` (no top-k/top-p, no repetition penalty: the distribution the actor
@@ -257,7 +251,7 @@ class Qwen3OmniTalkerPolicy(Qwen3OmniMoeForConditionalGeneration):
             residual[:known] = all_codes[row, :known, 1:]
             spoken = length - 1 if len(ended) else known  # frames with every codebook sampled
             codes = torch.cat([tokens[row, :spoken, None], residual[:spoken]], dim=1)  # [frames, G]
-            samples.append(SpeechSample(
+            samples.append(SpeechRollout(
                 prompt_ids=prefill_ids.tolist(),
                 response_ids=tokens[row, :length].tolist(),
                 response_logprobs=token_log_probs[row, :length].tolist(),

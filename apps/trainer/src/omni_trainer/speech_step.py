@@ -1,0 +1,103 @@
+"""The rollout and scoring phases of a speech-stage step (``actor_rollout_ref.model.stage=talker``).
+
+The other phases (log-probs, advantages, update) are the text step's: a speech sample is a
+rollout sample whose prompt is the speech stage's own prefill ids and whose response is the
+trained codebook's tokens, with the conditioning in its extra fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from omni_contracts import RolloutSample, SpeechPolicy
+from omni_rewards.audio import SpeechSample, WeightedAudioReward
+
+from omni_trainer.prompts import Prepared
+
+
+@dataclass
+class SpeechParts:
+    """What a speech step adds to the text step's parts."""
+
+    policy: SpeechPolicy
+    rewards: WeightedAudioReward
+    waveforms: list[np.ndarray] = field(default_factory=list)  # the last step's, sample order
+    texts: list[str] = field(default_factory=list)
+
+
+def spoken_text(prepared: Prepared) -> str:
+    info = prepared.extra_info or {}
+    text = info.get("spoken_text")
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"Prompt {prepared.index} has no extra_info['spoken_text'] for the talker to speak.")
+    return text
+
+
+def speech_rollouts(
+    speech: SpeechParts, prompts: Sequence[Prepared], *, n: int, max_new_tokens: int, temperature: float
+) -> tuple[list[RolloutSample], list[Prepared]]:
+    """``n`` spoken samples per prompt; each sample's owner carries the speech prompt (the
+    prefill ids) as its model inputs, and the prompt's reward fields."""
+    samples: list[RolloutSample] = []
+    owners: list[Prepared] = []
+    speech.waveforms, speech.texts = [], []
+    for prepared in prompts:
+        media = {k: v for k, v in prepared.inputs.items() if k not in ("input_ids", "attention_mask")}
+        for rollout in speech.policy.sample_speech(
+            prepared.inputs["input_ids"], n=n, max_new_tokens=max_new_tokens, temperature=temperature, media=media
+        ):
+            samples.append(RolloutSample(
+                prompt_ids=tuple(rollout.prompt_ids), response_ids=tuple(rollout.response_ids),
+                response_mask=(1,) * len(rollout.response_ids), response_logprobs=tuple(rollout.response_logprobs),
+                extra_fields=dict(rollout.extra_fields),
+            ))
+            ids = torch.tensor([rollout.prompt_ids])
+            owners.append(Prepared(
+                {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, prepared.data_source,
+                prepared.ground_truth, prepared.index, prepared.extra_info,
+            ))
+            speech.waveforms.append(np.asarray(rollout.waveform, dtype=np.float32))
+            speech.texts.append(spoken_text(prepared))
+    return samples, owners
+
+
+def score_speech(speech: SpeechParts, owners: Sequence[Prepared]) -> tuple[list[float], dict[str, float]]:
+    """The audio rewards of the last rollout's waveforms. Speech that ended before its first
+    frame scores 0 and is counted (``speech/empty``): a poor answer, not a scorer failure. A
+    failed reward scores 0 and is counted in the reward metrics, never silently."""
+    rate = speech.policy.speech_sample_rate
+    spoken = [i for i, w in enumerate(speech.waveforms) if w.size > 0]
+    result = speech.rewards.score_batch([
+        SpeechSample(speech.waveforms[i], rate, speech.texts[i], owners[i].ground_truth, owners[i].data_source)
+        for i in spoken
+    ])
+    scores = [0.0] * len(speech.waveforms)
+    for i, score in zip(spoken, result.scores, strict=True):
+        scores[i] = score
+    durations = [w.size / rate for w in speech.waveforms]
+    metrics = {
+        **result.metrics,
+        "speech/duration_s/mean": float(np.mean(durations)) if durations else 0.0,
+        "speech/empty": float(len(speech.waveforms) - len(spoken)),
+    }
+    return scores, metrics
+
+
+def write_speech_samples(directory: Path, step: int, speech: SpeechParts, count: int = 4) -> list[Path]:
+    """The first ``count`` waveforms of the last rollout as 16-bit WAVs, ``step_<N>_<k>.wav``."""
+    from omni_rewards.audio import encode_wav_pcm16
+
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    spoken = [w for w in speech.waveforms if w.size > 0]  # speech that ended at once has no audio
+    for k, waveform in enumerate(spoken[:count]):
+        path = directory / f"step_{step:06d}_{k}.wav"
+        path.write_bytes(encode_wav_pcm16(waveform, speech.policy.speech_sample_rate))
+        written.append(path)
+    return written

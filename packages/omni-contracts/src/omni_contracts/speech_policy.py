@@ -1,0 +1,82 @@
+"""What a trained speech stage (a talker) offers the engines: sampled speech with what the
+actor needs to recompute its log-probs.
+
+A model package's talker policy class implements :class:`SpeechPolicy`; the local engine
+finds it under any wrapper (:func:`find_speech_policy`) and turns each
+:class:`SpeechRollout` into a rollout sample (``prompt_ids``, ``response_ids``,
+``response_logprobs``, ``extra_fields``) plus the waveform the rewards read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass
+class SpeechRollout:
+    """One sampled rendition of a text as speech.
+
+    ``prompt_ids`` are the speech stage's own prompt (its prefill ids, one per row of the
+    conditioning it consumed); ``response_ids`` the sampled tokens of the trained codebook
+    with ``response_logprobs`` under the sampling distribution; ``extra_fields`` the
+    namespaced fields the training adapter declares; ``waveform`` the decoded audio
+    (``[samples]``, float, nominal full scale ±1) at the policy's ``speech_sample_rate``.
+    """
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_logprobs: list[float]
+    extra_fields: dict[str, Any]
+    waveform: Any
+    finished: bool  # ended with the end-of-speech token (not cut at the length limit)
+
+
+@runtime_checkable
+class SpeechPolicy(Protocol):
+    """The sampling side of a speech-stage policy (see the module docstring)."""
+
+    @property
+    def speech_sample_rate(self) -> int:
+        """Samples per second of the decoded waveforms."""
+        ...
+
+    def sample_speech(
+        self,
+        sequence: Any,
+        *,
+        n: int,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        speaker: str | None = None,
+        media: Mapping[str, Any] | None = None,
+    ) -> list[SpeechRollout]:
+        """``n`` renditions of the assistant text that ends ``sequence`` (``[1, S]`` ids: the
+        chat prompt, then the assistant turn with the text to speak)."""
+        ...
+
+
+def find_speech_policy(module: Any) -> SpeechPolicy:
+    """The :class:`SpeechPolicy` inside ``module`` (the module itself, or under PEFT's or
+    another wrapper's ``base_model`` / ``model`` attributes).
+
+    Raises:
+        TypeError: no speech policy is found; the message names the classes looked at.
+    """
+    seen = []
+    current = module
+    for _ in range(4):
+        if isinstance(current, SpeechPolicy):
+            return current
+        seen.append(type(current).__name__)
+        inner = getattr(current, "base_model", None)
+        if inner is None or inner is current:
+            inner = getattr(current, "model", None)
+        if inner is None or inner is current:
+            break
+        current = inner
+    raise TypeError(
+        f"No speech policy (sample_speech, speech_sample_rate) in {' -> '.join(seen)}: the training "
+        "adapter's policy_class for this stage must implement omni_contracts.SpeechPolicy."
+    )

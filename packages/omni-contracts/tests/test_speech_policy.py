@@ -1,0 +1,41 @@
+"""Finding the speech policy under the wrappers an engine puts around it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from omni_contracts import SpeechPolicy, SpeechRollout, find_speech_policy
+
+
+class Talker:
+    speech_sample_rate = 24_000
+
+    def sample_speech(
+        self, sequence: Any, *, n: int, max_new_tokens: int, temperature: float = 1.0,
+        speaker: str | None = None, media: Mapping[str, Any] | None = None,
+    ) -> list[SpeechRollout]:
+        return [SpeechRollout([1], [2], [-0.5], {}, [0.0], finished=True)] * n
+
+
+class Wrapper:
+    def __init__(self, inner: object, attribute: str) -> None:
+        setattr(self, attribute, inner)
+
+
+def test_found_under_peft_style_wrappers() -> None:
+    talker = Talker()
+    assert isinstance(talker, SpeechPolicy)
+    assert find_speech_policy(talker) is talker
+    # PeftModel -> LoraModel (base_model) -> the model (model)
+    assert find_speech_policy(Wrapper(Wrapper(talker, "model"), "base_model")) is talker
+
+
+def test_a_text_policy_is_refused_naming_what_was_searched() -> None:
+    class Thinker:
+        pass
+
+    with pytest.raises(TypeError, match=r"No speech policy .* in Wrapper -> Thinker.*SpeechPolicy"):
+        find_speech_policy(Wrapper(Thinker(), "base_model"))
