@@ -85,6 +85,11 @@ def test_talker_stage_runs_locally_on_the_builtin_speech_task_only(capsys: pytes
                  "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe"]) == 2
     err = capsys.readouterr().err
     assert "stage=talker runs on the local engine only" in err and "built-in speech task only" in err
+    assert "trainer.talker_drift=true is measured in thinker runs" not in err
+    assert main(["--print-config", "actor_rollout_ref.model.stage=talker", "trainer.talker_drift=true"]) == 2
+    assert "trainer.talker_drift=true is measured in thinker runs of the local engine only" in capsys.readouterr().err
+    assert main(["--print-config", "actor_rollout_ref.actor.talker_drift_coef=10"]) == 2
+    assert "talker_drift_coef penalises the drift that trainer.talker_drift measures" in capsys.readouterr().err
     assert "Traceback" not in err
 
 

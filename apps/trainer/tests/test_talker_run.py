@@ -48,3 +48,37 @@ def test_talker_stage_trains_only_the_talker_and_writes_speech_samples(tmp_path:
     with wave.open(str(wavs[0])) as wav:
         assert wav.getframerate() == trainer.speech.policy.speech_sample_rate and wav.getnframes() > 0
     assert (run / "curve.png").exists()
+
+
+def thinker_run_with_drift(tmp_path: Path, name: str, *extra: str) -> dict[float, dict[str, float]]:
+    from omni_trainer.cli import main
+
+    run = tmp_path / name
+    scorer = tmp_path / "scorer.py"
+    # Rewards with variance inside every group, so every step moves the thinker.
+    scorer.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
+        "    return float(sum(map(ord, solution_str)) % 2)\n"
+    )
+    assert main([
+        f"reward.custom_reward_function.path={scorer}", "reward.num_workers=1", "trainer.talker_drift=true",
+        "actor_rollout_ref.actor.optim.lr=0.01", "trainer.total_training_steps=5", "trainer.test_freq=1",
+        "trainer.save_freq=0", f"trainer.default_local_dir={run}", *extra,
+    ]) == 0
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return {json.loads(line)["step"]: json.loads(line) for line in lines}
+
+
+def test_thinker_run_reports_talker_drift_and_the_penalty_reduces_it(tmp_path: Path) -> None:
+    """The embedded thinker run with ``trainer.talker_drift=true``: no drift before training
+    (the probe's thinker is the policy's), some after updates of the thinker; the same run
+    with the penalty in the thinker's loss drifts less. (Measured: 2.0e-5 free, 1.8e-6 with
+    coef 1000 after 5 steps; a much larger coef oscillates under Adam's normalised steps.)"""
+    free = thinker_run_with_drift(tmp_path, "free")
+    assert free[0.0]["talker/drift_kl"] < 1e-9  # the same thinker: the same distributions
+    assert all(free[step]["actor/grad_norm"] > 0 for step in (1.0, 2.0, 3.0, 4.0, 5.0))
+    assert free[5.0]["talker/drift_kl"] > 5e-6
+    held = thinker_run_with_drift(tmp_path, "held", "actor_rollout_ref.actor.talker_drift_coef=1000")
+    assert held[1.0]["talker/drift_kl"] == pytest.approx(free[1.0]["talker/drift_kl"], rel=1e-2)  # KL 0: no pull yet
+    assert "actor/talker_drift_penalty" in held[2.0] and "actor/talker_drift_penalty" not in free[2.0]
+    assert held[5.0]["talker/drift_kl"] < 0.3 * free[5.0]["talker/drift_kl"]

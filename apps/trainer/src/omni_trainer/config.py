@@ -105,6 +105,9 @@ class ActorConfig:
     # no teacher) the update's own forward gives the old log-probs (detached), one actor
     # pass fewer with the same loss and gradients; recompute: always a separate pass first.
     old_log_prob: str = "auto"  # auto | recompute
+    # Local engine, with trainer.talker_drift=true: adds coef x talker/drift_kl (on the probes,
+    # differentiable in the thinker) to every update's loss, to keep the talker's behaviour.
+    talker_drift_coef: float = 0.0
     optim: OptimConfig = field(default_factory=OptimConfig)
 
 
@@ -227,6 +230,9 @@ class TrainerConfig:
     save_freq: int = 20  # -1 (verl's default) or 0: only at the end
     test_freq: int = -1  # -1 or 0: no periodic validation
     val_before_train: bool = True  # validate before the first step (as verl does)
+    # Local engine, thinker runs of a checkpoint that speaks: report talker/drift_kl with each
+    # validation (a frozen copy of the checkpoint speaks fixed probes; twice the weights' memory).
+    talker_drift: bool = False
     max_checkpoints_to_keep: int = 2
     resume_mode: str = "auto"  # auto | disable (moves an earlier run in the run dir aside)
     default_local_dir: str = "runs/${trainer.experiment_name}"

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from omni_contracts import find_speech_policy, get_rollout_adapter, require_omni_processor, resolve_training_adapter
+from omni_contracts import TalkerDriftProbe, find_speech_policy, get_rollout_adapter, require_omni_processor, resolve_training_adapter
 from omni_rewards import SCORERS, RewardManager, ScorerRegistry
 from omni_rewards.audio import WeightedAudioReward
 from omni_rollout.agent_loops import get_agent_loop
@@ -49,7 +49,7 @@ from omni_trainer.settings_builders import (
 )
 from omni_trainer.speech_step import SpeechParts, write_speech_samples
 from omni_trainer.step import StepDiscarded, StepParts, train_step
-from omni_training.actor import Actor
+from omni_training.actor import Actor, Regularizer
 from omni_training.checkpoint import load_checkpoint, save_checkpoint
 from omni_training.distillation import DistillationSettings, Teacher, check_shared_tokenizer
 
@@ -124,6 +124,18 @@ class LocalTrainer:
                 eos_token_ids=(eos,), pad_token_id=pad,
                 stage_id=self.rollout_adapter.policy_stage_id(self.mode),
                 suppress_token_ids=placeholder_token_ids(self.tokenizer, self.processor),
+            )
+        self.drift: TalkerDriftProbe | None = None
+        if cfg.trainer.talker_drift:
+            self.drift = self.training_adapter.talker_drift_probe(model_path, hf_config)
+            if self.drift is None:
+                raise ConfigError(
+                    f"Invalid configuration:\n  - trainer.talker_drift=true needs a checkpoint that speaks; "
+                    f"{type(self.training_adapter).__name__} has no talker drift probe for {model_path}"
+                )
+        if self.drift is not None and cfg.actor_rollout_ref.actor.talker_drift_coef:
+            self.actor.regularizers.append(
+                Regularizer("talker_drift_penalty", cfg.actor_rollout_ref.actor.talker_drift_coef, self.drift.penalty)
             )
         self.agent_loop = get_agent_loop(cfg.actor_rollout_ref.rollout.agent.default_agent_loop)
         self.rewards = RewardManager(reward_manager_config(cfg), registry=self._scorers())
@@ -335,6 +347,7 @@ class LocalTrainer:
         curve is the measurement)."""
         if self.engine is None:
             return {}
+        drift = self.drift.measure(self.actor.model) if self.drift is not None else {}
         sampling = validation_sampling(self.config)
         rollouts = self.engine.generate([p.inputs for p in self.val_rows], sampling)
         owners = [p for p, r in zip(self.val_rows, rollouts, strict=True) for _ in r.outputs]
@@ -351,7 +364,7 @@ class LocalTrainer:
             for key in scored[0].result if scored else ():
                 values = [o.result[key] for o in scored]
                 metrics[f"val-core/{source}/{key}/mean@{sampling.n}"] = sum(values) / len(values)
-        return metrics
+        return {**metrics, **drift}
 
     def _save(self, step: int) -> None:
         if step == self.saved_step or step == 0:

@@ -67,6 +67,16 @@ def _vocabularies(config: Config, found: Findings) -> None:
     _one_of(found, "actor_rollout_ref.actor.kl_loss_type", actor.kl_loss_type, kl_modes)
     _one_of(found, "algorithm.kl_penalty", config.algorithm.kl_penalty, kl_modes)
     _one_of(found, "actor_rollout_ref.model.stage", config.actor_rollout_ref.model.stage, STAGES)
+    if config.trainer.talker_drift and (config.trainer.engine != "local" or config.actor_rollout_ref.model.stage != "thinker"):
+        found.problems.append(
+            "trainer.talker_drift=true is measured in thinker runs of the local engine only; set "
+            "trainer.engine=local and actor_rollout_ref.model.stage=thinker, or trainer.talker_drift=false"
+        )
+    if config.actor_rollout_ref.actor.talker_drift_coef and not config.trainer.talker_drift:
+        found.problems.append(
+            "actor_rollout_ref.actor.talker_drift_coef penalises the drift that trainer.talker_drift "
+            "measures; set trainer.talker_drift=true"
+        )
     if config.actor_rollout_ref.model.stage == "talker":
         if config.trainer.engine != "local":
             found.problems.append(

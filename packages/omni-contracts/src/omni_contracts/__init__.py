@@ -26,7 +26,7 @@ from omni_contracts.rollout_adapter import (
     rollout_adapters,
 )
 from omni_contracts.sample import RolloutSample, StageOutput, collate_extra_fields
-from omni_contracts.speech_policy import SpeechPolicy, SpeechRollout, find_speech_policy
+from omni_contracts.speech_policy import SpeechPolicy, SpeechRollout, TalkerDriftProbe, find_speech_policy
 from omni_contracts.thinker_processor import OmniProcessor, require_omni_processor
 from omni_contracts.topology import OUTPUT_TYPES, OutputType, StageConfig, validate_stage_topology
 from omni_contracts.training_adapter import (
@@ -44,6 +44,7 @@ from omni_contracts.training_adapter import (
 __all__ = [
     "SpeechPolicy",
     "SpeechRollout",
+    "TalkerDriftProbe",
     "find_speech_policy",
     "MODEL_ENTRY_POINT_GROUP",
     "OUTPUT_TYPES",

@@ -80,3 +80,19 @@ def find_speech_policy(module: Any) -> SpeechPolicy:
         f"No speech policy (sample_speech, speech_sample_rate) in {' -> '.join(seen)}: the training "
         "adapter's policy_class for this stage must implement omni_contracts.SpeechPolicy."
     )
+
+
+@runtime_checkable
+class TalkerDriftProbe(Protocol):
+    """Measures how a thinker being trained changes what a frozen talker does with its
+    hidden states, on fixed probes (see ``TrainingAdapter.talker_drift_probe``)."""
+
+    def measure(self, policy: Any) -> dict[str, float]:
+        """``{"talker/drift_kl": ...}`` (and any other ``talker/*`` metric) for the thinker
+        inside ``policy`` (the trained policy module, possibly wrapped)."""
+        ...
+
+    def penalty(self, policy: Any) -> Any:
+        """The drift as a scalar tensor, differentiable in the thinker's parameters: what a
+        run adds to the thinker's loss to keep the talker's behaviour."""
+        ...

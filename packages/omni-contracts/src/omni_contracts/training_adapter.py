@@ -111,6 +111,13 @@ class TrainingAdapter(abc.ABC):
         """
         return None
 
+    def talker_drift_probe(self, model_path: str, model_config: Any) -> Any | None:
+        """A :class:`~omni_contracts.TalkerDriftProbe` for thinker runs of a checkpoint that
+        also speaks, or ``None`` (the default: no talker, or not measured). It holds its own
+        frozen copy of the checkpoint (the initial thinker and the talker): twice the
+        memory of the weights, so the engines build it only on request."""
+        return None
+
     @abc.abstractmethod
     def get_strip_modules(self, model_config: Any) -> Sequence[str]:
         """Attribute paths (dotted for nested) of submodules to delete before wrapping.

@@ -145,21 +145,25 @@ class Qwen3OmniTalkerPolicy(Qwen3OmniMoeForConditionalGeneration):
 
     # --- rollout ---------------------------------------------------------------------------
 
-    @torch.no_grad()
     def talker_prefill(
-        self, sequence: Tensor, speaker: str, media: dict[str, Any]
+        self, sequence: Tensor, speaker: str, media: Mapping[str, Any], thinker: Any = None
     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         """What the talker consumes for ``sequence`` (``[1, S]``: the chat prompt, then
         ``<|im_start|>assistant\\n`` and the spoken text, no ``<|im_end|>``), from one thinker
         forward: prefill embeddings ``[L, D]``, prefill ids ``[L]``, their rope positions
-        ``[3, L]``, the text stream ``[R, D]`` and the text-pad embedding ``[D]``."""
+        ``[3, L]``, the text stream ``[R, D]`` and the text-pad embedding ``[D]``.
+
+        ``thinker``: another thinker to read (a trained one, to measure talker drift);
+        default this checkpoint's. Differentiable in that thinker's parameters when grad
+        mode is on (``sample_speech`` runs it without)."""
+        thinker = self.thinker if thinker is None else thinker
         config: Any = self.config
         speaker_id = config.talker_config.speaker_id.get(speaker.lower())
         if speaker_id is None:
             raise ValueError(f"Unknown speaker {speaker!r}; this checkpoint has {sorted(config.talker_config.speaker_id)}.")
         media = with_audio_lengths(media)
         thinker_inputs = {k: v for k, v in media.items() if k != "audio_feature_lengths"}
-        out = self.thinker(
+        out = thinker(
             input_ids=sequence, attention_mask=torch.ones_like(sequence), output_hidden_states=True, **thinker_inputs
         )
         thinker_embed = out.hidden_states[0]
@@ -171,7 +175,7 @@ class Qwen3OmniTalkerPolicy(Qwen3OmniMoeForConditionalGeneration):
         )
         specials = torch.tensor([[config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id]],
                                 device=sequence.device)
-        tts_bos, tts_eos, tts_pad = self.talker.text_projection(self.thinker.get_input_embeddings()(specials)).chunk(3, dim=1)
+        tts_bos, tts_eos, tts_pad = self.talker.text_projection(thinker.get_input_embeddings()(specials)).chunk(3, dim=1)
         starts = torch.nonzero(sequence[0] == config.im_start_token_id).flatten().tolist() + [sequence.shape[1]]
         if len(starts) < 2 or int(sequence[0, starts[-2] + 1]) != config.assistant_token_id:
             raise ValueError("The sequence must end with an assistant turn holding the text to speak.")

@@ -52,6 +52,13 @@ class Qwen3OmniThinkerAdapter(TrainingAdapter):
     def get_strip_modules(self, model_config: Any) -> Sequence[str]:
         return ()  # the policy class never builds the talker and code2wav
 
+    def talker_drift_probe(self, model_path: str, model_config: Any) -> Any | None:
+        if not getattr(model_config, "enable_audio_output", False):
+            return None  # a checkpoint without its talker
+        from omni_qwen3.talker_drift import Qwen3OmniTalkerDrift
+
+        return Qwen3OmniTalkerDrift(model_path, self.configure_processor(model_path, model_config))
+
     def configure_processor(self, model_path: str, model_config: Any) -> Any:
         from omni_qwen3.processor import load_processor
 

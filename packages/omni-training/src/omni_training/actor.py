@@ -17,7 +17,8 @@ import contextlib
 import copy
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -32,6 +33,16 @@ from omni_training.logprobs import ResponseLogProbs, response_log_probs
 from omni_training.model_loading import load_policy
 from omni_training.policy_loss import BatchCounts, get_policy_loss
 from omni_training.settings import ActorSettings, LoraSettings, OptimizerSettings
+
+
+@dataclass(frozen=True)
+class Regularizer:
+    """A term added to every update's loss: ``coef * loss(model)``, a scalar computed on the
+    policy module itself (not on the samples), reported as ``actor/<name>``."""
+
+    name: str
+    coef: float
+    loss: Callable[[Any], Tensor]
 
 
 class Actor:
@@ -62,6 +73,7 @@ class Actor:
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.steps = 0
+        self.regularizers: list[Regularizer] = []
         # Full-parameter training needs a frozen copy of the initial weights for reference
         # log-probs; it is made now, before any update, and only when asked for (KL loss).
         keep = settings.use_kl_loss if keep_reference is None else keep_reference
@@ -220,6 +232,11 @@ class Actor:
             totals["clipfrac"] += float(pg.clipfrac.detach()) * share
             totals["ppo_kl"] += float(pg.ppo_kl.detach()) * share
             totals["clipfrac_lower"] += float(pg.clipfrac_lower.detach()) * share
+        regularized: dict[str, float] = {}
+        for regularizer in self.regularizers:
+            value = regularizer.loss(self.model)
+            (regularizer.coef * value).backward()
+            regularized[f"actor/{regularizer.name}"] = float(value.detach())
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable, self.optim_settings.grad_clip))
         stepped = math.isfinite(grad_norm)
         if stepped:
@@ -237,6 +254,7 @@ class Actor:
             "actor/ppo_kl": totals["ppo_kl"],
             "actor/pg_clipfrac_lower": totals["clipfrac_lower"],
             **({"actor/distill_loss": totals["distill_loss"]} if distill is not None else {}),
+            **regularized,
             "actor/grad_norm": grad_norm,
             "actor/lr": lr,
             "actor/skipped_step": float(not stepped),
