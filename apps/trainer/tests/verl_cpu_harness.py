@@ -181,7 +181,8 @@ def main(out_dir: Path, remove_padding: bool, model: str) -> None:
         model_inputs, responses, response_mask = collate([inputs], [RESPONSE], pad_token_id=0)
         (local,) = actor.compute_log_probs([MicroBatch(model_inputs, responses, response_mask)])
         response_mask_verl = output.batch["response_mask"][i].bool()
-        request = server.requests[i]
+        # The agent loop runs the rows concurrently: match the server's request by its prompt.
+        (request,) = [r for r in server.requests if r["prompt_ids"] == prompt_ids.tolist()]
         report["rows"].append({
             "modality": modality,
             "prompt_equals_dataset": prompt_ids.tolist() == ours["input_ids"].tolist(),
