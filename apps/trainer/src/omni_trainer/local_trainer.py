@@ -17,7 +17,13 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from omni_contracts import TalkerDriftProbe, find_speech_policy, get_rollout_adapter, require_omni_processor, resolve_training_adapter
+from omni_contracts import (
+    TalkerDriftProbe,
+    find_speech_policy,
+    get_rollout_adapter,
+    require_omni_processor,
+    resolve_training_adapter,
+)
 from omni_rewards import SCORERS, RewardManager, ScorerRegistry
 from omni_rewards.audio import WeightedAudioReward
 from omni_rollout.agent_loops import get_agent_loop

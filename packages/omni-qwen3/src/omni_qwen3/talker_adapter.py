@@ -12,41 +12,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from omni_contracts import ExtraFieldSpec, TrainingAdapter
+from omni_contracts import TrainingAdapter
 
 from omni_qwen3.rollout_adapter import PIPELINE
+from omni_qwen3.talker_fields import (  # noqa: F401  (re-exported: the adapter's field names)
+    PREFILL_EMBEDS,
+    PREFILL_POSITIONS,
+    RESIDUAL_CODES,
+    TALKER_FIELDS,
+    TRAILING_TEXT,
+    TTS_PAD_EMBED,
+)
 from omni_qwen3.training_adapter import ARCHITECTURE, Qwen3OmniThinkerAdapter
-
-# The same names as omni_qwen3.talker_policy's constants (kept here: that module imports
-# transformers' modelling code, and the adapter registers without it).
-PREFILL_EMBEDS = "qwen3_omni.talker_prefill_embeds"
-PREFILL_POSITIONS = "qwen3_omni.talker_prefill_positions"
-RESIDUAL_CODES = "qwen3_omni.residual_codes"
-TRAILING_TEXT = "qwen3_omni.trailing_text_hidden"
-TTS_PAD_EMBED = "qwen3_omni.tts_pad_embed"
-
-TALKER_FIELDS = {
-    PREFILL_EMBEDS: ExtraFieldSpec(
-        PREFILL_EMBEDS, ("prompt_length", "talker_hidden"), forward_arg="talker_prefill_embeds",
-        description="the talker's prefill input embeddings (projected thinker states, codec specials)",
-    ),
-    PREFILL_POSITIONS: ExtraFieldSpec(
-        PREFILL_POSITIONS, (3, "prompt_length"), forward_arg="talker_prefill_positions",
-        description="the prefill's 3-D rope positions, as the talker computed them",
-    ),
-    RESIDUAL_CODES: ExtraFieldSpec(
-        RESIDUAL_CODES, ("response_length", "residual_groups"), forward_arg="residual_codes",
-        description="codebooks 1..G-1 the code predictor sampled for each codec-0 token (-1: never sampled)",
-    ),
-    TRAILING_TEXT: ExtraFieldSpec(
-        TRAILING_TEXT, ("text_length", "talker_hidden"), forward_arg="trailing_text_hidden",
-        description="the text stream added to the talker's input at each step",
-    ),
-    TTS_PAD_EMBED: ExtraFieldSpec(
-        TTS_PAD_EMBED, ("talker_hidden",), forward_arg="tts_pad_embed",
-        description="the text stream once the text has run out",
-    ),
-}
 
 # LoRA defaults: the talker decoder's attention. The thinker, the code predictor (its
 # q/k/v/o share the names) and code2wav stay frozen.

@@ -21,14 +21,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from omni_qwen3.talker_policy import (
-    PREFILL_EMBEDS,
-    PREFILL_POSITIONS,
-    RESIDUAL_CODES,
-    TRAILING_TEXT,
-    TTS_PAD_EMBED,
-    Qwen3OmniTalkerPolicy,
-)
+from omni_qwen3.talker_fields import PREFILL_EMBEDS, PREFILL_POSITIONS, TALKER_FIELDS, TRAILING_TEXT, TTS_PAD_EMBED
+from omni_qwen3.talker_policy import Qwen3OmniTalkerPolicy
 
 PROBE_PHRASES = ("Good morning.", "The answer is four.", "Thank you very much.", "See you tomorrow.")
 
@@ -59,8 +53,7 @@ class Qwen3OmniTalkerDrift:
 
     @staticmethod
     def _fields(samples: list[Any]) -> dict[str, list[Tensor]]:
-        return {key: [s.extra_fields[key] for s in samples] for key in
-                (PREFILL_EMBEDS, PREFILL_POSITIONS, RESIDUAL_CODES, TRAILING_TEXT, TTS_PAD_EMBED)}
+        return {key: [s.extra_fields[key] for s in samples] for key in TALKER_FIELDS}
 
     def _log_probs(self, samples: list[Any], fields: dict[str, list[Tensor]]) -> Tensor:
         """Codec-0 log-distributions ``[n, T, V]`` at each sample's response positions."""
@@ -72,11 +65,8 @@ class Qwen3OmniTalkerDrift:
             ids[row, width - len(s.prompt_ids) : width] = torch.tensor(s.prompt_ids)
             ids[row, width : width + len(s.response_ids)] = torch.tensor(s.response_ids)
             mask[row, width - len(s.prompt_ids) : width + len(s.response_ids)] = 1
-        logits = self.reference(
-            input_ids=ids, attention_mask=mask, talker_prefill_embeds=fields[PREFILL_EMBEDS],
-            talker_prefill_positions=fields[PREFILL_POSITIONS], residual_codes=fields[RESIDUAL_CODES],
-            trailing_text_hidden=fields[TRAILING_TEXT], tts_pad_embed=fields[TTS_PAD_EMBED],
-        ).logits
+        arguments = {spec.forward_arg: fields[key] for key, spec in TALKER_FIELDS.items() if spec.forward_arg}
+        logits = self.reference(input_ids=ids, attention_mask=mask, **arguments).logits
         return torch.log_softmax(logits[:, width - 1 : width - 1 + steps].float(), dim=-1)
 
     def drift_kl(self, policy: Any) -> Tensor:

@@ -32,14 +32,9 @@ from transformers.modeling_outputs import CausalLMOutput
 from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import Qwen3OmniMoeForConditionalGeneration
 
 from omni_contracts import SpeechRollout
+from omni_qwen3.talker_fields import PREFILL_EMBEDS, PREFILL_POSITIONS, RESIDUAL_CODES, TRAILING_TEXT, TTS_PAD_EMBED
 
 TALKER_DECODER_LAYER = "Qwen3OmniMoeTalkerDecoderLayer"
-FIELD_PREFIX = "qwen3_omni."
-PREFILL_EMBEDS = FIELD_PREFIX + "talker_prefill_embeds"
-PREFILL_POSITIONS = FIELD_PREFIX + "talker_prefill_positions"
-RESIDUAL_CODES = FIELD_PREFIX + "residual_codes"
-TRAILING_TEXT = FIELD_PREFIX + "trailing_text_hidden"
-TTS_PAD_EMBED = FIELD_PREFIX + "tts_pad_embed"
 NOT_SAMPLED = -1
 CODEC_FRAME_RATE_HZ = 12.5  # Qwen3-Omni's codec: 12.5 frames a second (24 kHz / 1920 samples a frame)
 ROPE_MEDIA_KEYS = ("image_grid_thw", "video_grid_thw", "video_second_per_grid", "audio_feature_lengths")  # residual codes of a last token that no later step consumed
