@@ -101,3 +101,47 @@ def test_only_on_policy_steps_take_old_log_probs_from_the_update(
     step_parts = parts()
     step_parts.config = load_config(["actor_rollout_ref.rollout.n=2", *overrides])
     assert takes_old_log_probs_from_update(step_parts, samples) is expected
+
+
+class FakeSpeechPolicy:
+    """Returns ``returned`` renditions per call whatever ``n`` asks for (``None``: ``n``)."""
+
+    speech_sample_rate = 16000
+
+    def __init__(self, returned: int | None = None) -> None:
+        self.returned = returned
+
+    def sample_speech(self, sequence: Any, *, n: int, max_new_tokens: int, temperature: float = 1.0,
+                      speaker: str | None = None, media: Any = None) -> list[Any]:
+        from omni_contracts import SpeechRollout
+
+        count = n if self.returned is None else self.returned
+        return [SpeechRollout([7], [8], [-0.5], {}, [0.0], True) for _ in range(count)]
+
+
+def speech_parts(policy: FakeSpeechPolicy, n: int = 2) -> StepParts:
+    from omni_trainer.speech_step import SpeechParts
+
+    step_parts = parts(n=n)
+    step_parts.speech = SpeechParts(policy=policy, rewards=None)  # type: ignore[arg-type]
+    return step_parts
+
+
+def spoken_prompt(index: int) -> Prepared:
+    return Prepared(inputs={"input_ids": torch.tensor([[1, 2]])}, data_source="d", ground_truth="1", index=index,
+                    extra_info={"spoken_text": "hello"})
+
+
+def test_speech_samples_form_one_group_per_prompt() -> None:
+    rollouts = rollout_phase(speech_parts(FakeSpeechPolicy(), n=3), [spoken_prompt(0), spoken_prompt(0)], step=1)
+    first, second = rollouts.group_ids[:3], rollouts.group_ids[3:]
+    assert len(set(first)) == 1 and len(set(second)) == 1 and first[0] != second[0]
+    assert [o.index for o in rollouts.owners] == [0] * 6
+
+
+@pytest.mark.parametrize("returned", [1, 3])
+def test_a_speech_policy_returning_another_count_than_n_is_refused(returned: int) -> None:
+    """Groups are the prompt's samples: one sample short and the next prompt's first sample
+    would join this prompt's group (or a group would silently shrink)."""
+    with pytest.raises(RuntimeError, match=f"FakeSpeechPolicy.sample_speech returned {returned} samples for prompt 4"):
+        rollout_phase(speech_parts(FakeSpeechPolicy(returned), n=2), [spoken_prompt(4)], step=1)

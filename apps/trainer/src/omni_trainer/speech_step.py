@@ -40,18 +40,28 @@ def spoken_text(prepared: Prepared) -> str:
 
 
 def speech_rollouts(
-    speech: SpeechParts, prompts: Sequence[Prepared], *, n: int, max_new_tokens: int, temperature: float
-) -> tuple[list[RolloutSample], list[Prepared]]:
-    """``n`` spoken samples per prompt; each sample's owner carries the speech prompt (the
-    prefill ids) as its model inputs, and the prompt's reward fields."""
+    speech: SpeechParts, prompts: Sequence[Prepared], group_ids: Sequence[str], *, n: int,
+    max_new_tokens: int, temperature: float,
+) -> tuple[list[RolloutSample], list[Prepared], list[str]]:
+    """``n`` spoken samples per prompt, each with its owner and its prompt's group id. The
+    owner carries the speech prompt (the prefill ids) as its model inputs, and the prompt's
+    reward fields. A policy that returns another count is an error: the advantage groups
+    would no longer be the prompt's ``n`` samples."""
     samples: list[RolloutSample] = []
     owners: list[Prepared] = []
+    groups: list[str] = []
     speech.waveforms, speech.texts = [], []
-    for prepared in prompts:
+    for prepared, group in zip(prompts, group_ids, strict=True):
         media = {k: v for k, v in prepared.inputs.items() if k not in ("input_ids", "attention_mask")}
-        for rollout in speech.policy.sample_speech(
+        rollouts = speech.policy.sample_speech(
             prepared.inputs["input_ids"], n=n, max_new_tokens=max_new_tokens, temperature=temperature, media=media
-        ):
+        )
+        if len(rollouts) != n:
+            raise RuntimeError(
+                f"{type(speech.policy).__name__}.sample_speech returned {len(rollouts)} samples for prompt "
+                f"{prepared.index}, asked for n={n}: a speech policy must return exactly n per call."
+            )
+        for rollout in rollouts:
             samples.append(RolloutSample(
                 prompt_ids=tuple(rollout.prompt_ids), response_ids=tuple(rollout.response_ids),
                 response_mask=(1,) * len(rollout.response_ids), response_logprobs=tuple(rollout.response_logprobs),
@@ -64,7 +74,8 @@ def speech_rollouts(
             ))
             speech.waveforms.append(np.asarray(rollout.waveform, dtype=np.float32))
             speech.texts.append(spoken_text(prepared))
-    return samples, owners
+            groups.append(group)
+    return samples, owners, groups
 
 
 def score_speech(speech: SpeechParts, owners: Sequence[Prepared]) -> tuple[list[float], dict[str, float]]:

@@ -93,11 +93,10 @@ def new_group_ids(count: int) -> list[str]:
 def rollout_phase(parts: StepParts, prompts: Sequence[Prepared], step: int) -> Rollouts:
     rollout = parts.config.actor_rollout_ref.rollout
     if parts.speech is not None:
-        spoken, speakers = speech_rollouts(
-            parts.speech, prompts, n=rollout.n, max_new_tokens=parts.config.data.max_response_length,
-            temperature=rollout.temperature,
-        )
-        return Rollouts(spoken, speakers, [g for g in new_group_ids(len(prompts)) for _ in range(rollout.n)])
+        return Rollouts(*speech_rollouts(
+            parts.speech, prompts, new_group_ids(len(prompts)), n=rollout.n,
+            max_new_tokens=parts.config.data.max_response_length, temperature=rollout.temperature,
+        ))
     assert parts.engine is not None
     outputs = parts.engine.generate([p.inputs for p in prompts], sampling_settings(parts.config, step))
     samples: list[RolloutSample] = []
