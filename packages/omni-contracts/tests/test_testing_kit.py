@@ -328,3 +328,44 @@ def test_thinker_policy_check_catches_extra_stages_renamed_or_stale_weights_and_
     foreign.thinker.load_state_dict(full.thinker.state_dict())
     with pytest.raises(ContractViolation, match=r"get_input_embeddings\(\) is not the thinker's"):
         testing.check_thinker_policy(foreign, full)
+
+
+def test_logits_to_keep_check_catches_an_ignored_argument_and_a_hook_left_behind() -> None:
+    import torch
+    from torch import nn
+
+    from omni_contracts.thinker_policy import ThinkerPolicyMixin
+
+    class Thinker(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed, self.head = nn.Embedding(16, 4), nn.Linear(4, 16)
+
+        def get_output_embeddings(self) -> nn.Module:
+            return self.head
+
+        def forward(self, input_ids: torch.Tensor, **kwargs: object) -> SimpleNamespace:
+            return SimpleNamespace(logits=self.head(self.embed(input_ids).cumsum(1)))
+
+    class Policy(ThinkerPolicyMixin, nn.Module):
+        def __init__(self) -> None:
+            nn.Module.__init__(self)  # the mixin's __init__ builds from a config; this thinker is ready
+            self.thinker = Thinker()
+
+    class Ignores(Policy):
+        def forward(self, *args: object, logits_to_keep: int = 0, **kwargs: object) -> object:
+            return self.thinker(*args, **kwargs)
+
+    class Leaves(Policy):
+        def forward(self, *args: object, logits_to_keep: int = 0, **kwargs: object) -> object:
+            if logits_to_keep:
+                head = self.thinker.get_output_embeddings()
+                head.register_forward_pre_hook(lambda module, inputs: (inputs[0][:, -logits_to_keep:],))
+            return self.thinker(*args, **kwargs)
+
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    testing.check_logits_to_keep(Policy(), ids)
+    with pytest.raises(ContractViolation, match=r"logits_to_keep=2 gave logits of shape \(1, 5, 16\)"):
+        testing.check_logits_to_keep(Ignores(), ids)
+    with pytest.raises(ContractViolation, match=r"a full forward gave \(1, 2, 16\)"):
+        testing.check_logits_to_keep(Leaves(), ids)

@@ -54,6 +54,7 @@ def test_policy_class_is_the_thinker_alone_and_passes_the_contract_kit(
     testing.check_no_rebound_methods(policy_model)
     assert policy_model._no_split_modules == ["Qwen3OmniMoeThinkerTextDecoderLayer"]
     testing.check_thinker_policy(policy_model, full_model)
+    testing.check_logits_to_keep(policy_model, torch.tensor([[3, 5, 7, 9, 11]]))
 
 
 def test_configure_model_refuses_the_full_model(full_model: Any, tiny_config: Any) -> None:

@@ -85,6 +85,28 @@ def test_log_probs_are_those_of_the_processed_distribution(model: Any) -> None:
         torch.testing.assert_close(torch.tensor(output.logprobs), expected, rtol=0, atol=1e-5)
 
 
+def test_the_checkpoints_generation_defaults_do_not_change_the_sampled_distribution(model: Any) -> None:
+    """A ``generation_config.json`` with a repetition penalty (or an n-gram ban, a minimum
+    length) would make ``generate`` sample from a distribution the actor never computes."""
+    from transformers import GenerationConfig
+
+    saved = model.generation_config
+    model.generation_config = GenerationConfig(
+        repetition_penalty=3.0, no_repeat_ngram_size=1, min_new_tokens=6, eos_token_id=1, pad_token_id=0
+    )
+    try:
+        (rollout,) = engine(model).generate([prompt(5, 6, 7)], SamplingSettings(n=4, max_new_tokens=6, seed=3))
+    finally:
+        model.generation_config = saved
+    for output in rollout.outputs:
+        ids = torch.tensor([[5, 6, 7, *output.token_ids]])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, 2:-1]
+        expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(output.token_ids)[:, None]).squeeze(-1)
+        assert output.logprobs is not None
+        torch.testing.assert_close(torch.tensor(output.logprobs), expected, rtol=0, atol=1e-5)
+
+
 def test_text_prompts_share_one_left_padded_call(model: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Prompts of different lengths in one call: each sample's log-probs are those of its own
     unpadded prompt + response, and every rollout belongs to its prompt."""
@@ -143,6 +165,30 @@ def test_greedy_is_deterministic_without_a_seed(model: Any) -> None:
     greedy = SamplingSettings(n=2, temperature=0.0, max_new_tokens=4)
     (rollout,) = engine(model).generate([prompt(5, 8)], greedy)
     assert rollout.outputs[0].token_ids == rollout.outputs[1].token_ids
+
+
+def test_sample_categorical_draws_from_the_distribution() -> None:
+    from omni_rollout.local_engine import sample_categorical
+
+    probs = torch.tensor([0.5, 0.0, 0.2, 0.3, 0.0])
+    rows = 40_000
+    torch.manual_seed(0)
+    drawn = sample_categorical(probs.log().expand(rows, -1)).squeeze(-1)
+    counts = torch.bincount(drawn, minlength=5).double()
+    assert counts[1] == 0 and counts[4] == 0  # probability 0: never drawn
+    expected = probs.double() * rows
+    sigma = (expected * (1 - probs.double())).sqrt()
+    assert ((counts - expected).abs() <= 5 * sigma + 1e-9).all(), counts.tolist()
+
+
+def test_a_draw_rounded_past_the_end_takes_the_last_possible_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A uniform draw that rounding puts at the row's total would land past the last entry
+    of positive probability, on a suppressed token (or past the vocabulary)."""
+    from omni_rollout.local_engine import sample_categorical
+
+    monkeypatch.setattr(torch, "rand", lambda size, **kw: torch.ones(size, dtype=kw.get("dtype")))
+    log_probs = torch.tensor([[0.6, 0.4, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]]).log()
+    assert sample_categorical(log_probs).squeeze(-1).tolist() == [1, 1]
 
 
 def test_stats(model: Any) -> None:

@@ -297,3 +297,29 @@ def test_learning_rate_warmup_then_cosine(tiny_lm_path: Path, tiny_adapter: Trai
     assert factors[6] == pytest.approx(0.1)
     with pytest.raises(ValueError, match="cosine schedule needs total_steps"):
         OptimizerSettings(schedule="cosine")
+
+
+def test_the_entropy_bonus_reaches_the_gradient_and_the_metric_alone_does_not(
+    tiny_lm_path: Path, tiny_adapter: TrainingAdapter
+) -> None:
+    """With zero advantages the only loss term is ``-entropy_coeff * entropy``: coefficient 0
+    moves nothing (the entropy is a metric, outside autograd), a positive one raises it."""
+    entropies = {}
+    for coeff in (0.0, 1.0):
+        torch.manual_seed(0)
+        actor = Actor.from_pretrained(
+            str(tiny_lm_path), tiny_adapter, lora=LoraSettings(rank=0), settings=ActorSettings(entropy_coeff=coeff),
+            optim=FAST,
+        )
+        batch = make_batch(3)
+        assert batch.advantages is not None
+        batch.advantages = torch.zeros_like(batch.advantages)
+        (batch.old_log_probs,) = actor.compute_log_probs([batch])
+        metrics = [actor.update([batch]) for _ in range(3)]
+        entropies[coeff] = [m["actor/entropy"] for m in metrics]
+        if coeff:
+            assert metrics[0]["actor/grad_norm"] > 0
+        else:
+            assert all(m["actor/grad_norm"] == 0 for m in metrics)
+    assert entropies[0.0][0] == pytest.approx(entropies[1.0][0], rel=1e-6)  # same start
+    assert entropies[1.0][-1] > entropies[1.0][0] and entropies[0.0][-1] == pytest.approx(entropies[0.0][0], rel=1e-6)

@@ -152,6 +152,21 @@ def check_thinker_policy(policy: Any, full_model: Any) -> None:
         raise _fail(policy, "get_output_embeddings() is not the thinker's.")
 
 
+def check_logits_to_keep(policy: Any, input_ids: Any, keep: int = 2) -> None:
+    """``policy(input_ids=..., logits_to_keep=keep)`` returns the last ``keep`` positions'
+    logits of the full forward (the actor asks for only the response's), and leaves the
+    policy as it was: the next full forward has every position."""
+    full = policy(input_ids=input_ids).logits
+    kept = policy(input_ids=input_ids, logits_to_keep=keep).logits
+    if tuple(kept.shape) != (*full.shape[:1], keep, *full.shape[2:]):
+        raise _fail(policy, f"logits_to_keep={keep} gave logits of shape {tuple(kept.shape)} for {tuple(full.shape)}.")
+    if not bool((kept - full[:, -keep:]).abs().max() <= 1e-5):
+        raise _fail(policy, f"logits_to_keep={keep} gave logits that differ from the full forward's last positions.")
+    again = policy(input_ids=input_ids).logits
+    if tuple(again.shape) != tuple(full.shape):
+        raise _fail(policy, f"after a logits_to_keep call a full forward gave {tuple(again.shape)}, not {tuple(full.shape)}.")
+
+
 def check_processor(adapter: TrainingAdapter, model_path: str, model_config: Any) -> None:
     """``configure_processor`` returns an :class:`~omni_contracts.OmniProcessor`: every
     member the engines call by name exists, and ``pad_token_ids`` are distinct ints."""

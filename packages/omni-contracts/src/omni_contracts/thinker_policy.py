@@ -49,8 +49,24 @@ class ThinkerPolicyMixin:
         self.post_init()  # type: ignore[attr-defined]
         self._no_split_modules = [self.thinker_decoder_layer]
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self.thinker(*args, **kwargs)
+    def forward(self, *args: Any, logits_to_keep: int = 0, **kwargs: Any) -> Any:
+        """The thinker's forward. ``logits_to_keep=k > 0`` projects only the last ``k``
+        positions through the LM head, as transformers' causal LMs do with that argument:
+        the thinker classes lack it, and a long multimodal prompt's logits (``[B, L, V]``)
+        are the largest tensor of the actor's forward while only the response's are read.
+        It is done with a forward pre-hook on the LM head, removed when the call returns."""
+        if logits_to_keep <= 0:
+            return self.thinker(*args, **kwargs)
+
+        def last_positions(module: Any, inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+            hidden, *rest = inputs
+            return (hidden[:, -logits_to_keep:], *rest)
+
+        handle = self.thinker.get_output_embeddings().register_forward_pre_hook(last_positions)
+        try:
+            return self.thinker(*args, **kwargs)
+        finally:
+            handle.remove()
 
     def generate(self, *args: Any, **kwargs: Any) -> Any:
         return self.thinker.generate(*args, **kwargs)

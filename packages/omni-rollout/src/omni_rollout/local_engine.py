@@ -8,8 +8,8 @@ rollout-vs-actor consistency is measured honestly.
 
 Prompts, text-only and multimodal alike, share left-padded ``generate`` calls
 (:func:`batch_prompts` lays out their rows and media). The module may sit on a GPU: prompts
-move to its device and results come back to the CPU; the sampler keeps one step's
-distribution at a time (:class:`SampledLogProbs`), not every step's scores.
+move to its device and results come back to the CPU; our sampler (:class:`NextTokenSampler`)
+picks each token and keeps its log-prob, never every step's scores.
 
 The module that generates is the rollout adapter's policy stage: the submodule whose class
 is the policy stage's ``model_arch`` (the thinker of Qwen3-Omni), or the model itself.
@@ -28,6 +28,14 @@ from torch import Tensor
 from omni_contracts import RolloutAdapter, StageOutput
 from omni_rollout.sampling import SamplingSettings
 
+# Processors that ``generate`` would build from the checkpoint's ``generation_config.json``
+# and that change the distribution sampled from; the actor applies none of them, so the
+# rollout's log-probs would silently stop being the policy's. Set to their neutral values.
+NEUTRAL_GENERATION_OPTIONS: dict[str, Any] = {
+    "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_length": 0, "min_new_tokens": None,
+    "bad_words_ids": None, "sequence_bias": None, "begin_suppress_tokens": None,
+    "forced_bos_token_id": None, "forced_eos_token_id": None, "exponential_decay_length_penalty": None,
+}
 SEQUENCE_KEYS = ("input_ids", "attention_mask")  # [1, L] per prompt; left-padded in a batch
 TIME_PADDED_KEYS = ("input_features", "feature_attention_mask")  # [audios, ..., frames]; right-padded
 
@@ -204,17 +212,17 @@ class LocalEngine:
             for key, value in batch_prompts(prompts, sampling.n, self.pad_token_id).items()
         }
         prompt_len = int(inputs["input_ids"].shape[1])
-        recorder = SampledLogProbs()
-        # Temperature, top-k and top-p run as our processors, before the recorder; generate's
-        # own warpers are turned off (they would run after it).
+        sampler = NextTokenSampler(greedy=sampling.greedy)
+        # Temperature, top-k and top-p run as our processors, then our sampler picks the token;
+        # generate runs greedy over its point mass (greedy: its own warpers never run).
         options: dict[str, Any] = {
             "max_new_tokens": sampling.max_new_tokens,
             "eos_token_id": list(stops),
             "pad_token_id": self.pad_token_id,
             "return_dict_in_generate": True,
-            "do_sample": not sampling.greedy,
-            "temperature": 1.0, "top_p": 1.0, "top_k": 0,
-            "logits_processor": LogitsProcessorList([*_warpers(sampling), recorder]),
+            "do_sample": False,
+            **NEUTRAL_GENERATION_OPTIONS,
+            "logits_processor": LogitsProcessorList([*_warpers(sampling), sampler]),
         }
         if self.suppress_token_ids:
             options["suppress_tokens"] = list(self.suppress_token_ids)
@@ -231,7 +239,7 @@ class LocalEngine:
         finally:
             self.module.train(was_training)
         tokens = out.sequences[:, prompt_len:]  # [prompts * n, T]
-        log_probs = recorder.finish(tokens).cpu()  # [prompts * n, T]
+        log_probs = sampler.finish(tokens).cpu()  # [prompts * n, T]
         tokens = tokens.cpu()
         rollouts = []
         for number, prompt in enumerate(prompts):
@@ -248,39 +256,51 @@ class LocalEngine:
         return rollouts
 
 
-class SampledLogProbs:
-    """The last logits processor of a ``generate`` call: the log-prob of each sampled token
-    under the processed distribution it was sampled from.
+class NextTokenSampler:
+    """The last logits processor of a ``generate`` call: it picks each row's next token from
+    the processed distribution (the scores after temperature, top-k and top-p), records that
+    token's log-prob under it, and returns a point mass at the pick, so ``generate`` runs
+    greedy and takes it.
 
-    At each step it keeps the log-softmax of the processed scores ``[rows, V]`` until the
-    next step, whose last input id is the token sampled from them; :meth:`finish` reads the
-    last step's with the final tokens. So it holds one step's distribution at a time, where
-    ``output_scores`` would keep every step's (``rows x T x V`` floats: 40 GB for 64 rows of
-    1024 tokens over a 152k vocabulary).
+    Sampling draws one uniform per row and searches the row's cumulative distribution
+    (inverse-CDF sampling). ``generate``'s own sampler, ``torch.multinomial``, draws one
+    exponential variate per vocabulary entry instead: on the CPU that was the largest single
+    cost of a tiny-model rollout (5 ms per step for 64 rows x 4096 tokens, 20x the search).
+    It keeps one step's log-probs per row (``[rows]``), never a step's full distribution.
     """
 
-    def __init__(self) -> None:
-        self.pending: Tensor | None = None  # [rows, V]
-        self.log_probs: list[Tensor] = []  # [rows] per step
+    def __init__(self, *, greedy: bool) -> None:
+        self.greedy = greedy
+        self.log_probs: list[Tensor] = []  # [rows] per generated position
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
-        if self.pending is not None:
-            self._take(input_ids[:, -1])
-        self.pending = torch.log_softmax(scores.float(), dim=-1)
-        return scores
-
-    def _take(self, sampled: Tensor) -> None:
-        assert self.pending is not None
-        self.log_probs.append(self.pending.gather(-1, sampled.unsqueeze(-1)).squeeze(-1))
-        self.pending = None
+        log_probs = torch.log_softmax(scores.float(), dim=-1)
+        chosen = log_probs.argmax(-1, keepdim=True) if self.greedy else sample_categorical(log_probs)
+        self.log_probs.append(log_probs.gather(-1, chosen).squeeze(-1))
+        return torch.full_like(scores, float("-inf")).scatter_(-1, chosen, 0.0)
 
     def finish(self, tokens: Tensor) -> Tensor:
         """``[rows, T]`` log-probs of ``tokens`` (the generated part of the sequences)."""
-        if self.pending is not None:
-            self._take(tokens[:, -1])
         if len(self.log_probs) != tokens.shape[1]:
             raise RuntimeError(f"Recorded {len(self.log_probs)} steps for {tokens.shape[1]} generated tokens.")
         return torch.stack(self.log_probs, dim=1)
+
+
+def sample_categorical(log_probs: Tensor) -> Tensor:
+    """One draw per row of ``[rows, V]`` log-probs, as ``[rows, 1]`` ids: the first entry whose
+    cumulative probability (summed in float64) exceeds a uniform draw scaled to the row's
+    total. Such an entry has positive probability; a draw that rounding puts at the total
+    itself takes the row's last entry of positive probability, so a token of probability 0
+    (suppressed, or cut by top-k/top-p) is never drawn."""
+    probs = log_probs.exp()
+    cdf = probs.cumsum(-1, dtype=torch.float64)
+    draw = torch.rand((probs.shape[0], 1), device=probs.device, dtype=cdf.dtype) * cdf[:, -1:]
+    chosen = torch.searchsorted(cdf, draw, right=True)
+    past_end = chosen == probs.shape[-1]
+    if past_end.any():
+        last_possible = probs.shape[-1] - 1 - (probs > 0).flip(-1).int().argmax(-1, keepdim=True)
+        chosen = torch.where(past_end, last_possible, chosen)
+    return chosen
 
 
 def _warpers(sampling: SamplingSettings) -> list[Any]:

@@ -123,7 +123,8 @@ class Actor:
     ) -> ResponseLogProbs:
         return response_log_probs(
             module, adapter_model_inputs(batch, self.adapter, self.model_config), batch.responses,
-            temperature=self.settings.temperature, with_entropy=with_entropy, gather_ids=gather_ids,
+            temperature=self.settings.temperature, with_entropy=with_entropy,
+            entropy_grad=bool(self.settings.entropy_coeff), gather_ids=gather_ids,
         )
 
     @contextlib.contextmanager

@@ -61,5 +61,9 @@ def kl_penalized_rewards(
 
 def entropy_from_logits(logits: Tensor) -> Tensor:
     """Entropy of the categorical distribution per position: ``[..., V] -> [...]``."""
-    log_probs = torch.log_softmax(logits.float(), dim=-1)
+    return entropy_from_log_probs(torch.log_softmax(logits.float(), dim=-1))
+
+
+def entropy_from_log_probs(log_probs: Tensor) -> Tensor:
+    """Entropy per position of normalised log-probs ``[..., V] -> [...]`` (a ``log_softmax``)."""
     return -(log_probs.exp() * log_probs).sum(dim=-1)

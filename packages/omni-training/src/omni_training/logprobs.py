@@ -2,12 +2,15 @@
 
 Layout: each row is ``prompt (left-padded) + response (right-padded)``; the model sees the
 whole row, and the response's log-probs come from the positions just before each response
-token. Only those ``T`` positions are projected through ``log_softmax``: the full-vocab
-softmax over the prompt is the dominant cost on small models.
+token. Only those ``T`` positions go through ``log_softmax``, and through the LM head when
+the model takes ``logits_to_keep`` (transformers' causal LMs, and our thinker policies):
+the prompt's full-vocab logits are the largest tensor of a long multimodal row and the
+dominant cost on small models.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from omni_training.kl import entropy_from_logits
+from omni_training.kl import entropy_from_log_probs
 
 
 @dataclass(frozen=True)
@@ -33,12 +36,14 @@ def gather_response_log_probs(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    entropy_grad: bool = True,
     topk: int | None = None,
     gather_ids: Tensor | None = None,  # [B, T, k]
 ) -> ResponseLogProbs:
     """Log-probs of ``responses`` from a forward pass over ``prompt + response`` rows.
 
-    ``topk`` also returns each position's ``k`` most likely tokens and their log-probs;
+    ``entropy_grad=False`` computes the entropy outside autograd (a metric, not a loss term:
+    no graph is kept for it). ``topk`` also returns each position's ``k`` most likely tokens and their log-probs;
     ``gather_ids`` returns the log-probs of the given tokens (a teacher's top-k) instead.
     """
     if temperature <= 0:
@@ -52,7 +57,10 @@ def gather_response_log_probs(
     scores = logits[:, -t - 1 : -1, :].float() / temperature  # position i predicts token i + 1
     all_log_probs = torch.log_softmax(scores, dim=-1)
     log_probs = all_log_probs.gather(-1, responses.unsqueeze(-1)).squeeze(-1)
-    entropy = entropy_from_logits(scores) if with_entropy else None
+    entropy = None
+    if with_entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            entropy = entropy_from_log_probs(all_log_probs)
     topk_log_probs = topk_ids = gathered = None
     if topk is not None:
         topk_log_probs, topk_ids = all_log_probs.topk(topk, dim=-1)
@@ -66,6 +74,13 @@ def gather_response_log_probs(
     return ResponseLogProbs(log_probs, entropy, topk_log_probs, topk_ids, gathered)
 
 
+def keeps_last_logits(model: Any) -> bool:
+    """Whether ``model`` (under a PEFT wrapper, if any) takes ``logits_to_keep``: then only
+    the positions that predict the response are projected through the LM head."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "logits_to_keep" in inspect.signature(base.forward).parameters
+
+
 def response_log_probs(
     model: Any,
     model_inputs: Mapping[str, Any],
@@ -73,18 +88,21 @@ def response_log_probs(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    entropy_grad: bool = True,
     topk: int | None = None,
     gather_ids: Tensor | None = None,
 ) -> ResponseLogProbs:
-    """Run ``model(**model_inputs)`` (``input_ids`` = prompt + response) and gather."""
+    """Run ``model(**model_inputs)`` (``input_ids`` = prompt + response) and gather; a model
+    that takes ``logits_to_keep`` computes only the response's logits."""
     input_ids = model_inputs["input_ids"]
     if not torch.equal(input_ids[:, -responses.shape[1] :], responses):
         raise ValueError(
             "model_inputs['input_ids'] must end with the responses (prompt left-padded, "
             "response right-padded, concatenated)."
         )
-    outputs = model(**model_inputs, use_cache=False)
+    keep = {"logits_to_keep": responses.shape[1] + 1} if keeps_last_logits(model) else {}
+    outputs = model(**model_inputs, use_cache=False, **keep)
     return gather_response_log_probs(
         outputs.logits, responses, temperature=temperature, with_entropy=with_entropy,
-        topk=topk, gather_ids=gather_ids,
+        entropy_grad=entropy_grad, topk=topk, gather_ids=gather_ids,
     )
