@@ -15,14 +15,21 @@ from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
 )
 
 from omni_contracts.thinker_policy import ThinkerPolicyMixin
+from omni_qwen3.media_dedup import install_media_dedup
 
 THINKER_DECODER_LAYER = "Qwen3OmniMoeThinkerTextDecoderLayer"
 
 
 class Qwen3OmniThinkerPolicy(ThinkerPolicyMixin, Qwen3OmniMoePreTrainedModel, GenerationMixin):
-    """``Qwen3OmniMoeForConditionalGeneration`` without its speech stages."""
+    """``Qwen3OmniMoeForConditionalGeneration`` without its speech stages. Its encoders see
+    each distinct image and audio of a call once (:mod:`omni_qwen3.media_dedup`): a GRPO
+    batch repeats every prompt's media ``n`` times."""
 
     config_class = Qwen3OmniMoeConfig
     thinker_class = Qwen3OmniMoeThinkerForConditionalGeneration
     thinker_decoder_layer = THINKER_DECODER_LAYER
     _keys_to_ignore_on_load_unexpected = [r"^talker\.", r"^code2wav\."]
+
+    def __init__(self, config: Qwen3OmniMoeConfig) -> None:
+        super().__init__(config)
+        install_media_dedup(self.thinker)
