@@ -46,20 +46,21 @@ def test_lora_plan_by_hand() -> None:
     assert plan["AdamW moments"] == 400  # 2 moments x 50 x 4 B
     # 4 rows x (5 + 3) = 32 tokens; 2 layers x 2 B x 132 elements
     assert plan["update: activations"] == 32 * 2 * 264 == 16896
-    # bf16 logits 32 x 10 x 2 = 640; fp32 scores, log-softmax, entropy 4 x 3 x 10 x 4 x 3 = 1440
-    assert plan["update: logits"] == 2080
+    # bf16 logits of the response's 3 + 1 positions 4 x 4 x 10 x 2 = 320 (not the prompt's);
+    # fp32 scores, log-softmax, entropy 4 x 3 x 10 x 4 x 3 = 1440
+    assert plan["update: logits"] == 1760
     # 6 rows x 8 tokens x (k, v) x 2 layers x kv 4 x 2 B
     assert plan["rollout: KV cache"] == 1536
     assert plan["rollout: prefill logits"] == 600  # 6 rows x 5 x 10 x 2 B
-    # resident 2800 + max(update 18976, rollout 2136)
-    assert plan["peak"] == 21776
+    # resident 2800 + max(update 18656, rollout 2136)
+    assert plan["peak"] == 21456
 
 
 def test_checkpointing_keeps_layer_inputs_and_one_layer() -> None:
     plan = memory_plan(COUNTS, DENSE, WORK, lora=True, checkpointing=True)
     # each layer's input: 32 tokens x 2 layers x 8 x 2 B = 1024; one layer recomputed: 32 x 264 = 8448
     assert plan["update: activations"] == 1024 + 8448
-    assert plan["peak"] == 2800 + 9472 + 2080
+    assert plan["peak"] == 2800 + 9472 + 1760
 
 
 def test_full_fine_tuning_keeps_bf16_gradients_and_moments() -> None:
@@ -67,7 +68,7 @@ def test_full_fine_tuning_keeps_bf16_gradients_and_moments() -> None:
     assert plan["trainable weights (extra, LoRA fp32)"] == 0
     assert plan["gradients"] == 1200  # 600 x 2 B
     assert plan["AdamW moments"] == 2400  # 2 x 600 x 2 B
-    assert plan["peak"] == 2000 + 1200 + 2400 + 18976
+    assert plan["peak"] == 2000 + 1200 + 2400 + 18656
 
 
 def test_verdict_and_table() -> None:

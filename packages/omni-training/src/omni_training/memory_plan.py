@@ -129,9 +129,9 @@ def memory_plan(counts: ParamCounts, text: TextShape, work: Workload, *, lora: b
     layer_bytes = 2 * text.saved_per_token_layer()
     # Checkpointing keeps each layer's input (bf16) and recomputes one layer at a time.
     saved = tokens * layers * 2 * h + tokens * layer_bytes if checkpointing else tokens * layers * layer_bytes
-    # Every position is projected onto the vocabulary (bf16 logits), then fp32 scores,
-    # log-softmax and entropy over the response positions.
-    logits = tokens * vocab * 2 + work.micro_batch * work.response_tokens * vocab * 4 * 3
+    # The positions that predict the response (T + 1: logits_to_keep) are projected onto the
+    # vocabulary (bf16 logits), then fp32 scores, log-softmax and entropy over the T.
+    logits = work.micro_batch * (work.response_tokens + 1) * vocab * 2 + work.micro_batch * work.response_tokens * vocab * 4 * 3
     kv = rows * seq * 2 * layers * text.kv_dim * 2  # k and v, bf16
     prefill_logits = rows * work.prompt_tokens * vocab * 2  # the prompt's logits, all positions, once
     plan = {
