@@ -74,7 +74,15 @@ def test_text_image_audio_prompts_generate(setup: tuple[Any, Any, Any], monkeypa
     monkeypatch.setattr(thinker, "generate", counting)
     sampling = SamplingSettings(n=2, temperature=1.0, max_new_tokens=5, seed=3)
     rows = prompts(processor)
-    rollouts = engine.generate(rows, sampling)
+    projected: list[tuple[int, ...]] = []  # what the LM head returned per forward
+    probe = thinker.lm_head.register_forward_hook(lambda m, args, out: projected.append(tuple(out.shape)))
+    try:
+        rollouts = engine.generate(rows, sampling)
+    finally:
+        probe.remove()
+    # The thinker's forward takes no logits_to_keep; the engine has the head project only the
+    # last position, the one generate reads, in the prefill too (not [10, L, V]).
+    assert 1 <= len(projected) <= 5 and all(shape[:2] == (2 * len(rows), 1) for shape in projected)
     again = engine.generate(rows, sampling)
     assert calls == [2 * len(rows)] * 2  # every prompt, media or not, in one call
     loop = get_agent_loop("single_turn_agent")

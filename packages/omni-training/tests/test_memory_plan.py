@@ -51,8 +51,8 @@ def test_lora_plan_by_hand() -> None:
     assert plan["update: logits"] == 1760
     # 6 rows x 8 tokens x (k, v) x 2 layers x kv 4 x 2 B
     assert plan["rollout: KV cache"] == 1536
-    assert plan["rollout: prefill logits"] == 600  # 6 rows x 5 x 10 x 2 B
-    # resident 2800 + max(update 18656, rollout 2136)
+    assert plan["rollout: prefill logits"] == 120  # 6 rows x 10 x 2 B: the last position only
+    # resident 2800 + max(update 18656, rollout 1656)
     assert plan["peak"] == 21456
 
 

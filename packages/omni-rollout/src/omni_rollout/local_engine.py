@@ -231,6 +231,10 @@ class LocalEngine:
         # it off in training mode when gradient checkpointing is enabled).
         was_training = self.module.training
         self.module.eval()
+        # generate reads the last position's logits only (prefill included): the LM head
+        # projects that one; the prompt's [rows, L, V] logits were the rollout's largest tensor.
+        head = self.module.get_output_embeddings()
+        last_only = head.register_forward_pre_hook(_last_position_only) if head is not None else None
         try:
             with torch.random.fork_rng(devices=rng_devices), torch.no_grad():
                 if sampling.seed is not None:
@@ -238,6 +242,8 @@ class LocalEngine:
                 out = self.module.generate(**inputs, **options)
         finally:
             self.module.train(was_training)
+            if last_only is not None:
+                last_only.remove()
         tokens = out.sequences[:, prompt_len:]  # [prompts * n, T]
         log_probs = sampler.finish(tokens).cpu()  # [prompts * n, T]
         tokens = tokens.cpu()
@@ -301,6 +307,11 @@ def sample_categorical(log_probs: Tensor) -> Tensor:
         last_possible = probs.shape[-1] - 1 - (probs > 0).flip(-1).int().argmax(-1, keepdim=True)
         chosen = torch.where(past_end, last_possible, chosen)
     return chosen
+
+
+def _last_position_only(module: Any, inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+    hidden, *rest = inputs
+    return (hidden[:, -1:], *rest)
 
 
 def _warpers(sampling: SamplingSettings) -> list[Any]:

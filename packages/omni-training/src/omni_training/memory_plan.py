@@ -133,7 +133,7 @@ def memory_plan(counts: ParamCounts, text: TextShape, work: Workload, *, lora: b
     # vocabulary (bf16 logits), then fp32 scores, log-softmax and entropy over the T.
     logits = work.micro_batch * (work.response_tokens + 1) * vocab * 2 + work.micro_batch * work.response_tokens * vocab * 4 * 3
     kv = rows * seq * 2 * layers * text.kv_dim * 2  # k and v, bf16
-    prefill_logits = rows * work.prompt_tokens * vocab * 2  # the prompt's logits, all positions, once
+    prefill_logits = rows * vocab * 2  # the local engine projects the last position only
     plan = {
         "weights (bf16)": counts.total * 2.0,
         "trainable weights (extra, LoRA fp32)": trainable * 4.0 if lora else 0.0,
