@@ -79,18 +79,40 @@ def test_unknown_stage_and_architecture_are_problems(tmp_path: Path) -> None:
         preflight(config)
 
 
-def test_talker_stage_runs_locally_on_the_builtin_speech_task_only(capsys: pytest.CaptureFixture[str]) -> None:
+def test_talker_stage_runs_locally_paid_by_audio_rewards(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--print-config", "actor_rollout_ref.model.stage=talker", "trainer.engine=verl",
-                 "data.train_files=[/d.parquet]", "actor_rollout_ref.model.path=/m",
+                 "data.train_files=[/d.parquet]", "data.val_files=[/v.parquet]", "actor_rollout_ref.model.path=/m",
                  "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe"]) == 2
     err = capsys.readouterr().err
-    assert "stage=talker runs on the local engine only" in err and "built-in speech task only" in err
+    assert "stage=talker runs on the local engine only" in err
+    assert "stage=talker runs no validation in this version" in err
+    assert "stage=talker needs reward.audio_rewards, e.g. [{name: duration, weight: 1.0}]" in err
+    assert "rewards: clipping, duration, http, loudness, silence ('http', with a url" in err
     assert "trainer.talker_drift=true is measured in thinker runs" not in err
     assert main(["--print-config", "actor_rollout_ref.model.stage=talker", "trainer.talker_drift=true"]) == 2
     assert "trainer.talker_drift=true is measured in thinker runs of the local engine only" in capsys.readouterr().err
     assert main(["--print-config", "actor_rollout_ref.actor.talker_drift_coef=10"]) == 2
     assert "talker_drift_coef penalises the drift that trainer.talker_drift measures" in capsys.readouterr().err
     assert "Traceback" not in err
+
+
+def test_audio_reward_specs_are_checked_before_anything_loads(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--print-config", "actor_rollout_ref.model.stage=talker",
+                 "reward.audio_rewards=[{name: durration, weight: 1.0}, {name: silence, weight: -1}]"]) == 2
+    err = capsys.readouterr().err
+    assert "reward.audio_rewards: Invalid audio reward specs:" in err and "'durration'" in err and "weight" in err
+    assert main(["--print-config", "reward.audio_rewards=[{name: duration, weight: 1.0}]"]) == 2
+    assert "reward.audio_rewards score speech, which only actor_rollout_ref.model.stage=talker" in capsys.readouterr().err
+
+
+def test_a_talker_run_on_user_data_needs_no_text_scorer(tmp_path: Path) -> None:
+    train = rl_parquet(tmp_path / "data" / "train.parquet", ["my/speech"] * 4)
+    config = load_config([
+        f"actor_rollout_ref.model.path={checkpoint_dir(tmp_path)}", f"data.train_files=[{train}]",
+        "actor_rollout_ref.model.stage=talker", "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "reward.audio_rewards=[{name: duration, weight: 1.0}]",
+    ])
+    preflight(config)  # no "data_source 'my/speech' has no registered scorer": speech is scored by audio rewards
 
 
 def test_data_sources_without_a_scorer_are_named(tmp_path: Path) -> None:

@@ -107,14 +107,17 @@ class FakeSpeechPolicy:
     """Returns ``returned`` renditions per call whatever ``n`` asks for (``None``: ``n``)."""
 
     speech_sample_rate = 16000
+    speakers = ("ethan",)
 
     def __init__(self, returned: int | None = None) -> None:
         self.returned = returned
+        self.voices: list[str | None] = []
 
     def sample_speech(self, sequence: Any, *, n: int, max_new_tokens: int, temperature: float = 1.0,
                       speaker: str | None = None, media: Any = None) -> list[Any]:
         from omni_contracts import SpeechRollout
 
+        self.voices.append(speaker)
         count = n if self.returned is None else self.returned
         return [SpeechRollout([7], [8], [-0.5], {}, [0.0], True) for _ in range(count)]
 
@@ -132,8 +135,13 @@ def spoken_prompt(index: int) -> Prepared:
                     extra_info={"spoken_text": "hello"})
 
 
-def test_speech_samples_form_one_group_per_prompt() -> None:
-    rollouts = rollout_phase(speech_parts(FakeSpeechPolicy(), n=3), [spoken_prompt(0), spoken_prompt(0)], step=1)
+def test_speech_samples_form_one_group_per_prompt_in_the_configured_voice() -> None:
+    policy = FakeSpeechPolicy()
+    step_parts = speech_parts(policy, n=3)
+    assert step_parts.speech is not None
+    step_parts.speech.speaker = "ethan"
+    rollouts = rollout_phase(step_parts, [spoken_prompt(0), spoken_prompt(0)], step=1)
+    assert policy.voices == ["ethan", "ethan"]
     first, second = rollouts.group_ids[:3], rollouts.group_ids[3:]
     assert len(set(first)) == 1 and len(set(second)) == 1 and first[0] != second[0]
     assert [o.index for o in rollouts.owners] == [0] * 6

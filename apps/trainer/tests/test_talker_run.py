@@ -82,3 +82,69 @@ def test_thinker_run_reports_talker_drift_and_the_penalty_reduces_it(tmp_path: P
     assert held[1.0]["talker/drift_kl"] == pytest.approx(free[1.0]["talker/drift_kl"], rel=1e-2)  # KL 0: no pull yet
     assert "actor/talker_drift_penalty" in held[2.0] and "actor/talker_drift_penalty" not in free[2.0]
     assert held[5.0]["talker/drift_kl"] < 0.3 * free[5.0]["talker/drift_kl"]
+
+
+def speech_rows(tmp_path: Path) -> Path:
+    """User rows in the RL schema with ``extra_info.spoken_text``; one picture + tone row,
+    and one row without the text to speak (a bad row)."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from omni_data.schema import rl_row, write_rl_parquet
+    from omni_rewards.audio import encode_wav_pcm16
+
+    tone = tmp_path / "tone.wav"
+    tone.write_bytes(encode_wav_pcm16(0.5 * np.sin(np.arange(16_000) * 2 * np.pi * 440 / 16_000), 16_000))
+    png = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(png, "PNG")
+
+    def row(index: int, prompt: str, spoken: str | None, **media: object) -> dict[str, object]:
+        extra = {"index": index} if spoken is None else {"index": index, "spoken_text": spoken}
+        return rl_row(data_source="my/speech", messages=[{"role": "user", "content": prompt}], ground_truth=str(spoken),
+                      ability="speech", extra_info=extra, **media)  # type: ignore[arg-type]
+
+    rows = [
+        row(0, "Say hello.", "Hello."),
+        row(1, "<image><audio>Say what you hear.", "A tone.", images=[{"bytes": png.getvalue(), "path": "p.png"}],
+            audios=[str(tone)]),
+        row(2, "Say thanks.", "Thanks."),
+        row(3, "Say nothing.", None),
+        row(4, "Say yes.", "Yes."),
+    ]
+    return write_rl_parquet(rows, tmp_path / "speech.parquet")
+
+
+def test_talker_trains_on_user_rows_with_configured_rewards_and_voice(tmp_path: Path) -> None:
+    from omni_qwen3.tiny import build_tiny_qwen3_omni
+    from omni_trainer.cli import main
+
+    run = tmp_path / "run"
+    assert main([
+        f"actor_rollout_ref.model.path={build_tiny_qwen3_omni()}",
+        "actor_rollout_ref.model.stage=talker", f"data.train_files=[{speech_rows(tmp_path)}]", "data.on_bad_row=skip",
+        "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
+        "data.max_response_length=8", "actor_rollout_ref.rollout.speaker=tiny", "actor_rollout_ref.model.lora_rank=0",
+        "reward.audio_rewards=[{name: duration, weight: 1.0}, {name: silence, weight: 0.5}]",
+        "trainer.total_training_steps=2", "trainer.save_freq=0", f"trainer.default_local_dir={run}",
+    ]) == 0
+    steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(steps) == 2
+    for step in steps:
+        assert step["data/dropped_rows"] == 1.0  # the row without spoken_text, counted
+        assert step["training/rollout_actor_probs_pearson_corr"] >= 0.999
+        assert {"audio_reward/duration/mean", "audio_reward/silence/mean"} <= step.keys()
+        assert step["audio_reward/duration/errors"] == 0 and step["audio_reward/silence/errors"] == 0
+
+
+def test_an_unknown_voice_is_refused_naming_the_checkpoints_voices(tmp_path: Path) -> None:
+    from omni_trainer.config import load_config
+    from omni_trainer.local_trainer import LocalTrainer
+
+    config = load_config([
+        "actor_rollout_ref.model.stage=talker", "actor_rollout_ref.rollout.speaker=chelsie",
+        f"trainer.default_local_dir={tmp_path / 'run'}",
+    ])
+    with pytest.raises(ValueError, match=r"speaker='chelsie' is not a voice of this checkpoint; its voices: tiny"):
+        LocalTrainer(config).setup()

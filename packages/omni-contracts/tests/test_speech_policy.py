@@ -12,6 +12,7 @@ from omni_contracts import SpeechPolicy, SpeechRollout, find_speech_policy
 
 class Talker:
     speech_sample_rate = 24_000
+    speakers = ("ethan", "chelsie")
 
     def sample_speech(
         self, sequence: Any, *, n: int, max_new_tokens: int, temperature: float = 1.0,
@@ -31,6 +32,11 @@ def test_found_under_peft_style_wrappers() -> None:
     assert find_speech_policy(talker) is talker
     # PeftModel -> LoraModel (base_model) -> the model (model)
     assert find_speech_policy(Wrapper(Wrapper(talker, "model"), "base_model")) is talker
+
+
+def test_a_policy_without_speakers_is_not_a_speech_policy() -> None:
+    voiceless = type("Voiceless", (), {k: v for k, v in vars(Talker).items() if k != "speakers"})
+    assert isinstance(Talker(), SpeechPolicy) and not isinstance(voiceless(), SpeechPolicy)
 
 
 def test_a_text_policy_is_refused_naming_what_was_searched() -> None:

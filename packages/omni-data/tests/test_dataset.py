@@ -152,6 +152,19 @@ def test_skip_mode_counts_every_reason(tmp_path: Path, media_dir: Path, fake_pro
     assert report.examples["missing_file"].startswith(f"row 2 of {path}: image file ")
 
 
+def test_rows_without_a_required_extra_info_key_are_bad_rows(tmp_path: Path, fake_processor: Any) -> None:
+    rows = [make_row("a", 0), make_row("b", 1), make_row("c", 2)]
+    rows[0]["extra_info"]["spoken_text"] = "Hello there."
+    rows[2]["extra_info"]["spoken_text"] = "  "
+    path = write_rl_parquet(rows, tmp_path / "speech.parquet")
+    needs = DatasetConfig(required_extra_info=("spoken_text",))
+    with pytest.raises(RowError, match=r"row 1 of .*: extra_info\['spoken_text'\] must be a non-empty string, got None"):
+        RLDataset(path, fake_processor, needs)
+    dataset = RLDataset(path, fake_processor, DatasetConfig(required_extra_info=("spoken_text",), on_bad_row="skip"))
+    assert dict(dataset.report.dropped) == {"missing_extra_info": 2}
+    assert [dataset[i]["extra_info"]["spoken_text"] for i in range(len(dataset))] == ["Hello there."]
+
+
 def test_without_load_checks_a_bad_medium_still_raises_when_read(
     tmp_path: Path, media_dir: Path, fake_processor: Any
 ) -> None:

@@ -129,6 +129,22 @@ def test_a_sample_missing_a_declared_field_fails_naming_the_key(talker: Any, tin
         actor_log_probs(tiny_path, [sample])
 
 
+def test_sampling_in_training_mode_with_gradient_checkpointing_keeps_the_cache_and_the_mode(
+    tiny_path: Path, tiny_config: Any, media: Any
+) -> None:
+    """The actor trains with gradient checkpointing, under which transformers turns the KV
+    cache off in training mode; the talker's generate then failed on a multimodal prompt."""
+    from omni_qwen3.talker_policy import Qwen3OmniTalkerPolicy
+
+    policy = Qwen3OmniTalkerPolicy.from_pretrained(tiny_path)
+    policy.gradient_checkpointing_enable()
+    policy.train()
+    torch.manual_seed(2)
+    sequence, inputs = spoken_sequence(tiny_path, tiny_config, media)
+    samples = policy.sample_speech(sequence, n=2, max_new_tokens=8, media=inputs)
+    assert len(samples) == 2 and policy.training and policy.talker.training
+
+
 def test_an_update_moves_the_talker_and_nothing_it_consumes(talker: Any, tiny_path: Path, tiny_config: Any) -> None:
     """Full fine-tuning (no LoRA to hide behind): after a step with non-zero advantages the
     talker's decoder moved, and the thinker, code predictor, code2wav and the projections

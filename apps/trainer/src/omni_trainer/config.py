@@ -153,6 +153,8 @@ class RolloutConfig:
     # filled in by load_config from the checkpoint's config.json.
     pipeline_name: str | None = None
     pipeline_mode: str = "thinker_only"
+    # stage=talker: the voice, one of the checkpoint's speakers; None: its first.
+    speaker: str | None = None
     agent: AgentConfig = field(default_factory=AgentConfig)
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
     engine_kwargs: EngineKwargsConfig = field(default_factory=EngineKwargsConfig)
@@ -220,6 +222,10 @@ class RewardConfig:
     num_workers: int | None = None  # None: one per CPU
     timeout_s: float = 30.0
     on_unknown_data_source: str = "raise"
+    # stage=talker: the speech rewards, summed with weights, each also a metric; e.g.
+    # [{name: duration, weight: 1.0}, {name: http, label: asr, url: ..., weight: 1.0}]
+    # (omni_rewards.audio: signal rewards need no model; "http" reaches a user's scorer).
+    audio_rewards: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

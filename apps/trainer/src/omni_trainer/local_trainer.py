@@ -19,7 +19,6 @@ from omegaconf import OmegaConf
 
 from omni_contracts import (
     TalkerDriftProbe,
-    find_speech_policy,
     get_rollout_adapter,
     require_omni_processor,
     resolve_training_adapter,
@@ -39,7 +38,9 @@ from omni_trainer.prompts import (
     DatasetPrompts,
     Prepared,
     PromptSource,
+    SpokenPrompts,
     encode_builtin,
+    with_spoken_text,
 )
 from omni_trainer.reporting import DROPPED_KEY, complete_message, report_step, validation_line, write_summary
 from omni_trainer.run_dir import MetricsLog, RunStart, prepare_run_dir, run_identity
@@ -53,7 +54,7 @@ from omni_trainer.settings_builders import (
     reward_manager_config,
     validation_sampling,
 )
-from omni_trainer.speech_step import SpeechParts, write_speech_samples
+from omni_trainer.speech_step import SpeechParts, speech_policy, write_speech_samples
 from omni_trainer.step import StepDiscarded, StepParts, train_step
 from omni_training.actor import Actor, Regularizer
 from omni_training.checkpoint import load_checkpoint, save_checkpoint
@@ -121,7 +122,10 @@ class LocalTrainer:
         self.engine: LocalEngine | None = None
         self.speech: SpeechParts | None = None
         if self.speaks:
-            self.speech = SpeechParts(find_speech_policy(self.actor.model), WeightedAudioReward(speech_task.REWARDS))
+            self.speech = SpeechParts(
+                speech_policy(self.actor.model, cfg.actor_rollout_ref.rollout.speaker),
+                WeightedAudioReward(cfg.reward.audio_rewards), speaker=cfg.actor_rollout_ref.rollout.speaker,
+            )
         else:
             eos = self.tokenizer.eos_token_id
             pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
@@ -229,9 +233,12 @@ class LocalTrainer:
 
     def _load_rows(self) -> tuple[PromptSource, list[Prepared]]:
         cfg = self.config
-        if self.speaks:  # the pre-flight refused train files for this stage
-            rows = speech_task.speech_rows(cfg.data.builtin_task_size, seed=cfg.data.seed)
-            return BuiltinPrompts(rows, self._encode_speech), []
+        if self.speaks:  # no validation: the pre-flight refused val files for this stage
+            if cfg.data.train_files is None:
+                rows = speech_task.speech_rows(cfg.data.builtin_task_size, seed=cfg.data.seed)
+                return BuiltinPrompts(rows, self._encode_speech), []
+            spoken = DatasetPrompts(cfg.data.train_files, self.processor, cfg, required_extra_info=("spoken_text",))
+            return SpokenPrompts(spoken, self.tokenizer), []
         if cfg.data.train_files is None:
             train = builtin_task.builtin_rows(cfg.data.builtin_task_size, seed=cfg.data.seed)
             val = builtin_task.builtin_rows(BUILTIN_VALIDATION_ROWS, seed=cfg.data.seed + 1)
@@ -246,11 +253,7 @@ class LocalTrainer:
     def _encode_speech(self, row: dict[str, Any]) -> Prepared:
         """The prompt, then the assistant turn holding the text to speak (no end of turn)."""
         prepared = encode_builtin(self.processor, row, self.config.data.max_prompt_length)
-        spoken = torch.tensor([self.tokenizer.encode(row["spoken_text"])])
-        ids = torch.cat([prepared.inputs["input_ids"], spoken], dim=1)
-        prepared.inputs = {**prepared.inputs, "input_ids": ids, "attention_mask": torch.ones_like(ids)}
-        prepared.extra_info = {"spoken_text": row["spoken_text"]}
-        return prepared
+        return with_spoken_text(prepared, row["spoken_text"], self.tokenizer)
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -299,7 +302,7 @@ class LocalTrainer:
             try:
                 with workers_ignore_sigint():
                     self.rewards.start()
-                if cfg.trainer.val_before_train and start_step == 0:
+                if cfg.trainer.val_before_train and start_step == 0 and self.engine is not None:  # speech: none
                     before = self.validate()
                     print(validation_line(0, before), flush=True)
                     self._log(0, {"step": 0.0, **before}, sinks)

@@ -83,14 +83,39 @@ def _vocabularies(config: Config, found: Findings) -> None:
                 "actor_rollout_ref.model.stage=talker runs on the local engine only in this version (the "
                 "vLLM-Omni talker mode is not wired into the verl engine); set trainer.engine=local"
             )
-        if config.data.train_files:
+        if config.data.val_files:
             found.problems.append(
-                "actor_rollout_ref.model.stage=talker trains on the built-in speech task only in this "
-                "version; leave data.train_files unset"
+                "actor_rollout_ref.model.stage=talker runs no validation in this version (its rewards "
+                "are reported every step); leave data.val_files unset"
             )
+        _audio_rewards(config, found)
+    elif config.reward.audio_rewards:
+        found.problems.append(
+            "reward.audio_rewards score speech, which only actor_rollout_ref.model.stage=talker "
+            "produces; set the stage, or leave reward.audio_rewards empty"
+        )
     _one_of(found, "actor_rollout_ref.rollout.agent.default_agent_loop", rollout.agent.default_agent_loop,
             tuple(AGENT_LOOPS))
     _pipeline(config, found)
+
+
+def _audio_rewards(config: Config, found: Findings) -> None:
+    """A speech stage is paid by ``reward.audio_rewards``: present, and specs that build."""
+    from omni_rewards.audio import AUDIO_SCORERS, WeightedAudioReward
+    from omni_rewards.errors import AudioRewardConfigError
+
+    specs = config.reward.audio_rewards
+    if not specs:
+        found.problems.append(
+            "actor_rollout_ref.model.stage=talker needs reward.audio_rewards, e.g. "
+            f"[{{name: duration, weight: 1.0}}]; rewards: {', '.join(AUDIO_SCORERS.names())} "
+            "('http', with a url, reaches your own scorer: ASR, speaker similarity)"
+        )
+        return
+    try:
+        WeightedAudioReward(specs).close()
+    except AudioRewardConfigError as exc:
+        found.problems.append(f"reward.audio_rewards: {_one_line(exc)}")
 
 
 def _local_algorithms(config: Config, found: Findings) -> None:
@@ -332,6 +357,8 @@ def _data_files(config: Config, found: Findings) -> None:
         )
     if config.reward.custom_reward_function.path or config.reward.on_unknown_data_source == "skip":
         return
+    if config.actor_rollout_ref.model.stage == "talker":
+        return  # speech is scored by reward.audio_rewards, not per data source
     from omni_rewards import SCORERS
 
     missing = {source: path for source, path in sources.items() if source not in SCORERS}

@@ -51,7 +51,9 @@ class DatasetPrompts:
     ``dropped`` counts the rows left out at load (bad rows with ``on_bad_row=skip``, and
     overlong prompts)."""
 
-    def __init__(self, files: Sequence[str], processor: Any, config: Config) -> None:
+    def __init__(
+        self, files: Sequence[str], processor: Any, config: Config, *, required_extra_info: tuple[str, ...] = ()
+    ) -> None:
         from omni_data import DatasetConfig, RLDataset
 
         data = config.data
@@ -59,6 +61,7 @@ class DatasetPrompts:
             max_prompt_length=data.max_prompt_length,
             on_bad_row=data.on_bad_row,  # type: ignore[arg-type]  # checked by load_config
             mm_processor_kwargs=dict(data.mm_processor_kwargs),
+            required_extra_info=required_extra_info,
         )
         self.dataset = RLDataset(list(files), processor, settings)
         self.dropped = sum(self.dataset.report.dropped.values())
@@ -73,6 +76,34 @@ class DatasetPrompts:
                   **row["multi_modal_inputs"]}
         return Prepared(inputs, row["data_source"], str(row["reward_model"]["ground_truth"]), int(row["index"]),
                         row["extra_info"])
+
+
+class SpokenPrompts:
+    """A speech stage's prompts: each row's prompt, then the assistant turn holding the text
+    the stage speaks (``extra_info['spoken_text']``, which the source checked at load)."""
+
+    def __init__(self, source: PromptSource, tokenizer: Any) -> None:
+        self.source = source
+        self.tokenizer = tokenizer
+        self.dropped = source.dropped
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitem__(self, item: int) -> Prepared:
+        prepared = self.source[item]
+        return with_spoken_text(prepared, (prepared.extra_info or {})["spoken_text"], self.tokenizer)
+
+
+def with_spoken_text(prepared: Prepared, text: str, tokenizer: Any) -> Prepared:
+    """``prepared``'s prompt (ending with the assistant turn's start) followed by ``text``,
+    without an end of turn: the sequence a speech stage speaks the end of."""
+    import torch
+
+    ids = torch.cat([prepared.inputs["input_ids"], torch.tensor([tokenizer.encode(text)])], dim=1)
+    inputs = {**prepared.inputs, "input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    extra_info = {**(prepared.extra_info or {}), "spoken_text": text}
+    return Prepared(inputs, prepared.data_source, prepared.ground_truth, prepared.index, extra_info)
 
 
 def encode_builtin(processor: Any, row: dict[str, Any], max_prompt_length: int) -> Prepared:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from omni_contracts import RolloutSample, SpeechPolicy
+from omni_contracts import RolloutSample, SpeechPolicy, find_speech_policy
 from omni_rewards.audio import SpeechSample, WeightedAudioReward
 
 from omni_trainer.prompts import Prepared
@@ -27,8 +27,24 @@ class SpeechParts:
 
     policy: SpeechPolicy
     rewards: WeightedAudioReward
+    speaker: str | None = None  # None: the policy's default voice
     waveforms: list[np.ndarray] = field(default_factory=list)  # the last step's, sample order
     texts: list[str] = field(default_factory=list)
+
+
+def speech_policy(model: Any, speaker: str | None) -> SpeechPolicy:
+    """The speech policy in ``model``, checked to speak in ``speaker`` (``None``: its default).
+
+    Raises:
+        ValueError: the policy has no such voice; the message lists its voices.
+    """
+    policy = find_speech_policy(model)
+    if speaker is not None and speaker.lower() not in {voice.lower() for voice in policy.speakers}:
+        raise ValueError(
+            f"actor_rollout_ref.rollout.speaker={speaker!r} is not a voice of this checkpoint; its voices: "
+            f"{', '.join(policy.speakers)}."
+        )
+    return policy
 
 
 def spoken_text(prepared: Prepared) -> str:
@@ -54,7 +70,8 @@ def speech_rollouts(
     for prepared, group in zip(prompts, group_ids, strict=True):
         media = {k: v for k, v in prepared.inputs.items() if k not in ("input_ids", "attention_mask")}
         rollouts = speech.policy.sample_speech(
-            prepared.inputs["input_ids"], n=n, max_new_tokens=max_new_tokens, temperature=temperature, media=media
+            prepared.inputs["input_ids"], n=n, max_new_tokens=max_new_tokens, temperature=temperature,
+            speaker=speech.speaker, media=media,
         )
         if len(rollouts) != n:
             raise RuntimeError(

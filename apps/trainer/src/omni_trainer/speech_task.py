@@ -1,8 +1,8 @@
 """The built-in speech task of ``stage=talker``: say a short phrase, as long as it takes.
 
 Each prompt asks the model to say a one-word phrase; the assistant turn holds that phrase,
-which the talker speaks. The reward is the signal-level ``duration`` reward of
-``omni_rewards.audio``: 1 when the speech lasts about as long as the phrase takes to say
+which the talker speaks. The reward (``reward.audio_rewards`` in ``embedded_talker.yaml``)
+is the signal-level ``duration`` reward of ``omni_rewards.audio``: 1 when the speech lasts about as long as the phrase takes to say
 (2.5 words a second), falling off on either side. From random weights the talker ends its
 speech at random (most samples run long), so the reward starts low and rises as the policy
 learns when to stop: a curve a laptop CPU shows in minutes.
@@ -17,7 +17,6 @@ from typing import Any
 
 DATA_SOURCE = "omni_rl/builtin_speech"
 PHRASES = ("Hi.", "Yes.", "Thanks.", "Okay.", "Hello.", "Sure.", "Right.", "Great.")
-REWARDS: tuple[dict[str, Any], ...] = ({"name": "duration", "weight": 1.0},)
 
 
 def speech_rows(count: int, seed: int = 0) -> list[dict[str, Any]]:

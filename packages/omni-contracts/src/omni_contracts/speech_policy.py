@@ -42,6 +42,11 @@ class SpeechPolicy(Protocol):
         """Samples per second of the decoded waveforms."""
         ...
 
+    @property
+    def speakers(self) -> tuple[str, ...]:
+        """The voices ``sample_speech`` can speak in (its ``speaker``); the first is the default."""
+        ...
+
     def sample_speech(
         self,
         sequence: Any,
@@ -77,7 +82,7 @@ def find_speech_policy(module: Any) -> SpeechPolicy:
             break
         current = inner
     raise TypeError(
-        f"No speech policy (sample_speech, speech_sample_rate) in {' -> '.join(seen)}: the training "
+        f"No speech policy (sample_speech, speech_sample_rate, speakers) in {' -> '.join(seen)}: the training "
         "adapter's policy_class for this stage must implement omni_contracts.SpeechPolicy."
     )
 

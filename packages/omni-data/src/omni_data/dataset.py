@@ -55,6 +55,9 @@ class DatasetConfig:
     video_max_frames: int = 32
     chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
     mm_processor_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    required_extra_info: tuple[str, ...] = ()
+    """``extra_info`` keys every row must hold as a non-empty string (a speech stage's
+    ``spoken_text``); a row without one is a bad row (``missing_extra_info``)."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -188,6 +191,14 @@ class RLDataset:
             )
         if not isinstance(parsed.fields.get("data_source"), str):
             raise RowError(f"{where}: column 'data_source' must be a string.", reason="bad_data_source")
+        extra_info = parsed.fields.get("extra_info") or {}
+        for key in self.config.required_extra_info:
+            value = extra_info.get(key) if isinstance(extra_info, Mapping) else None
+            if not isinstance(value, str) or not value.strip():
+                raise RowError(
+                    f"{where}: extra_info[{key!r}] must be a non-empty string, got {value!r}.",
+                    reason="missing_extra_info",
+                )
         return parsed
 
     def _encode(self, parsed: ParsedRow, where: str) -> EncodedPrompt:

@@ -75,6 +75,12 @@ class Qwen3OmniTalkerPolicy(Qwen3OmniMoeForConditionalGeneration):
         """24000 for the real checkpoint; a tiny code2wav upsamples less, so its rate is lower."""
         return round(CODEC_FRAME_RATE_HZ * int(self.code2wav.total_upsample))
 
+    @property
+    def speakers(self) -> tuple[str, ...]:
+        """The checkpoint's voices (``talker_config.speaker_id``), in its order."""
+        talker_config: Any = self.config.talker_config
+        return tuple(talker_config.speaker_id)
+
     def get_input_embeddings(self) -> Any:
         return self.talker.get_input_embeddings()
 
@@ -214,9 +220,20 @@ class Qwen3OmniTalkerPolicy(Qwen3OmniMoeForConditionalGeneration):
         ``temperature`` (no top-k/top-p, no repetition penalty: the distribution the actor
         recomputes); the residual codebooks come from the frozen code predictor as in
         transformers' own generation."""
+        was_training = self.training
+        self.eval()  # KV cache on (off in training mode under gradient checkpointing), no dropout
+        try:
+            return self._sample_speech(sequence, n, max_new_tokens, temperature, speaker, media)
+        finally:
+            self.train(was_training)
+
+    def _sample_speech(
+        self, sequence: Tensor, n: int, max_new_tokens: int, temperature: float, speaker: str | None,
+        media: Mapping[str, Any] | None,
+    ) -> list[SpeechRollout]:
         media = with_audio_lengths(media or {})
         talker_config: Any = self.config.talker_config
-        speaker = speaker or next(iter(talker_config.speaker_id))
+        speaker = speaker or self.speakers[0]
         prefill, prefill_ids, positions, trailing, tts_pad = self.talker_prefill(sequence, speaker, media)
         eos = talker_config.codec_eos_token_id
         # The talker's rope reads one entry per media item of each row: every row repeats them.
