@@ -103,6 +103,10 @@ def test_audio_reward_specs_are_checked_before_anything_loads(capsys: pytest.Cap
     assert "reward.audio_rewards: Invalid audio reward specs:" in err and "'durration'" in err and "weight" in err
     assert main(["--print-config", "reward.audio_rewards=[{name: duration, weight: 1.0}]"]) == 2
     assert "reward.audio_rewards score speech, which only actor_rollout_ref.model.stage=talker" in capsys.readouterr().err
+    assert main(["--print-config", "trainer.talker_drift_rewards=[{name: loudnes, weight: 1.0}]"]) == 2
+    err = capsys.readouterr().err
+    assert "trainer.talker_drift_rewards score the drift probes' speech; set trainer.talker_drift=true" in err
+    assert "trainer.talker_drift_rewards: Invalid audio reward specs:" in err and "'loudnes'" in err
 
 
 def test_a_talker_run_on_user_data_needs_no_text_scorer(tmp_path: Path) -> None:

@@ -74,8 +74,11 @@ def test_thinker_run_reports_talker_drift_and_the_penalty_reduces_it(tmp_path: P
     (the probe's thinker is the policy's), some after updates of the thinker; the same run
     with the penalty in the thinker's loss drifts less. (Measured: 2.0e-5 free, 1.8e-6 with
     coef 1000 after 5 steps; a much larger coef oscillates under Adam's normalised steps.)"""
-    free = thinker_run_with_drift(tmp_path, "free")
+    free = thinker_run_with_drift(tmp_path, "free", "trainer.talker_drift_rewards=[{name: duration, weight: 1.0}]")
     assert free[0.0]["talker/drift_kl"] < 1e-9  # the same thinker: the same distributions
+    for step in (0.0, 5.0):  # the probes spoken anew from the thinker being trained, scored
+        spoken = free[step]["talker/probe/audio_reward/duration/mean"]
+        assert 0.0 <= spoken <= 1.0 and free[step]["talker/probe/audio_reward/duration/errors"] == 0
     assert all(free[step]["actor/grad_norm"] > 0 for step in (1.0, 2.0, 3.0, 4.0, 5.0))
     assert free[5.0]["talker/drift_kl"] > 5e-6
     held = thinker_run_with_drift(tmp_path, "held", "actor_rollout_ref.actor.talker_drift_coef=1000")

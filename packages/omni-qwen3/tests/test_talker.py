@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -171,3 +172,24 @@ def test_an_update_moves_the_talker_and_nothing_it_consumes(talker: Any, tiny_pa
     frozen = ("thinker.", "talker.code_predictor.", "code2wav.", "talker.text_projection.", "talker.hidden_projection.")
     assert not {name for name in changed if name.startswith(frozen)}
     assert any(name.startswith("talker.model.layers.") for name in changed)
+
+
+def test_drift_probes_are_spoken_anew_from_the_thinker_being_trained(tiny_path: Path, tiny_config: Any) -> None:
+    from omni_qwen3.talker_drift import Qwen3OmniTalkerDrift
+    from omni_qwen3.thinker_policy import Qwen3OmniThinkerPolicy
+    from omni_qwen3.training_adapter import Qwen3OmniThinkerAdapter
+
+    processor = Qwen3OmniThinkerAdapter().configure_processor(str(tiny_path), tiny_config)
+    probe = Qwen3OmniTalkerDrift(str(tiny_path), processor, phrases=("Good morning.", "Thanks."), max_new_tokens=8)
+    policy = Qwen3OmniThinkerPolicy.from_pretrained(tiny_path)
+    torch.manual_seed(0)
+    first, again = probe.speak(policy), probe.speak(policy)
+    assert [p.text for p in first] == ["Good morning.", "Thanks."]
+    assert all(p.sample_rate == probe.reference.speech_sample_rate for p in first)
+    assert all(np.array_equal(a.waveform, b.waveform) for a, b in zip(first, again, strict=True))  # seeded
+    # The speech follows the thinker it reads: the same seed through another thinker differs.
+    with torch.no_grad():
+        for parameter in policy.thinker.audio_tower.parameters():
+            parameter.add_(0.5 * torch.randn_like(parameter))
+    moved = probe.speak(policy)
+    assert any(not np.array_equal(a.waveform, b.waveform) for a, b in zip(first, moved, strict=True))

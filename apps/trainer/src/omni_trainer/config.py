@@ -239,6 +239,9 @@ class TrainerConfig:
     # Local engine, thinker runs of a checkpoint that speaks: report talker/drift_kl with each
     # validation (a frozen copy of the checkpoint speaks fixed probes; twice the weights' memory).
     talker_drift: bool = False
+    # With talker_drift: audio rewards (reward.audio_rewards' format) of the probes spoken anew
+    # from the thinker being trained, reported as talker/probe/<metric>; never paid.
+    talker_drift_rewards: list[dict[str, Any]] = field(default_factory=list)
     max_checkpoints_to_keep: int = 2
     resume_mode: str = "auto"  # auto | disable (moves an earlier run in the run dir aside)
     default_local_dir: str = "runs/${trainer.experiment_name}"

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import torch
 from omegaconf import OmegaConf
 
@@ -143,6 +144,9 @@ class LocalTrainer:
                     f"Invalid configuration:\n  - trainer.talker_drift=true needs a checkpoint that speaks; "
                     f"{type(self.training_adapter).__name__} has no talker drift probe for {model_path}"
                 )
+        self.probe_rewards: WeightedAudioReward | None = None
+        if self.drift is not None and cfg.trainer.talker_drift_rewards:
+            self.probe_rewards = WeightedAudioReward(cfg.trainer.talker_drift_rewards)
         if self.drift is not None and cfg.actor_rollout_ref.actor.talker_drift_coef:
             self.actor.regularizers.append(
                 Regularizer("talker_drift_penalty", cfg.actor_rollout_ref.actor.talker_drift_coef, self.drift.penalty)
@@ -331,6 +335,9 @@ class LocalTrainer:
                     final = {k: v for k, v in last.items() if k.startswith("val-core/")} or self.validate()
             finally:
                 self.rewards.close()  # the parent stops the workers (they ignore SIGINT)
+                for audio_rewards in (self.probe_rewards, self.speech.rewards if self.speech else None):
+                    if audio_rewards is not None:
+                        audio_rewards.close()
                 for sink in sinks:
                     sink.close()
         elapsed = time.perf_counter() - started
@@ -349,6 +356,23 @@ class LocalTrainer:
         for sink in sinks:
             sink.log(step, metrics)
 
+    def _drift_metrics(self) -> dict[str, float]:
+        """``talker/drift_kl``, and with ``trainer.talker_drift_rewards`` the audio rewards of
+        the probes spoken anew from the thinker being trained (``talker/probe/...``)."""
+        if self.drift is None:
+            return {}
+        metrics = self.drift.measure(self.actor.model)
+        if self.probe_rewards is not None:
+            from omni_rewards.audio import SpeechSample
+
+            spoken = self.drift.speak(self.actor.model)
+            result = self.probe_rewards.score_batch([
+                SpeechSample(np.asarray(p.waveform, dtype=np.float32), p.sample_rate, p.text, None, "talker_probe")
+                for p in spoken
+            ])
+            metrics.update({f"talker/probe/{key}": value for key, value in result.metrics.items()})
+        return metrics
+
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
         """``rollout.val_kwargs`` responses on the validation prompts:
@@ -356,7 +380,7 @@ class LocalTrainer:
         curve is the measurement)."""
         if self.engine is None:
             return {}
-        drift = self.drift.measure(self.actor.model) if self.drift is not None else {}
+        drift = self._drift_metrics()
         sampling = validation_sampling(self.config)
         rollouts = self.engine.generate([p.inputs for p in self.val_rows], sampling)
         owners = [p for p, r in zip(self.val_rows, rollouts, strict=True) for _ in r.outputs]

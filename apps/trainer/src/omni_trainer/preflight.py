@@ -72,6 +72,12 @@ def _vocabularies(config: Config, found: Findings) -> None:
             "trainer.talker_drift=true is measured in thinker runs of the local engine only; set "
             "trainer.engine=local and actor_rollout_ref.model.stage=thinker, or trainer.talker_drift=false"
         )
+    if config.trainer.talker_drift_rewards:
+        if not config.trainer.talker_drift:
+            found.problems.append(
+                "trainer.talker_drift_rewards score the drift probes' speech; set trainer.talker_drift=true"
+            )
+        _audio_reward_specs("trainer.talker_drift_rewards", config.trainer.talker_drift_rewards, found)
     if config.actor_rollout_ref.actor.talker_drift_coef and not config.trainer.talker_drift:
         found.problems.append(
             "actor_rollout_ref.actor.talker_drift_coef penalises the drift that trainer.talker_drift "
@@ -101,8 +107,7 @@ def _vocabularies(config: Config, found: Findings) -> None:
 
 def _audio_rewards(config: Config, found: Findings) -> None:
     """A speech stage is paid by ``reward.audio_rewards``: present, and specs that build."""
-    from omni_rewards.audio import AUDIO_SCORERS, WeightedAudioReward
-    from omni_rewards.errors import AudioRewardConfigError
+    from omni_rewards.audio import AUDIO_SCORERS
 
     specs = config.reward.audio_rewards
     if not specs:
@@ -112,10 +117,17 @@ def _audio_rewards(config: Config, found: Findings) -> None:
             "('http', with a url, reaches your own scorer: ASR, speaker similarity)"
         )
         return
+    _audio_reward_specs("reward.audio_rewards", specs, found)
+
+
+def _audio_reward_specs(key: str, specs: list[dict[str, Any]], found: Findings) -> None:
+    from omni_rewards.audio import WeightedAudioReward
+    from omni_rewards.errors import AudioRewardConfigError
+
     try:
         WeightedAudioReward(specs).close()
     except AudioRewardConfigError as exc:
-        found.problems.append(f"reward.audio_rewards: {_one_line(exc)}")
+        found.problems.append(f"{key}: {_one_line(exc)}")
 
 
 def _local_algorithms(config: Config, found: Findings) -> None:

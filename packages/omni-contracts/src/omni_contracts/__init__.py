@@ -26,7 +26,13 @@ from omni_contracts.rollout_adapter import (
     rollout_adapters,
 )
 from omni_contracts.sample import RolloutSample, StageOutput, collate_extra_fields
-from omni_contracts.speech_policy import SpeechPolicy, SpeechRollout, TalkerDriftProbe, find_speech_policy
+from omni_contracts.speech_policy import (
+    ProbeSpeech,
+    SpeechPolicy,
+    SpeechRollout,
+    TalkerDriftProbe,
+    find_speech_policy,
+)
 from omni_contracts.thinker_processor import OmniProcessor, require_omni_processor
 from omni_contracts.topology import OUTPUT_TYPES, OutputType, StageConfig, validate_stage_topology
 from omni_contracts.training_adapter import (
@@ -42,6 +48,7 @@ from omni_contracts.training_adapter import (
 )
 
 __all__ = [
+    "ProbeSpeech",
     "SpeechPolicy",
     "SpeechRollout",
     "TalkerDriftProbe",

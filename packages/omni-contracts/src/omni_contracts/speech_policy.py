@@ -87,6 +87,15 @@ def find_speech_policy(module: Any) -> SpeechPolicy:
     )
 
 
+@dataclass
+class ProbeSpeech:
+    """A drift probe spoken anew by the frozen talker from the thinker being trained."""
+
+    text: str  # what was spoken
+    waveform: Any  # ``[samples]``, float, nominal full scale ±1
+    sample_rate: int
+
+
 @runtime_checkable
 class TalkerDriftProbe(Protocol):
     """Measures how a thinker being trained changes what a frozen talker does with its
@@ -100,4 +109,9 @@ class TalkerDriftProbe(Protocol):
     def penalty(self, policy: Any) -> Any:
         """The drift as a scalar tensor, differentiable in the thinker's parameters: what a
         run adds to the thinker's loss to keep the talker's behaviour."""
+        ...
+
+    def speak(self, policy: Any) -> list[ProbeSpeech]:
+        """Each probe spoken once more by the frozen talker, reading the thinker inside
+        ``policy`` (seeded: the same thinker gives the same speech), for audio rewards."""
         ...

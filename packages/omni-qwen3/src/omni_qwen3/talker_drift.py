@@ -9,7 +9,8 @@ the initial checkpoint (codec-0 tokens, residual codebooks and
 the talker's inputs kept); each measurement rebuilds the talker's inputs from the thinker
 being trained and compares the talker's codec-0 distributions over the same codes, teacher
 forced: ``talker/drift_kl`` is ``KL(initial || current)`` per codec position, averaged. 0
-means the talker would speak exactly as before.
+means the talker would speak exactly as before. :meth:`Qwen3OmniTalkerDrift.speak` has the
+frozen talker speak the probes anew from the thinker being trained, for audio rewards.
 
 Importing this module imports transformers' Qwen3-Omni modelling code.
 """
@@ -20,6 +21,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
+
+from omni_contracts import ProbeSpeech
 
 from omni_qwen3.talker_fields import PREFILL_EMBEDS, PREFILL_POSITIONS, TALKER_FIELDS, TRAILING_TEXT, TTS_PAD_EMBED
 from omni_qwen3.talker_policy import Qwen3OmniTalkerPolicy
@@ -35,7 +38,10 @@ class Qwen3OmniTalkerDrift:
         samples_per_phrase: int = 2, max_new_tokens: int = 16, seed: int = 0,
     ) -> None:
         self.reference = Qwen3OmniTalkerPolicy.from_pretrained(model_path).eval().requires_grad_(False)
-        self.speaker = next(iter(self.reference.config.talker_config.speaker_id))
+        self.speaker = self.reference.speakers[0]
+        self.phrases = phrases
+        self.max_new_tokens = max_new_tokens
+        self.seed = seed
         self.probes: list[tuple[Tensor, dict[str, Any], list[Any], Tensor]] = []
         generator_state = torch.random.get_rng_state()
         torch.manual_seed(seed)
@@ -101,6 +107,20 @@ class Qwen3OmniTalkerDrift:
 
     def penalty(self, policy: Any) -> Tensor:
         return self.drift_kl(policy)
+
+    def speak(self, policy: Any) -> list[ProbeSpeech]:
+        """Each probe phrase spoken once by the frozen talker from the thinker inside
+        ``policy``; the sampling is seeded per phrase, apart from the caller's stream."""
+        thinker = find_thinker(policy)
+        spoken = []
+        with torch.random.fork_rng(devices=[]):
+            for index, (phrase, (sequence, media, _, _)) in enumerate(zip(self.phrases, self.probes, strict=True)):
+                torch.manual_seed(self.seed + 1000 + index)
+                (sample,) = self.reference.sample_speech(
+                    sequence, n=1, max_new_tokens=self.max_new_tokens, media=media, thinker=thinker
+                )
+                spoken.append(ProbeSpeech(phrase, sample.waveform.numpy(), self.reference.speech_sample_rate))
+        return spoken
 
 
 def find_thinker(policy: Any) -> Any:

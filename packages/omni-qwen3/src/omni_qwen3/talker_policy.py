@@ -214,27 +214,29 @@ class Qwen3OmniTalkerPolicy(Qwen3OmniMoeForConditionalGeneration):
         temperature: float = 1.0,
         speaker: str | None = None,
         media: Mapping[str, Any] | None = None,
+        thinker: Any = None,
     ) -> list[SpeechRollout]:
         """``n`` spoken renditions of the assistant text that ends ``sequence`` (see
         :meth:`talker_prefill`). Codec-0 is sampled from the talker's distribution at
         ``temperature`` (no top-k/top-p, no repetition penalty: the distribution the actor
         recomputes); the residual codebooks come from the frozen code predictor as in
-        transformers' own generation."""
+        transformers' own generation. ``thinker``: another thinker to read (as in
+        :meth:`talker_prefill`)."""
         was_training = self.training
         self.eval()  # KV cache on (off in training mode under gradient checkpointing), no dropout
         try:
-            return self._sample_speech(sequence, n, max_new_tokens, temperature, speaker, media)
+            return self._sample_speech(sequence, n, max_new_tokens, temperature, speaker, media, thinker)
         finally:
             self.train(was_training)
 
     def _sample_speech(
         self, sequence: Tensor, n: int, max_new_tokens: int, temperature: float, speaker: str | None,
-        media: Mapping[str, Any] | None,
+        media: Mapping[str, Any] | None, thinker: Any,
     ) -> list[SpeechRollout]:
         media = with_audio_lengths(media or {})
         talker_config: Any = self.config.talker_config
         speaker = speaker or self.speakers[0]
-        prefill, prefill_ids, positions, trailing, tts_pad = self.talker_prefill(sequence, speaker, media)
+        prefill, prefill_ids, positions, trailing, tts_pad = self.talker_prefill(sequence, speaker, media, thinker)
         eos = talker_config.codec_eos_token_id
         # The talker's rope reads one entry per media item of each row: every row repeats them.
         grids = {k: torch.cat([torch.as_tensor(media[k])] * n) for k in ROPE_MEDIA_KEYS if media.get(k) is not None}
