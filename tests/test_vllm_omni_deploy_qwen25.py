@@ -9,6 +9,7 @@ intended, regenerate them explicitly and review the diff:
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -44,6 +45,8 @@ def generate(mode: str) -> str:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_deploy_config_matches_golden(mode: str) -> None:
+    if mode != "thinker_only" and importlib.util.find_spec("vllm_omni") is None:
+        pytest.skip("the full-mode deploy config reads vLLM-Omni's defaults: uv sync --extra gpu")
     path = golden_path(mode)
     if not path.exists():
         pytest.fail(f"{path} is missing; run `python {__file__} --regenerate` and review it.")

@@ -10,6 +10,7 @@ and review the diff before committing. Tests never write them.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -48,8 +49,16 @@ def generate(mode: str) -> str:
     return render_deploy_config(build_deploy_config(adapter, mode, LAYOUT, OPTIONS))
 
 
+def needs_vllm_omni(mode: str) -> None:
+    """The stages after the thinker carry vLLM-Omni's own sampling defaults, read from the
+    installed package: without it they are absent and the goldens differ."""
+    if mode != "thinker_only" and importlib.util.find_spec("vllm_omni") is None:
+        pytest.skip("the multi-stage deploy configs read vLLM-Omni's defaults: uv sync --extra gpu")
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_deploy_config_matches_golden(mode: str) -> None:
+    needs_vllm_omni(mode)
     path = golden_path(mode)
     if not path.exists():
         pytest.fail(f"{path} is missing; run `python {__file__} --regenerate` and review it.")
@@ -76,6 +85,23 @@ def test_thinker_talker_names_its_two_stage_pipeline() -> None:
     assert config["pipeline"] == "qwen3_omni_moe_thinker_talker"
     assert [s["stage_id"] for s in config["stages"]] == [0, 1]
     assert [s["devices"] for s in config["stages"]] == ["2", "3"]
+
+
+@pytest.mark.parametrize("mode", ["thinker_talker", "full"])
+def test_stages_after_the_thinker_sample_with_vllm_omnis_production_defaults(mode: str) -> None:
+    """A generated deploy config replaces vLLM-Omni's file; without its defaults the talker
+    got vLLM's bare SamplingParams: 16 codec tokens, 1.3 s of speech."""
+    needs_vllm_omni(mode)
+    from omni_rollout.vllm_omni.deploy_config import upstream_stage_sampling
+
+    adapter = get_rollout_adapter("qwen3_omni_moe")
+    upstream = upstream_stage_sampling("qwen3_omni_moe.yaml")
+    stages = build_deploy_config(adapter, mode, LAYOUT, OPTIONS)["stages"]
+    assert "default_sampling_params" not in stages[0]  # the policy: every request sets its own
+    talker = stages[1]["default_sampling_params"]
+    assert talker == upstream[1] and talker["max_tokens"] >= 2048
+    if mode == "full":
+        assert stages[2]["default_sampling_params"] == upstream[2]
 
 
 def test_full_mode_places_talker_and_code2wav_on_the_replicas_second_gpu() -> None:

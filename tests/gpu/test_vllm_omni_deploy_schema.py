@@ -47,6 +47,11 @@ def test_golden_deploy_config_loads_and_merges(mode: str) -> None:
     assert pipeline is not None
     merged = merge_pipeline_deploy(pipeline, deploy)
     assert len(merged) == len(deploy.stages)
+    if mode != "thinker_only":
+        # The talker samples with the production defaults (not vLLM's 16 tokens), and the
+        # pipeline's own constraints (its stop token) stay.
+        talker = merged[1].yaml_extras["default_sampling_params"]
+        assert talker["max_tokens"] == 4096 and talker["stop_token_ids"] == [2150]
     assert merged[0].yaml_engine_args["gpu_memory_utilization"] == 0.7
     assert merged[0].yaml_engine_args["compilation_config"] == {
         "cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 128, 256]

@@ -58,7 +58,7 @@ def thinker_run_with_drift(tmp_path: Path, name: str, *extra: str) -> dict[float
     # Rewards with variance inside every group, so every step moves the thinker.
     scorer.write_text(
         "def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
-        "    return float(sum(map(ord, solution_str)) % 2)\n"
+        "    return (sum(map(ord, solution_str)) % 7) / 6\n"
     )
     assert main([
         f"reward.custom_reward_function.path={scorer}", "reward.num_workers=1", "trainer.talker_drift=true",

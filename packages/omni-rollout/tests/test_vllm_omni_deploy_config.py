@@ -64,6 +64,11 @@ class FakeAdapter(RolloutAdapter):
         return dict(self.extras.get(stage_id, {}))
 
 
+class UpstreamAdapter(FakeAdapter):
+    def upstream_deploy_file(self, mode: str) -> str | None:
+        return "fake.yaml"
+
+
 CHAIN = FakeAdapter().build_stage_configs("chain")
 
 
@@ -167,6 +172,44 @@ def test_only_the_policy_stage_gets_the_engine_knobs_and_extras_merge_last() -> 
     assert talker == {"stage_id": 1, "devices": "1", "tensor_parallel_size": 1,
                       "max_num_seqs": 8, "enforce_eager": True}
     assert vocoder == {"stage_id": 2, "devices": "1", "tensor_parallel_size": 1}
+
+
+def fake_vllm_omni(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, deploy_yaml: str | None) -> None:
+    """An installed ``vllm_omni`` whose ``deploy/fake.yaml`` holds ``deploy_yaml``."""
+    import importlib.machinery
+
+    root = tmp_path / "vllm_omni"
+    (root / "deploy").mkdir(parents=True)
+    if deploy_yaml is not None:
+        (root / "deploy" / "fake.yaml").write_text(deploy_yaml)
+    spec = importlib.machinery.ModuleSpec("vllm_omni", None, is_package=True)
+    spec.submodule_search_locations = [str(root)]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: spec if name == "vllm_omni" else real(name, *a))
+
+
+def test_stages_after_the_policy_keep_the_engines_own_sampling_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_vllm_omni(tmp_path, monkeypatch, (
+        "stages:\n"
+        "  - {stage_id: 0, default_sampling_params: {temperature: 0.0, max_tokens: 2048}}\n"
+        "  - {stage_id: 1, default_sampling_params: {temperature: 0.9, max_tokens: 4096}}\n"
+        "  - {stage_id: 2, max_num_seqs: 4}\n"
+    ))
+    adapter = UpstreamAdapter(extras={1: {"default_sampling_params": {"max_tokens": 100}}})
+    thinker, talker, vocoder = build_deploy_config(adapter, "chain", ReplicaLayout(gpus_per_replica=2))["stages"]
+    assert "default_sampling_params" not in thinker  # the policy's come with every request
+    assert talker["default_sampling_params"] == {"max_tokens": 100}  # the adapter's extras merge last
+    assert "default_sampling_params" not in vocoder  # none upstream: nothing invented
+    plain = build_deploy_config(UpstreamAdapter(), "chain", ReplicaLayout(gpus_per_replica=2))["stages"]
+    assert plain[1]["default_sampling_params"] == {"temperature": 0.9, "max_tokens": 4096}
+
+
+def test_a_missing_upstream_deploy_file_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_vllm_omni(tmp_path, monkeypatch, None)
+    with pytest.raises(DeployConfigError, match=r"vLLM-Omni has no deploy file .*fake.yaml"):
+        build_deploy_config(UpstreamAdapter(), "chain", ReplicaLayout(gpus_per_replica=2))
 
 
 def test_extras_may_not_override_placement() -> None:

@@ -84,6 +84,13 @@ class RolloutAdapter(abc.ABC):
         """Extra engine arguments for one stage (memory, parallelism, sampling defaults)."""
         return {}
 
+    def upstream_deploy_file(self, mode: str) -> str | None:
+        """The engine's own deploy file for this mode's pipeline (a name in vLLM-Omni's
+        ``deploy/`` folder, e.g. ``"qwen3_omni_moe.yaml"``). A generated deploy config
+        replaces that file; the stages after the policy keep its ``default_sampling_params``
+        (without them a stage samples with the engine's bare defaults). ``None``: none."""
+        return None
+
     def policy_stage_id(self, mode: str) -> int:
         """The stage whose sampling parameters and log-probs define the trained policy."""
         return 0

@@ -79,6 +79,12 @@ class Qwen25OmniRolloutAdapter(RolloutAdapter):
         self.check_mode(mode)
         return PIPELINE_IDS[mode]
 
+    def upstream_deploy_file(self, mode: str) -> str | None:
+        """vLLM-Omni's production deploy of this model: its talker (and vocoder) sampling
+        defaults; without them the talker would stop after vLLM's default 16 tokens."""
+        self.check_mode(mode)
+        return None if mode == "thinker_only" else "qwen2_5_omni.yaml"
+
     def get_engine_hf_overrides(self, mode: str) -> dict[str, Any]:
         self.check_mode(mode)
         # Thinker-only: no talker or token2wav weights are loaded, no audio is produced.

@@ -107,6 +107,12 @@ class Qwen3OmniRolloutAdapter(RolloutAdapter):
         if vllm_omni_installed():
             register_thinker_talker_pipeline()
 
+    def upstream_deploy_file(self, mode: str) -> str | None:
+        """vLLM-Omni's production deploy of this model: its talker (and vocoder) sampling
+        defaults; without them the talker would stop after vLLM's default 16 tokens."""
+        self.check_mode(mode)
+        return None if mode == "thinker_only" else "qwen3_omni_moe.yaml"
+
     def get_engine_hf_overrides(self, mode: str) -> dict[str, Any]:
         self.check_mode(mode)
         # Thinker-only: no talker or code2wav weights are loaded, no audio is produced.

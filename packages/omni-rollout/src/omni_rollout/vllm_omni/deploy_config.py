@@ -9,8 +9,10 @@ to the stage's vLLM engine arguments. The topology itself (which stage feeds whi
 from the pipeline registered under that name, so this module only checks that the
 adapter's stages are well formed and writes placement and knobs for each.
 
-Precedence per stage: generated knobs, then ``hf_overrides`` from the adapter, then the
-adapter's ``get_stage_engine_extras`` (a model package knows what its engine needs).
+Precedence per stage: generated knobs, then ``hf_overrides`` from the adapter, then (for
+the stages after the policy) the ``default_sampling_params`` of vLLM-Omni's own deploy file
+for the pipeline (``upstream_deploy_file``), then the adapter's ``get_stage_engine_extras``
+(a model package knows what its engine needs).
 Extras may not touch the placement keys; that is an error, not a silent override.
 
 The file is written as JSON, which is valid YAML, so no YAML library is needed.
@@ -18,6 +20,7 @@ The file is written as JSON, which is valid YAML, so no YAML library is needed.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,6 +117,26 @@ def _policy_stage_args(options: DeployOptions) -> dict[str, Any]:
     return args
 
 
+def upstream_stage_sampling(file_name: str) -> dict[int, dict[str, Any]]:
+    """``default_sampling_params`` by stage id in vLLM-Omni's ``deploy/<file_name>``; ``{}``
+    when vLLM-Omni is not installed (nothing will read the config then).
+
+    Raises:
+        DeployConfigError: vLLM-Omni is installed but has no such file.
+    """
+    spec = importlib.util.find_spec("vllm_omni")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    path = Path(next(iter(spec.submodule_search_locations))) / "deploy" / file_name
+    if not path.is_file():
+        raise DeployConfigError(f"vLLM-Omni has no deploy file {path}; fix the adapter's upstream_deploy_file.")
+    import yaml  # transformers' dependency
+
+    stages = yaml.safe_load(path.read_text()).get("stages") or []
+    return {int(stage["stage_id"]): dict(stage["default_sampling_params"]) for stage in stages
+            if stage.get("default_sampling_params")}
+
+
 def build_deploy_config(
     adapter: RolloutAdapter,
     mode: str,
@@ -138,6 +161,8 @@ def build_deploy_config(
     policy_id = adapter.policy_stage_id(mode)
     placements = {p.stage_id: p for p in place_stages(stages, layout, policy_id)}
     hf_overrides = adapter.get_engine_hf_overrides(mode)
+    upstream_file = adapter.upstream_deploy_file(mode)
+    upstream_sampling = upstream_stage_sampling(upstream_file) if upstream_file else {}
 
     stage_entries = []
     for stage in stages:
@@ -151,6 +176,8 @@ def build_deploy_config(
             entry.update(_policy_stage_args(options))
         if hf_overrides:
             entry["hf_overrides"] = dict(hf_overrides)
+        if stage.stage_id != policy_id and stage.stage_id in upstream_sampling:
+            entry["default_sampling_params"] = upstream_sampling[stage.stage_id]
         extras = adapter.get_stage_engine_extras(stage.stage_id, mode)
         clashing = sorted(PLACEMENT_KEYS & set(extras))
         if clashing:
