@@ -9,7 +9,8 @@ the calls its single-turn agent loop makes. Load time (reading the parquet and t
 overlong-prompt filter, which encodes every row on both sides) is printed separately.
 
 Usage: ``uv run --frozen python benchmarks/data.py [--rows 48] [--repeat 3]``. Needs the
-``distributed`` extra (verl). Never a CI gate.
+``distributed`` extra (verl). The ratios are printed again last; the raw numbers go to
+``outputs/benchmarks/data.json`` (``--out``). Never a CI gate.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
+import os
+import platform
 import tempfile
 import time
 from collections.abc import Callable
@@ -160,7 +164,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=48)
     parser.add_argument("--repeat", type=int, default=3, help="iterations per side; the best is kept")
+    parser.add_argument("--out", type=Path, default=Path("outputs/benchmarks/data.json"))
     args = parser.parse_args()
+    load_before = os.getloadavg()
+    results: list[dict[str, Any]] = []
 
     from transformers import AutoProcessor
 
@@ -183,6 +190,8 @@ def main() -> None:
                     f"verl failed: {str(exc)[:170]}",
                     flush=True,
                 )
+                results.append({"workload": kind, "omni_rows_per_s": omni_rate, "omni_load_s": omni_load,
+                                "verl_error": str(exc)})
                 continue
             rates = _best_rates({"omni": omni_pass, "verl": verl_pass}, args.repeat)
             print(
@@ -190,6 +199,19 @@ def main() -> None:
                 f"{rates['omni'] / rates['verl']:>6.2f}x   {omni_load:.2f} / {verl_load:.2f}",
                 flush=True,
             )
+            results.append({"workload": kind, "omni_rows_per_s": rates["omni"], "verl_rows_per_s": rates["verl"],
+                            "omni_load_s": omni_load, "verl_load_s": verl_load})
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "benchmark": "data", "rows": args.rows, "repeat": args.repeat, "workloads": results,
+        "load_average_before": load_before, "load_average_after": os.getloadavg(), "cpus": os.cpu_count(),
+        "machine": platform.platform(),
+    }, indent=1))
+    print(f"raw numbers: {args.out}")
+    print("ratio omni_data/verl: " + ", ".join(
+        f"{r['workload']} {r['omni_rows_per_s'] / r['verl_rows_per_s']:.2f}x" if "verl_rows_per_s" in r
+        else f"{r['workload']} n/a (verl failed)" for r in results
+    ))
 
 
 if __name__ == "__main__":

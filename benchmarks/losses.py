@@ -3,14 +3,21 @@
     uv run python benchmarks/losses.py [--batch 512] [--length 1024] [--repeats 5]
 
 Prints the time of each side (best of ``repeats``) and the ratio verl / ours, after
-asserting that both give the same values (and gradients, for losses). Not a CI gate.
+asserting that both give the same values (and gradients, for losses); the ratios again on
+the last line. The raw numbers go to ``outputs/benchmarks/losses.json`` (``--out``). Not a
+CI gate.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import platform
 import time
 from collections.abc import Callable
+from importlib.metadata import version
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -31,7 +38,10 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=1024)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=Path("outputs/benchmarks/losses.json"))
     args = parser.parse_args()
+    load_before = os.getloadavg()
+    pieces: list[dict[str, object]] = []
 
     from verl.trainer.config import AlgoConfig
     from verl.trainer.ppo import core_algos
@@ -61,6 +71,7 @@ def main() -> None:
         t_ours = best_time(lambda: ours_fn(token_level_rewards=rewards, response_mask=mask, index=list(index), config=AdvantageConfig()), args.repeats)
         t_verl = best_time(lambda: verl_fn(token_level_rewards=rewards.clone(), response_mask=mask, index=index, config=AlgoConfig()), args.repeats)
         print(f"{'adv ' + name:<34}{t_ours * 1e3:>11.2f}{t_verl * 1e3:>11.2f}{t_verl / t_ours:>10.1f}x")
+        pieces.append({"piece": f"adv {name}", "ours_ms": t_ours * 1e3, "verl_ms": t_verl * 1e3})
 
     advantages = get_advantage_estimator("grpo")(
         token_level_rewards=rewards, response_mask=mask, index=list(index), config=AdvantageConfig()
@@ -86,6 +97,17 @@ def main() -> None:
         torch.testing.assert_close(run_ours(), run_verl(), rtol=1e-5, atol=1e-7)
         t_ours, t_verl = best_time(run_ours, args.repeats), best_time(run_verl, args.repeats)
         print(f"{'loss ' + mode + ' fwd+bwd':<34}{t_ours * 1e3:>11.2f}{t_verl * 1e3:>11.2f}{t_verl / t_ours:>10.1f}x")
+        pieces.append({"piece": f"loss {mode} fwd+bwd", "ours_ms": t_ours * 1e3, "verl_ms": t_verl * 1e3})
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "benchmark": "losses", "batch": b, "length": t, "group": args.group, "repeats": args.repeats,
+        "torch_threads": torch.get_num_threads(), "pieces": pieces, "load_average_before": load_before,
+        "load_average_after": os.getloadavg(), "cpus": os.cpu_count(), "machine": platform.platform(),
+        "versions": {p: version(p) for p in ("torch", "verl")},
+    }, indent=1))
+    print(f"raw numbers: {args.out}")
+    print("ratio verl/ours: " + ", ".join(f"{p['piece']} {float(p['verl_ms']) / float(p['ours_ms']):.1f}x" for p in pieces))
 
 
 if __name__ == "__main__":

@@ -84,6 +84,8 @@ def test_plan_groups_equal_items_only() -> None:
     same_sum = torch.tensor([[0.0, 15.0], [0.0, 0.0], [0.0, 0.0]])  # equal sum to b, different values
     plan = plan_dedup([a, b, a, same_sum, b, torch.ones(2, 3)])
     assert plan == DedupPlan(sources=(0, 1, 0, 2, 1, 3), distinct=(0, 1, 3, 5))
+    # Equal values under different keys (an image's grid read another way) stay apart.
+    assert plan_dedup([a, a], keys=["[1, 2, 3]", "[1, 3, 2]"]).distinct == (0, 1)
 
 
 def test_repeat_rows_refuses_row_counts_that_do_not_add_up() -> None:

@@ -37,15 +37,18 @@ class DedupPlan:
         return len(self.distinct) < len(self.sources)
 
 
-def plan_dedup(items: Sequence[Tensor]) -> DedupPlan:
-    """Group equal items (same shape, equal values); candidates are found by their sums."""
+def plan_dedup(items: Sequence[Tensor], keys: Sequence[Any] | None = None) -> DedupPlan:
+    """Group equal items: equal ``keys`` (an item's sizes, say), shapes and values; the
+    candidates are found by their sums, then compared in full (no copies are made)."""
+    keys = list(keys) if keys is not None else [None] * len(items)
     sums = torch.stack([item.float().sum() for item in items]).tolist() if items else []
     distinct: list[int] = []
     sources: list[int] = []
     for index, item in enumerate(items):
         for rank, first in enumerate(distinct):
             other = items[first]
-            if sums[first] == sums[index] and other.shape == item.shape and torch.equal(other, item):
+            if (keys[first] == keys[index] and sums[first] == sums[index] and other.shape == item.shape
+                    and torch.equal(other, item)):
                 sources.append(rank)
                 break
         else:
@@ -76,8 +79,7 @@ def _pre_hook(sizes_key: str, dim: int, item_rows: Callable[[Tensor], list[int]]
             return None
         counts = item_rows(sizes)
         items = args[0].split(counts, dim=dim)
-        keys = [torch.cat([size.to(item.dtype).flatten(), item.flatten()]) for size, item in zip(sizes, items, strict=True)]
-        plan = plan_dedup(keys)
+        plan = plan_dedup(items, keys=[str(size) for size in sizes.tolist()])
         if not plan.has_repeats:
             return None
         setattr(module, PLAN_ATTRIBUTE, (plan, [counts[i] for i in plan.distinct]))
