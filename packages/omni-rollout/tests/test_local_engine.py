@@ -92,7 +92,7 @@ def test_the_checkpoints_generation_defaults_do_not_change_the_sampled_distribut
 
     saved = model.generation_config
     model.generation_config = GenerationConfig(
-        repetition_penalty=3.0, no_repeat_ngram_size=1, min_new_tokens=6, eos_token_id=1, pad_token_id=0
+        repetition_penalty=3.0, no_repeat_ngram_size=1, min_new_tokens=6, num_beams=3, eos_token_id=1, pad_token_id=0
     )
     try:
         (rollout,) = engine(model).generate([prompt(5, 6, 7)], SamplingSettings(n=4, max_new_tokens=6, seed=3))

@@ -28,13 +28,15 @@ from torch import Tensor
 from omni_contracts import RolloutAdapter, StageOutput
 from omni_rollout.sampling import SamplingSettings
 
-# Processors that ``generate`` would build from the checkpoint's ``generation_config.json``
-# and that change the distribution sampled from; the actor applies none of them, so the
-# rollout's log-probs would silently stop being the policy's. Set to their neutral values.
+# What ``generate`` would take from the checkpoint's ``generation_config.json`` that changes
+# the distribution sampled from (processors the actor never applies) or the decoding itself
+# (beam search, contrastive search, DoLa): the rollout's log-probs would silently stop being
+# the policy's. Set to their neutral values.
 NEUTRAL_GENERATION_OPTIONS: dict[str, Any] = {
     "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_length": 0, "min_new_tokens": None,
     "bad_words_ids": None, "sequence_bias": None, "begin_suppress_tokens": None,
     "forced_bos_token_id": None, "forced_eos_token_id": None, "exponential_decay_length_penalty": None,
+    "num_beams": 1, "penalty_alpha": None, "dola_layers": None,
 }
 SEQUENCE_KEYS = ("input_ids", "attention_mask")  # [1, L] per prompt; left-padded in a batch
 TIME_PADDED_KEYS = ("input_features", "feature_attention_mask")  # [audios, ..., frames]; right-padded
