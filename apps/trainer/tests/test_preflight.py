@@ -103,6 +103,10 @@ def test_audio_reward_specs_are_checked_before_anything_loads(capsys: pytest.Cap
     assert "reward.audio_rewards: Invalid audio reward specs:" in err and "'durration'" in err and "weight" in err
     assert main(["--print-config", "reward.audio_rewards=[{name: duration, weight: 1.0}]"]) == 2
     assert "reward.audio_rewards score speech, which only actor_rollout_ref.model.stage=talker" in capsys.readouterr().err
+    assert main(["--print-config", "data.spoken_text=thinker"]) == 2
+    assert "data.spoken_text=thinker chooses what a talker run's rows speak" in capsys.readouterr().err
+    assert main(["--print-config", "data.spoken_text=answer"]) == 2
+    assert "data.spoken_text" in capsys.readouterr().err
     assert main(["--print-config", "trainer.talker_drift_rewards=[{name: loudnes, weight: 1.0}]"]) == 2
     err = capsys.readouterr().err
     assert "trainer.talker_drift_rewards score the drift probes' speech; set trainer.talker_drift=true" in err

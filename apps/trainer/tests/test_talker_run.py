@@ -151,3 +151,30 @@ def test_an_unknown_voice_is_refused_naming_the_checkpoints_voices(tmp_path: Pat
     ])
     with pytest.raises(ValueError, match=r"speaker='chelsie' is not a voice of this checkpoint; its voices: tiny"):
         LocalTrainer(config).setup()
+
+
+def test_rows_without_spoken_text_speak_the_thinkers_greedy_answer(tmp_path: Path) -> None:
+    from omni_qwen3.tiny import build_tiny_qwen3_omni
+    from omni_trainer.config import load_config
+    from omni_trainer.local_trainer import LocalTrainer
+
+    config = load_config([
+        f"actor_rollout_ref.model.path={build_tiny_qwen3_omni()}", "actor_rollout_ref.model.stage=talker",
+        f"data.train_files=[{speech_rows(tmp_path)}]", "data.spoken_text=thinker", "data.max_spoken_tokens=6",
+        "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
+        "data.max_response_length=8", "actor_rollout_ref.model.lora_rank=0", "data.shuffle=false",
+        "reward.audio_rewards=[{name: duration, weight: 1.0}]", "trainer.total_training_steps=1",
+        f"trainer.default_local_dir={tmp_path / 'run'}",
+    ])
+    trainer = LocalTrainer(config)
+    trainer.setup()
+    assert trainer.train_rows.dropped == 0  # the row without spoken_text is fine here: the thinker answers it
+    hello, unspoken = trainer.train_rows[0], trainer.train_rows[3]  # "Say hello." (spoken_text "Hello."), none
+    for prepared in (hello, unspoken):
+        assert prepared.extra_info is not None and prepared.extra_info["spoken_text"]
+        spoken = trainer.tokenizer.decode(prepared.inputs["input_ids"][0])
+        assert spoken.endswith(prepared.extra_info["spoken_text"]) and "<|im_start|>assistant\n" in spoken
+    assert hello.extra_info is not None and hello.extra_info["spoken_text"] != "Hello."  # the thinker's words
+    assert trainer.train_rows[3].extra_info == unspoken.extra_info  # found once, kept
+    metrics = trainer.train_step(1, [hello, unspoken])
+    assert metrics["training/rollout_actor_probs_pearson_corr"] >= 0.999

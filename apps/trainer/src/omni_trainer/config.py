@@ -44,6 +44,11 @@ class DataConfig:
     seed: int = 0
     builtin_task_size: int = 256  # rows of the built-in task
     on_bad_row: str = "raise"  # raise | skip (counted in the step output and summary.txt)
+    # stage=talker with train files: what each row's speech says. extra_info: the row's
+    # extra_info.spoken_text; thinker: the thinker's greedy answer to the prompt (at most
+    # max_spoken_tokens tokens), as a thinker -> talker pipeline would speak it.
+    spoken_text: str = "extra_info"
+    max_spoken_tokens: int = 64
     mm_processor_kwargs: dict[str, Any] = field(default_factory=dict)  # extra processor kwargs
     custom_cls: CustomClassConfig = field(default_factory=CustomClassConfig)
 
@@ -352,6 +357,7 @@ CHOICES = {
     "trainer.resume_mode": ("auto", "disable"),
     "trainer.device": ("auto", "cpu", "cuda", "npu"),
     "data.on_bad_row": ("raise", "skip"),
+    "data.spoken_text": ("extra_info", "thinker"),
     "actor_rollout_ref.actor.dtype": ("auto", "float32", "bfloat16"),
     "actor_rollout_ref.actor.old_log_prob": ("auto", "recompute"),
     "actor_rollout_ref.actor.optim.lr_scheduler_type": ("constant", "cosine"),

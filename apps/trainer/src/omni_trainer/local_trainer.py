@@ -28,6 +28,7 @@ from omni_rewards import SCORERS, RewardManager, ScorerRegistry
 from omni_rewards.audio import WeightedAudioReward
 from omni_rollout.agent_loops import get_agent_loop
 from omni_rollout.local_engine import LocalEngine, find_policy_module
+from omni_rollout.sampling import SamplingSettings
 from omni_trainer import builtin_task, speech_task
 from omni_trainer.config import Config, ConfigError, to_yaml
 from omni_trainer.interrupts import StopRequest, workers_ignore_sigint
@@ -122,6 +123,7 @@ class LocalTrainer:
         self.teacher: Teacher | None = self._load_teacher() if distillation is not None else None
         self.engine: LocalEngine | None = None
         self.speech: SpeechParts | None = None
+        self._answers: LocalEngine | None = None  # data.spoken_text=thinker: the thinker's answers
         if self.speaks:
             self.speech = SpeechParts(
                 speech_policy(self.actor.model, cfg.actor_rollout_ref.rollout.speaker),
@@ -241,8 +243,11 @@ class LocalTrainer:
             if cfg.data.train_files is None:
                 rows = speech_task.speech_rows(cfg.data.builtin_task_size, seed=cfg.data.seed)
                 return BuiltinPrompts(rows, self._encode_speech), []
+            if cfg.data.spoken_text == "thinker":
+                answers = DatasetPrompts(cfg.data.train_files, self.processor, cfg)
+                return SpokenPrompts(answers, self.tokenizer, self._thinker_answer), []
             spoken = DatasetPrompts(cfg.data.train_files, self.processor, cfg, required_extra_info=("spoken_text",))
-            return SpokenPrompts(spoken, self.tokenizer), []
+            return SpokenPrompts(spoken, self.tokenizer, lambda p: (p.extra_info or {})["spoken_text"]), []
         if cfg.data.train_files is None:
             train = builtin_task.builtin_rows(cfg.data.builtin_task_size, seed=cfg.data.seed)
             val = builtin_task.builtin_rows(BUILTIN_VALIDATION_ROWS, seed=cfg.data.seed + 1)
@@ -253,6 +258,30 @@ class LocalTrainer:
 
     def _encode(self, row: dict[str, Any]) -> Prepared:
         return encode_builtin(self.processor, row, self.config.data.max_prompt_length)
+
+    def _thinker_answer(self, prepared: Prepared) -> str:
+        """The frozen thinker's greedy answer to ``prepared`` (``data.spoken_text=thinker``).
+
+        Raises:
+            ValueError: the answer is empty: there is nothing to speak.
+        """
+        if self._answers is None:
+            eos = self.tokenizer.eos_token_id
+            pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
+            turn = self.tokenizer.convert_tokens_to_ids("<|im_start|>")  # a new turn would end the answer's
+            self._answers = LocalEngine(
+                find_policy_module(self.actor.model, self.rollout_adapter, "thinker_only"), eos_token_ids=(eos,),
+                pad_token_id=pad, suppress_token_ids=(*placeholder_token_ids(self.tokenizer, self.processor), turn),
+            )
+        greedy = SamplingSettings(n=1, temperature=0.0, max_new_tokens=self.config.data.max_spoken_tokens)
+        (rollout,) = self._answers.generate([prepared.inputs], greedy)
+        text = self.tokenizer.decode(rollout.outputs[0].token_ids, skip_special_tokens=True).strip()
+        if not text:
+            raise ValueError(
+                f"The thinker's greedy answer to prompt {prepared.index} is empty: nothing to speak. Give the rows "
+                "extra_info.spoken_text and set data.spoken_text=extra_info."
+            )
+        return text
 
     def _encode_speech(self, row: dict[str, Any]) -> Prepared:
         """The prompt, then the assistant turn holding the text to speak (no end of turn)."""

@@ -100,6 +100,13 @@ def _vocabularies(config: Config, found: Findings) -> None:
             "reward.audio_rewards score speech, which only actor_rollout_ref.model.stage=talker "
             "produces; set the stage, or leave reward.audio_rewards empty"
         )
+    if config.data.spoken_text != "extra_info" and (
+        config.actor_rollout_ref.model.stage != "talker" or not config.data.train_files
+    ):
+        found.problems.append(
+            f"data.spoken_text={config.data.spoken_text} chooses what a talker run's rows speak; it needs "
+            "actor_rollout_ref.model.stage=talker and data.train_files"
+        )
     _one_of(found, "actor_rollout_ref.rollout.agent.default_agent_loop", rollout.agent.default_agent_loop,
             tuple(AGENT_LOOPS))
     _pipeline(config, found)
@@ -202,6 +209,7 @@ def _ranges(config: Config, found: Findings) -> None:
         "data.max_prompt_length": (data.max_prompt_length, 1),
         "data.max_response_length": (data.max_response_length, 1),
         "data.builtin_task_size": (data.builtin_task_size, 1),
+        "data.max_spoken_tokens": (data.max_spoken_tokens, 1),
         "actor_rollout_ref.rollout.n": (rollout.n, 1),
         "actor_rollout_ref.rollout.val_kwargs.n": (rollout.val_kwargs.n, 1),
         "actor_rollout_ref.actor.ppo_mini_batch_size": (actor.ppo_mini_batch_size, 1),

@@ -80,11 +80,14 @@ class DatasetPrompts:
 
 class SpokenPrompts:
     """A speech stage's prompts: each row's prompt, then the assistant turn holding the text
-    the stage speaks (``extra_info['spoken_text']``, which the source checked at load)."""
+    the stage speaks, ``text_of(prompt)`` (the row's ``extra_info['spoken_text']``, or the
+    thinker's answer); each row's text is found once and kept."""
 
-    def __init__(self, source: PromptSource, tokenizer: Any) -> None:
+    def __init__(self, source: PromptSource, tokenizer: Any, text_of: Callable[[Prepared], str]) -> None:
         self.source = source
         self.tokenizer = tokenizer
+        self.text_of = text_of
+        self.texts: dict[int, str] = {}
         self.dropped = source.dropped
 
     def __len__(self) -> int:
@@ -92,7 +95,9 @@ class SpokenPrompts:
 
     def __getitem__(self, item: int) -> Prepared:
         prepared = self.source[item]
-        return with_spoken_text(prepared, (prepared.extra_info or {})["spoken_text"], self.tokenizer)
+        if item not in self.texts:
+            self.texts[item] = self.text_of(prepared)
+        return with_spoken_text(prepared, self.texts[item], self.tokenizer)
 
 
 def with_spoken_text(prepared: Prepared, text: str, tokenizer: Any) -> Prepared:
