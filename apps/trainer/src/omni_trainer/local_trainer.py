@@ -25,7 +25,7 @@ from omni_contracts import (
     resolve_training_adapter,
 )
 from omni_rewards import SCORERS, RewardManager, ScorerRegistry
-from omni_rewards.audio import WeightedAudioReward
+from omni_rewards.audio import SpeechSample, WeightedAudioReward
 from omni_rollout.agent_loops import get_agent_loop
 from omni_rollout.local_engine import LocalEngine, find_policy_module
 from omni_rollout.sampling import SamplingSettings
@@ -130,14 +130,7 @@ class LocalTrainer:
                 WeightedAudioReward(cfg.reward.audio_rewards), speaker=cfg.actor_rollout_ref.rollout.speaker,
             )
         else:
-            eos = self.tokenizer.eos_token_id
-            pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
-            self.engine = LocalEngine(
-                find_policy_module(self.actor.model, self.rollout_adapter, self.mode),
-                eos_token_ids=(eos,), pad_token_id=pad,
-                stage_id=self.rollout_adapter.policy_stage_id(self.mode),
-                suppress_token_ids=placeholder_token_ids(self.tokenizer, self.processor),
-            )
+            self.engine = self._text_engine(self.mode, stage_id=self.rollout_adapter.policy_stage_id(self.mode))
         self.drift: TalkerDriftProbe | None = None
         if cfg.trainer.talker_drift:
             self.drift = self.training_adapter.talker_drift_probe(model_path, hf_config)
@@ -259,6 +252,17 @@ class LocalTrainer:
     def _encode(self, row: dict[str, Any]) -> Prepared:
         return encode_builtin(self.processor, row, self.config.data.max_prompt_length)
 
+    def _text_engine(self, mode: str, *, stage_id: int = 0, also_suppressed: tuple[int, ...] = ()) -> LocalEngine:
+        """A local engine over ``mode``'s policy stage, ending at the tokenizer's end of turn and
+        never sampling a media placeholder (nor ``also_suppressed``)."""
+        eos = self.tokenizer.eos_token_id
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
+        return LocalEngine(
+            find_policy_module(self.actor.model, self.rollout_adapter, mode), eos_token_ids=(eos,), pad_token_id=pad,
+            stage_id=stage_id,
+            suppress_token_ids=(*placeholder_token_ids(self.tokenizer, self.processor), *also_suppressed),
+        )
+
     def _thinker_answer(self, prepared: Prepared) -> str:
         """The frozen thinker's greedy answer to ``prepared`` (``data.spoken_text=thinker``).
 
@@ -266,13 +270,8 @@ class LocalTrainer:
             ValueError: the answer is empty: there is nothing to speak.
         """
         if self._answers is None:
-            eos = self.tokenizer.eos_token_id
-            pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
             turn = self.tokenizer.convert_tokens_to_ids("<|im_start|>")  # a new turn would end the answer's
-            self._answers = LocalEngine(
-                find_policy_module(self.actor.model, self.rollout_adapter, "thinker_only"), eos_token_ids=(eos,),
-                pad_token_id=pad, suppress_token_ids=(*placeholder_token_ids(self.tokenizer, self.processor), turn),
-            )
+            self._answers = self._text_engine("thinker_only", also_suppressed=(turn,))
         greedy = SamplingSettings(n=1, temperature=0.0, max_new_tokens=self.config.data.max_spoken_tokens)
         (rollout,) = self._answers.generate([prepared.inputs], greedy)
         text = self.tokenizer.decode(rollout.outputs[0].token_ids, skip_special_tokens=True).strip()
@@ -392,8 +391,6 @@ class LocalTrainer:
             return {}
         metrics = self.drift.measure(self.actor.model)
         if self.probe_rewards is not None:
-            from omni_rewards.audio import SpeechSample
-
             spoken = self.drift.speak(self.actor.model)
             result = self.probe_rewards.score_batch([
                 SpeechSample(np.asarray(p.waveform, dtype=np.float32), p.sample_rate, p.text, None, "talker_probe")

@@ -89,35 +89,40 @@ def _pre_hook(sizes_key: str, dim: int, item_rows: Callable[[Tensor], list[int]]
     return dedup_inputs
 
 
-def _vision_hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> Any:
-    pending = module.__dict__.pop(PLAN_ATTRIBUTE, None)
-    if pending is None:
-        return None
-    plan, counts = pending
+def _hook(repeat_outputs: Callable[[Any, Any, DedupPlan, list[int]], None]) -> Callable[..., Any]:
+    """The forward hook matching :func:`_pre_hook`: when the pre-hook deduplicated the call,
+    ``repeat_outputs(module, output, plan, distinct item sizes)`` puts every item back."""
+
+    def repeat(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> Any:
+        pending = module.__dict__.pop(PLAN_ATTRIBUTE, None)
+        if pending is None:
+            return None
+        plan, counts = pending
+        repeat_outputs(module, output, plan, counts)
+        return output
+
+    return repeat
+
+
+def _repeat_vision(module: Any, output: Any, plan: DedupPlan, counts: list[int]) -> None:
     merged = [count // module.spatial_merge_size**2 for count in counts]
     output.last_hidden_state = repeat_rows(output.last_hidden_state, counts, plan)
     output.pooler_output = repeat_rows(output.pooler_output, merged, plan)
     output.deepstack_features = [repeat_rows(features, merged, plan) for features in output.deepstack_features]
-    return output
 
 
-def _audio_hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> Any:
+def _repeat_audio(module: Any, output: Any, plan: DedupPlan, counts: list[int]) -> None:
     from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import _get_feat_extract_output_lengths
 
-    pending = module.__dict__.pop(PLAN_ATTRIBUTE, None)
-    if pending is None:
-        return None
-    plan, counts = pending
     encoded = [int(n) for n in _get_feat_extract_output_lengths(torch.tensor(counts)).tolist()]
     output.last_hidden_state = repeat_rows(output.last_hidden_state, encoded, plan)
-    return output
 
 
 HOOKS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     # visual(patches [sum of t*h*w, D], grid_thw=[images, 3])
-    "visual": (_pre_hook("grid_thw", 0, lambda grid: [int(t * h * w) for t, h, w in grid.tolist()]), _vision_hook),
+    "visual": (_pre_hook("grid_thw", 0, lambda grid: [int(t * h * w) for t, h, w in grid.tolist()]), _hook(_repeat_vision)),
     # audio_tower(mel frames [mel, sum of lengths], feature_lens=[audios])
-    "audio_tower": (_pre_hook("feature_lens", 1, lambda lengths: [int(n) for n in lengths.tolist()]), _audio_hook),
+    "audio_tower": (_pre_hook("feature_lens", 1, lambda lengths: [int(n) for n in lengths.tolist()]), _hook(_repeat_audio)),
 }
 
 
