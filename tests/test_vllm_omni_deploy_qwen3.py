@@ -1,4 +1,4 @@
-"""Golden deploy configs for Qwen3-Omni's three pipeline modes (three vLLM-Omni pipelines).
+"""Golden deploy configs for Qwen3-Omni's four pipeline modes (three vLLM-Omni pipelines).
 
 The goldens live in packages/omni-rollout/tests/golden/. A change to the generated config
 shows up as a failing diff; when the change is intended, regenerate them explicitly:
@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from omni_contracts import get_rollout_adapter
 from omni_rollout.vllm_omni.deploy_config import (
+    DeployConfigError,
     DeployOptions,
     build_deploy_config,
     render_deploy_config,
@@ -25,7 +27,7 @@ from omni_rollout.vllm_omni.deploy_config import (
 from omni_rollout.vllm_omni.devices import ReplicaLayout
 
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "packages/omni-rollout/tests/golden"
-MODES = ("thinker_only", "thinker_talker", "full")
+MODES = ("thinker_only", "thinker_talker", "full", "talker")
 
 # Replica 1 of 2 on a 4-GPU node, 2 GPUs each, thinker at TP 1: the thinker takes
 # device 2, talker and code2wav the replica's other device 3. The audio recipe's knobs.
@@ -40,13 +42,21 @@ OPTIONS = DeployOptions(
 )
 
 
+# The talker as the policy: vLLM-Omni 0.28 serves LoRA on stage 0 only, so full weights.
+TALKER_OPTIONS = replace(OPTIONS, enable_lora=False, max_lora_rank=None)
+
+
 def golden_path(mode: str) -> Path:
     return GOLDEN_DIR / f"qwen3_omni_moe_{mode}.json"
 
 
+def options_for(mode: str) -> DeployOptions:
+    return TALKER_OPTIONS if mode == "talker" else OPTIONS
+
+
 def generate(mode: str) -> str:
     adapter = get_rollout_adapter("qwen3_omni_moe")
-    return render_deploy_config(build_deploy_config(adapter, mode, LAYOUT, OPTIONS))
+    return render_deploy_config(build_deploy_config(adapter, mode, LAYOUT, options_for(mode)))
 
 
 def needs_vllm_omni(mode: str) -> None:
@@ -102,6 +112,27 @@ def test_stages_after_the_thinker_sample_with_vllm_omnis_production_defaults(mod
     assert talker == upstream[1] and talker["max_tokens"] >= 2048
     if mode == "full":
         assert stages[2]["default_sampling_params"] == upstream[2]
+
+
+def test_talker_mode_trains_the_talker_on_the_thinker_talker_pipeline() -> None:
+    """The talker (stage 1) takes the policy's knobs and device; the thinker keeps vLLM-Omni's
+    production sampling (greedy), as every stage but the policy does."""
+    needs_vllm_omni("talker")
+    from omni_rollout.vllm_omni.deploy_config import upstream_stage_sampling
+
+    adapter = get_rollout_adapter("qwen3_omni_moe")
+    config = build_deploy_config(adapter, "talker", LAYOUT, TALKER_OPTIONS)
+    assert config["pipeline"] == "qwen3_omni_moe_thinker_talker"
+    thinker, talker = config["stages"]
+    assert talker["devices"] == "2" and talker["gpu_memory_utilization"] == 0.7
+    assert "default_sampling_params" not in talker and "gpu_memory_utilization" not in thinker
+    assert thinker["default_sampling_params"] == upstream_stage_sampling("qwen3_omni_moe.yaml")[0]
+
+
+def test_talker_mode_refuses_lora() -> None:
+    adapter = get_rollout_adapter("qwen3_omni_moe")
+    with pytest.raises(DeployConfigError, match="serves a request's LoRA on stage 0 only"):
+        build_deploy_config(adapter, "talker", LAYOUT, OPTIONS)
 
 
 def test_full_mode_places_talker_and_code2wav_on_the_replicas_second_gpu() -> None:

@@ -53,7 +53,7 @@ def test_every_problem_is_reported_at_once() -> None:
         "actor_rollout_ref.actor.loss_agg_mode='mean'; valid:",
         "actor_rollout_ref.actor.kl_loss_type='k9'; valid:",
         "actor_rollout_ref.model.stage='speaker'; valid: all, talker, thinker",
-        "actor_rollout_ref.rollout.pipeline_mode='talker_only'; valid: full, thinker_only",
+        "actor_rollout_ref.rollout.pipeline_mode='talker_only'; valid: full, talker, thinker_only, thinker_talker",
         "actor_rollout_ref.rollout.agent.default_agent_loop='tool'; valid:",
         "actor_rollout_ref.rollout.n=0 must be >= 1",
         "data.max_response_length=0 must be >= 1",
@@ -77,6 +77,15 @@ def test_unknown_stage_and_architecture_are_problems(tmp_path: Path) -> None:
     config = load_config([f"actor_rollout_ref.model.path={checkpoint_dir(tmp_path, 'NoSuchArch')}"])
     with pytest.raises(ConfigError, match=r"No training adapter is registered for architecture 'NoSuchArch'"):
         preflight(config)
+
+
+def test_a_thinker_run_refuses_a_mode_whose_policy_is_the_talker(capsys: pytest.CaptureFixture[str]) -> None:
+    # Sampling the talker while training the thinker would train on another stage's tokens.
+    assert main(["--print-config", "actor_rollout_ref.rollout.pipeline_mode=talker"]) == 2
+    err = capsys.readouterr().err
+    assert ("actor_rollout_ref.rollout.pipeline_mode='talker' samples stage 1 as the policy, but "
+            "actor_rollout_ref.model.stage=thinker trains stage 0; use one of thinker_only, thinker_talker, full") in err
+    assert main(["--print-config", "actor_rollout_ref.rollout.pipeline_mode=thinker_talker"]) == 0
 
 
 def test_talker_stage_runs_locally_paid_by_audio_rewards(capsys: pytest.CaptureFixture[str]) -> None:

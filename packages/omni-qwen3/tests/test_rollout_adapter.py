@@ -19,6 +19,7 @@ from omni_qwen3.rollout_adapter import (
 from omni_qwen3.training_adapter import Qwen3OmniThinkerAdapter
 
 MODES = ("thinker_only", "thinker_talker", "full")
+"""The modes that train the thinker."""
 
 
 def test_registered_under_the_pipeline_name() -> None:
@@ -44,6 +45,7 @@ def test_contract_kit_passes() -> None:
         ("thinker_only", ["text"], [0], []),
         ("thinker_talker", ["text", "codec"], [0, 1], [0]),
         ("full", ["text", "codec", "audio"], [0, 2], [0]),
+        ("talker", ["text", "codec"], [0, 1], [0]),
     ],
 )
 def test_builtin_topology(mode: str, outputs: list[str], final: list[int], hidden: list[int]) -> None:
@@ -69,6 +71,19 @@ def test_thinker_only_is_text_out_with_audio_output_disabled() -> None:
         assert adapter.weight_sync_stage_ids(mode) == (0,)
 
 
+def test_talker_mode_trains_the_talker_of_the_thinker_talker_pipeline() -> None:
+    adapter = Qwen3OmniRolloutAdapter()
+    assert adapter.get_pipeline_id("talker") == adapter.get_pipeline_id("thinker_talker")
+    assert adapter.build_stage_configs("talker") == adapter.build_stage_configs("thinker_talker")
+    assert adapter.rollout_flags("talker") == {0: {"return_hidden_states": True}}
+    assert adapter.policy_stage_id("talker") == 1
+    assert adapter.weight_sync_stage_ids("talker") == (1,)
+    thinker, talker = StageOutput(0, (7, 8)), StageOutput(1, (3, 4))
+    # Both final stages are kept: the talker's codes and the text it spoke.
+    assert adapter.combine_engine_outputs([talker, thinker], "talker") == (thinker, talker)
+    assert adapter.combine_engine_outputs([thinker, talker], "thinker_talker") == (talker,)
+
+
 def test_unknown_mode_lists_the_valid_ones() -> None:
     adapter = Qwen3OmniRolloutAdapter()
     for hook in (adapter.build_stage_configs, adapter.rollout_flags, adapter.get_pipeline_id,
@@ -78,7 +93,7 @@ def test_unknown_mode_lists_the_valid_ones() -> None:
 
 
 @pytest.mark.skipif(not vllm_omni_installed(), reason="needs the gpu extra (vllm-omni)")
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", (*MODES, "talker"))
 def test_builtin_topology_agrees_with_vllm_omni(mode: str) -> None:
     from omni_qwen3.rollout_adapter import vllm_omni_stage_configs
 

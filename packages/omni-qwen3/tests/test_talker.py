@@ -163,7 +163,7 @@ def test_an_update_moves_the_talker_and_nothing_it_consumes(talker: Any, tiny_pa
     before = {name: p.detach().clone() for name, p in actor.model.named_parameters()}
     prompts = [{"input_ids": torch.tensor([s.prompt_ids]), "attention_mask": torch.ones(1, len(s.prompt_ids))} for s in samples]
     model_inputs, responses, mask = collate(prompts, [s.response_ids for s in samples], pad_token_id=0)
-    extra = {key: [s.extra_fields[key] for s in samples] for key in TALKER_FIELDS}
+    extra = {key: [s.extra_fields[key] for s in samples] for key in TALKER_FIELDS if key in samples[0].extra_fields}
     advantages = torch.tensor([[1.0], [-1.0], [0.5], [-0.5]]) * mask
     metrics = actor.update([MicroBatch(model_inputs, responses, mask, advantages=advantages, extra=extra)], on_policy=True)
     assert metrics["actor/grad_norm"] > 0

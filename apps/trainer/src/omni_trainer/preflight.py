@@ -86,8 +86,9 @@ def _vocabularies(config: Config, found: Findings) -> None:
     if config.actor_rollout_ref.model.stage == "talker":
         if config.trainer.engine != "local":
             found.problems.append(
-                "actor_rollout_ref.model.stage=talker runs on the local engine only in this version (the "
-                "vLLM-Omni talker mode is not wired into the verl engine); set trainer.engine=local"
+                "actor_rollout_ref.model.stage=talker runs on the local engine only in this version (vLLM-Omni's "
+                "talker rollout mode exists, but verl's agent loop, batch and reward loop do not carry the "
+                "talker's fields and waveforms yet); set trainer.engine=local"
             )
         if config.data.val_files:
             found.problems.append(
@@ -163,6 +164,14 @@ def _pipeline(config: Config, found: Findings) -> None:
         found.problems.append(f"actor_rollout_ref.rollout.pipeline_name={rollout.pipeline_name!r}: {_one_line(exc)}")
         return
     _one_of(found, "actor_rollout_ref.rollout.pipeline_mode", rollout.pipeline_mode, adapter_cls.modes)
+    if rollout.pipeline_mode in adapter_cls.modes and config.actor_rollout_ref.model.stage == "thinker":
+        policy = adapter_cls().policy_stage_id(rollout.pipeline_mode)
+        if policy != 0:
+            thinker_modes = [m for m in adapter_cls.modes if adapter_cls().policy_stage_id(m) == 0]
+            found.problems.append(
+                f"actor_rollout_ref.rollout.pipeline_mode={rollout.pipeline_mode!r} samples stage {policy} as the "
+                f"policy, but actor_rollout_ref.model.stage=thinker trains stage 0; use one of {', '.join(thinker_modes)}"
+            )
 
 
 def _distillation(config: Config, found: Findings) -> None:

@@ -1,10 +1,12 @@
 """Rollout adapter for Qwen3-Omni, pipeline ``qwen3_omni_moe``.
 
-Three modes, each its own vLLM-Omni pipeline: ``thinker_only`` (stage 0, text; what RL on
+Four modes on three vLLM-Omni pipelines: ``thinker_only`` (stage 0, text; what RL on
 the thinker uses; ``qwen3_omni_moe_thinker_only``), ``thinker_talker`` (stages 0-1, codec
 tokens out; the thinker hands hidden states to the talker; ``qwen3_omni_moe_thinker_talker``,
-registered by this package, see ``omni_qwen3.vllm_pipeline``) and ``full`` (stages 0-2, a
-waveform out; ``qwen3_omni_moe``). The topology is this package's own definition below, so
+registered by this package, see ``omni_qwen3.vllm_pipeline``), ``full`` (stages 0-2, a
+waveform out; ``qwen3_omni_moe``) and ``talker``: the ``thinker_talker`` pipeline with the
+talker (stage 1) as the trained policy and the stage that takes the actor's weights; its
+samples are mapped to the talker's codec-0 sequence by :mod:`omni_qwen3.talker_outputs`. The topology is this package's own definition below, so
 the local engine never imports vLLM-Omni (its import takes ~20 s and patches torch); a
 gpu-extra test checks that it agrees with vLLM-Omni's pipeline definitions.
 """
@@ -15,7 +17,7 @@ import importlib.util
 from collections.abc import Sequence
 from typing import Any
 
-from omni_contracts import RolloutAdapter, StageConfig
+from omni_contracts import RolloutAdapter, RolloutSample, StageConfig, StageOutput, keep_final_outputs
 
 from omni_qwen3.vllm_pipeline import (
     THINKER_TALKER_PIPELINE,
@@ -34,7 +36,10 @@ PIPELINE_IDS = {
     "thinker_only": "qwen3_omni_moe_thinker_only",
     "thinker_talker": THINKER_TALKER_PIPELINE,
     "full": "qwen3_omni_moe",
+    "talker": THINKER_TALKER_PIPELINE,
 }
+TALKER_MODE = "talker"
+TALKER_STAGE_ID = 1
 
 
 def builtin_stage_configs(mode: str) -> tuple[StageConfig, ...]:
@@ -42,7 +47,7 @@ def builtin_stage_configs(mode: str) -> tuple[StageConfig, ...]:
     if mode == "thinker_only":
         return (StageConfig(0, THINKER_ARCH, "text", final_output=True),)
     thinker = StageConfig(0, THINKER_ARCH, "text", final_output=True, return_hidden_states=True)
-    if mode == "thinker_talker":
+    if mode in ("thinker_talker", TALKER_MODE):
         return (thinker, StageConfig(1, TALKER_ARCH, "codec", final_output=True, inputs=(0,)))
     return (
         thinker,
@@ -57,7 +62,7 @@ def vllm_omni_stage_configs(mode: str) -> tuple[StageConfig, ...]:
 
     if mode == "thinker_only":
         source = upstream.QWEN3_OMNI_THINKER_ONLY_PIPELINE
-    elif mode == "thinker_talker":
+    elif mode in ("thinker_talker", TALKER_MODE):
         source = thinker_talker_pipeline()
     else:
         source = upstream.QWEN3_OMNI_PIPELINE
@@ -82,9 +87,10 @@ def vllm_omni_installed() -> bool:
 
 @RolloutAdapter.register(PIPELINE)
 class Qwen3OmniRolloutAdapter(RolloutAdapter):
-    """Qwen3-Omni's generation pipeline; the thinker (stage 0) is the trained policy."""
+    """Qwen3-Omni's generation pipeline; the thinker (stage 0) is the trained policy, except
+    in mode ``talker``, where the talker (stage 1) is."""
 
-    modes = ("thinker_only", "thinker_talker", "full")
+    modes = ("thinker_only", "thinker_talker", "full", TALKER_MODE)
 
     def build_stage_configs(self, mode: str) -> Sequence[StageConfig]:
         self.check_mode(mode)
@@ -112,6 +118,27 @@ class Qwen3OmniRolloutAdapter(RolloutAdapter):
         defaults; without them the talker would stop after vLLM's default 16 tokens."""
         self.check_mode(mode)
         return None if mode == "thinker_only" else "qwen3_omni_moe.yaml"
+
+    def policy_stage_id(self, mode: str) -> int:
+        self.check_mode(mode)
+        return TALKER_STAGE_ID if mode == TALKER_MODE else 0
+
+    def combine_engine_outputs(self, outputs: Sequence[StageOutput], mode: str) -> tuple[StageOutput, ...]:
+        """Mode ``talker`` keeps both final stages: the talker's codes and the thinker text it spoke."""
+        if mode == TALKER_MODE:
+            return keep_final_outputs(outputs, self.build_stage_configs(mode))
+        return super().combine_engine_outputs(outputs, mode)
+
+    def postprocess_agent_loop_output(
+        self, sample: RolloutSample, outputs: Sequence[StageOutput], mode: str
+    ) -> RolloutSample:
+        """Mode ``talker``: the talker's codec-0 tokens as the response, with the residual
+        codebooks and the thinker sequence it spoke from (see :func:`talker_sample`)."""
+        if mode != TALKER_MODE:
+            return sample
+        from omni_qwen3.talker_outputs import talker_sample
+
+        return talker_sample(sample, outputs, thinker_stage=0, talker_stage=TALKER_STAGE_ID)
 
     def get_engine_hf_overrides(self, mode: str) -> dict[str, Any]:
         self.check_mode(mode)

@@ -9,19 +9,22 @@ the log-probs teacher-forced without running the thinker or the code predictor a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from omni_contracts import TrainingAdapter
+from omni_contracts.training_adapter import micro_batch_rows
 
 from omni_qwen3.rollout_adapter import PIPELINE
 from omni_qwen3.talker_fields import (  # noqa: F401  (re-exported: the adapter's field names)
     PREFILL_EMBEDS,
     PREFILL_POSITIONS,
     RESIDUAL_CODES,
+    SOURCE_IDS,
     TALKER_FIELDS,
     TRAILING_TEXT,
     TTS_PAD_EMBED,
+    check_conditioning,
 )
 from omni_qwen3.training_adapter import ARCHITECTURE, Qwen3OmniThinkerAdapter
 
@@ -45,6 +48,16 @@ class Qwen3OmniTalkerAdapter(TrainingAdapter):
         from omni_qwen3.talker_policy import Qwen3OmniTalkerPolicy
 
         return Qwen3OmniTalkerPolicy
+
+    def prepare_model_inputs(
+        self, model_inputs: dict[str, Any], micro_batch: Mapping[str, Any], model_config: Any
+    ) -> dict[str, Any]:
+        """The declared fields checked and passed on, and each row's conditioning complete in
+        one of its two forms (see :mod:`omni_qwen3.talker_fields`)."""
+        prepared = super().prepare_model_inputs(model_inputs, micro_batch, model_config)
+        for index, fields in enumerate(micro_batch_rows(micro_batch, self.extra_field_specs)):
+            check_conditioning(fields, f"micro-batch row {index}")
+        return prepared
 
     def get_strip_modules(self, model_config: Any) -> Sequence[str]:
         return ()  # generation needs every stage

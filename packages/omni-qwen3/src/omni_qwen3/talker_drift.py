@@ -59,7 +59,7 @@ class Qwen3OmniTalkerDrift:
 
     @staticmethod
     def _fields(samples: list[Any]) -> dict[str, list[Tensor]]:
-        return {key: [s.extra_fields[key] for s in samples] for key in TALKER_FIELDS}
+        return {key: [s.extra_fields[key] for s in samples] for key in TALKER_FIELDS if key in samples[0].extra_fields}
 
     def _log_probs(self, samples: list[Any], fields: dict[str, list[Tensor]]) -> Tensor:
         """Codec-0 log-distributions ``[n, T, V]`` at each sample's response positions."""
@@ -71,7 +71,7 @@ class Qwen3OmniTalkerDrift:
             ids[row, width - len(s.prompt_ids) : width] = torch.tensor(s.prompt_ids)
             ids[row, width : width + len(s.response_ids)] = torch.tensor(s.response_ids)
             mask[row, width - len(s.prompt_ids) : width + len(s.response_ids)] = 1
-        arguments = {spec.forward_arg: fields[key] for key, spec in TALKER_FIELDS.items() if spec.forward_arg}
+        arguments = {spec.forward_arg: fields[key] for key, spec in TALKER_FIELDS.items() if spec.forward_arg and key in fields}
         logits = self.reference(input_ids=ids, attention_mask=mask, **arguments).logits
         return torch.log_softmax(logits[:, width - 1 : width - 1 + steps].float(), dim=-1)
 

@@ -93,19 +93,23 @@ class Qwen3OmniTalkerPolicy(Qwen3OmniMoeForConditionalGeneration):
         self,
         input_ids: Tensor,
         attention_mask: Tensor,
-        talker_prefill_embeds: Sequence[Tensor],
-        talker_prefill_positions: Sequence[Tensor],
         residual_codes: Sequence[Tensor],
-        trailing_text_hidden: Sequence[Tensor],
-        tts_pad_embed: Sequence[Tensor],
+        talker_prefill_embeds: Sequence[Tensor | None] | None = None,
+        talker_prefill_positions: Sequence[Tensor | None] | None = None,
+        trailing_text_hidden: Sequence[Tensor | None] | None = None,
+        tts_pad_embed: Sequence[Tensor | None] | None = None,
+        talker_source_ids: Sequence[Tensor | None] | None = None,
         **_: Any,
     ) -> CausalLMOutput:
         """Codec-0 logits ``[B, S, V]`` for rows of prefill ids (left-padded to the longest)
         followed by codec-0 tokens, teacher-forced: each token's input is its codec
         embedding plus its residual codes' embeddings plus the text stream, exactly as in
-        generation."""
+        generation. Each row's conditioning is the stored one, or else rebuilt from its
+        ``talker_source_ids`` (see :mod:`omni_qwen3.talker_fields`)."""
         batch, width = input_ids.shape
-        prompt_width = max(int(e.shape[0]) for e in talker_prefill_embeds)
+        stored = (talker_prefill_embeds, talker_prefill_positions, trailing_text_hidden, tts_pad_embed)
+        conditioning = [self._row_conditioning(row, stored, talker_source_ids) for row in range(batch)]
+        prompt_width = max(int(prefill.shape[0]) for prefill, *_ in conditioning)
         talker = self.talker
         hidden = talker.config.text_config.hidden_size
         dtype = talker.codec_head.weight.dtype
@@ -115,17 +119,20 @@ class Qwen3OmniTalkerPolicy(Qwen3OmniMoeForConditionalGeneration):
         codec_embedding = talker.get_input_embeddings()
         residual_embeddings = talker.code_predictor.get_input_embeddings()
         steps = width - prompt_width
-        for row in range(batch):
-            prefill = talker_prefill_embeds[row].to(device, dtype)
+        for row, (prefill, prefill_positions, text, pad) in enumerate(conditioning):
+            prefill = prefill.to(device, dtype)
             length = prefill.shape[0]
             expected = torch.arange(prompt_width, device=device) >= prompt_width - length
-            if not torch.equal(attention_mask[row, :prompt_width].bool(), expected):
+            prompt_length = int(attention_mask[row].sum()) - int(residual_codes[row].shape[0])
+            if prompt_length != length or not torch.equal(attention_mask[row, :prompt_width].bool(), expected):
                 raise ValueError(
-                    f"row {row}: the prompt columns are not {length} prefill positions left-padded to "
-                    f"{prompt_width}; the stored talker fields do not belong to this row."
+                    f"row {row}: its prompt ({prompt_length} positions before its "
+                    f"{int(residual_codes[row].shape[0])} response tokens) is not the {length}-position prefill "
+                    f"left-padded to {prompt_width}; its talker fields (stored, or rebuilt from its source ids) "
+                    "do not belong to it."
                 )
             embeds[row, prompt_width - length : prompt_width] = prefill
-            prefill_positions = talker_prefill_positions[row].to(device)
+            prefill_positions = prefill_positions.to(device)
             positions[:, row, prompt_width - length : prompt_width] = prefill_positions
             positions[:, row, prompt_width:] = prefill_positions.max() + 1 + torch.arange(steps, device=device)
             codes = residual_codes[row].to(device)
@@ -133,8 +140,8 @@ class Qwen3OmniTalkerPolicy(Qwen3OmniMoeForConditionalGeneration):
             tokens = codec_embedding(input_ids[row, prompt_width : prompt_width + taken])
             for group, table in enumerate(residual_embeddings):
                 tokens = tokens + table(codes[:taken, group].clamp(min=0))
-            text = trailing_text_hidden[row].to(device, dtype)
-            pad = tts_pad_embed[row].to(device, dtype).reshape(1, hidden)
+            text = text.to(device, dtype)
+            pad = pad.to(device, dtype).reshape(1, hidden)
             stream = torch.cat([text[:taken], pad.expand(max(0, taken - text.shape[0]), hidden)])
             embeds[row, prompt_width : prompt_width + taken] = tokens + stream
         out = talker.model(inputs_embeds=embeds, attention_mask=attention_mask, position_ids=positions)
@@ -143,6 +150,38 @@ class Qwen3OmniTalkerPolicy(Qwen3OmniMoeForConditionalGeneration):
         suppressed[self.suppressed_codec_ids] = True
         logits = logits.masked_fill(suppressed, torch.finfo(logits.dtype).min)
         return CausalLMOutput(logits=logits)
+
+    def _row_conditioning(
+        self,
+        row: int,
+        stored: tuple[Sequence[Tensor | None] | None, ...],
+        source_ids: Sequence[Tensor | None] | None,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Row ``row``'s prefill embeddings, positions, text stream and text-pad embedding:
+        the stored ones, or rebuilt from its source ids with the frozen thinker."""
+        fields = [None if column is None else column[row] for column in stored]
+        if all(field is not None for field in fields):
+            return fields[0], fields[1], fields[2], fields[3]  # type: ignore[return-value]
+        source = None if source_ids is None else source_ids[row]
+        if source is None or any(field is not None for field in fields):
+            raise ValueError(
+                f"row {row}: the talker's conditioning is incomplete; pass every stored field "
+                "(talker_prefill_embeds, talker_prefill_positions, trailing_text_hidden, tts_pad_embed) "
+                "or talker_source_ids."
+            )
+        sequence = torch.as_tensor(source, dtype=torch.long, device=self.talker.codec_head.weight.device).reshape(1, -1)
+        thinker_config: Any = self.config.thinker_config
+        media_ids = [thinker_config.audio_token_id, thinker_config.image_token_id, thinker_config.video_token_id]
+        if bool(torch.isin(sequence, torch.tensor(media_ids, device=sequence.device)).any()):
+            raise ValueError(
+                f"row {row}: the talker's source sequence holds media placeholders. Its conditioning is rebuilt "
+                "from text only: the actor has no media for it, and vLLM-Omni 0.28 hands the talker a different "
+                "thinker state at media positions than transformers does (vllm-project/vllm-omni#3184). Use "
+                "text prompts, or the local engine, which stores the conditioning it used."
+            )
+        with torch.no_grad():
+            prefill, _, positions, trailing, tts_pad = self.talker_prefill(sequence, self.speakers[0], {})
+        return prefill, positions, trailing, tts_pad
 
     # --- rollout ---------------------------------------------------------------------------
 

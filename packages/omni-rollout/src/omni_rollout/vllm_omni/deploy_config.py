@@ -10,7 +10,7 @@ from the pipeline registered under that name, so this module only checks that th
 adapter's stages are well formed and writes placement and knobs for each.
 
 Precedence per stage: generated knobs, then ``hf_overrides`` from the adapter, then (for
-the stages after the policy) the ``default_sampling_params`` of vLLM-Omni's own deploy file
+every stage but the policy) the ``default_sampling_params`` of vLLM-Omni's own deploy file
 for the pipeline (``upstream_deploy_file``), then the adapter's ``get_stage_engine_extras``
 (a model package knows what its engine needs).
 Extras may not touch the placement keys; that is an error, not a silent override.
@@ -28,6 +28,7 @@ from typing import Any
 
 from omni_contracts import RolloutAdapter, validate_stage_topology
 
+from omni_rollout.vllm_omni.compat import LORA_STAGE_ID
 from omni_rollout.vllm_omni.devices import ReplicaLayout, place_stages
 
 PLACEMENT_KEYS = frozenset({"stage_id", "devices", "tensor_parallel_size", "num_replicas"})
@@ -152,13 +153,20 @@ def build_deploy_config(
         UnknownModeError: the adapter has no such mode.
         SchemaError: the adapter's stages do not form a valid pipeline.
         DevicePlacementError: the layout does not fit, or the policy stage is unknown.
-        DeployConfigError: adapter extras try to set a placement key.
+        DeployConfigError: adapter extras try to set a placement key, or LoRA is asked for on
+            a policy stage vLLM-Omni serves no LoRA on.
     """
     options = options or DeployOptions()
     adapter.check_mode(mode)
     adapter.ensure_pipeline_registered()
     stages = validate_stage_topology(adapter.build_stage_configs(mode))
     policy_id = adapter.policy_stage_id(mode)
+    if options.enable_lora and policy_id != LORA_STAGE_ID:
+        raise DeployConfigError(
+            f"Mode {mode!r} trains stage {policy_id}, but vLLM-Omni 0.28 serves a request's LoRA on stage "
+            f"{LORA_STAGE_ID} only (AsyncOmni.generate(lora_request=...)); sync full weights "
+            "(DeployOptions(enable_lora=False))."
+        )
     placements = {p.stage_id: p for p in place_stages(stages, layout, policy_id)}
     hf_overrides = adapter.get_engine_hf_overrides(mode)
     upstream_file = adapter.upstream_deploy_file(mode)

@@ -3,9 +3,10 @@
 vLLM-Omni yields one ``RequestOutput``-shaped object per finished stage (``stage_id``,
 ``outputs: list[CompletionOutput]``); each completion has ``token_ids``, ``logprobs``
 (per position a mapping token id -> object with ``.logprob``, when requested) and
-``finish_reason``. These are first made engine-neutral (:class:`StageOutput`), then the
-adapter's ``combine_engine_outputs`` chooses what is kept, and the policy stage's kept
-output becomes the sample's response.
+``finish_reason``, and may carry ``multimodal_output`` (a talker's codes). These are first
+made engine-neutral (:class:`StageOutput`; the stage's prompt ids and multimodal output go
+to its ``data``), then the adapter's ``combine_engine_outputs`` chooses what is kept, and
+the policy stage's kept output becomes the sample's response.
 
 Aborts arrive as ``finish_reason == "abort"`` with empty token ids, or (pending
 vllm-omni#6973) as an empty ``outputs`` list; both become an aborted ``StageOutput`` and
@@ -68,6 +69,20 @@ def _sampled_logprobs(
     return tuple(values)
 
 
+def _stage_data(engine_output: Any, completion: Any) -> dict[str, object]:
+    """What an adapter may need besides the tokens: the prompt the stage ran on (a later
+    stage's prompt is built by vLLM-Omni, e.g. a talker's prefill placeholder) and the
+    completion's ``multimodal_output`` (a talker's codes), when present."""
+    data: dict[str, object] = {}
+    prompt = getattr(engine_output, "prompt_token_ids", None)
+    if prompt is not None:
+        data["prompt_token_ids"] = tuple(int(t) for t in prompt)
+    multimodal = getattr(completion, "multimodal_output", None) or getattr(engine_output, "multimodal_output", None)
+    if isinstance(multimodal, Mapping) and multimodal:
+        data["multimodal_output"] = multimodal
+    return data
+
+
 def stage_output_from_engine(
     engine_output: Any, *, sample_index: int = 0, default_stage_id: int = 0
 ) -> tuple[StageOutput, str]:
@@ -95,6 +110,7 @@ def stage_output_from_engine(
         logprobs,
         finished=bool(getattr(engine_output, "finished", True)),
         aborted=aborted,
+        data=_stage_data(engine_output, completion),
     )
     return output, reason or ("stop" if output.finished else "")
 

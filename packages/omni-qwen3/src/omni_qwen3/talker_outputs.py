@@ -1,0 +1,140 @@
+"""vLLM-Omni's ``thinker_talker`` outputs of one request -> a talker sample (rollout mode ``talker``).
+
+What vLLM-Omni 0.28 returns for one request in that pipeline (read from its source:
+``models/qwen3_omni/qwen3_omni.py``, ``stage_input_processors/qwen3_omni.py``):
+
+- the thinker stage (0): the text it sampled (``token_ids``; the last one, usually
+  ``<|im_end|>``, is never fed back, so the talker is not conditioned on it) after the prompt;
+- the talker stage (1): the codec-0 tokens it sampled with their log-probs, a placeholder
+  prompt (``[0] * L``) as long as the talker's prefill, and under ``multimodal_output``
+  ``codes.audio`` every codebook of each token the talker consumed: a ``[rows, G]`` tensor
+  whose column 0 is the codec-0 token, one row per decode step (token ``t`` is consumed at
+  step ``t + 1``), after ``L`` zero rows for the prefill when those are reported too.
+
+The talker's conditioning (prefill embeddings, text stream) stays inside vLLM-Omni's worker,
+so the sample stores its source, the thinker sequence, and the actor rebuilds it (see
+:mod:`omni_qwen3.talker_fields`). The codes are located by their codec-0 column, which must
+repeat the sampled tokens: a layout other than the one above is refused, never guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from omni_contracts import RolloutSample, SchemaError, StageOutput
+from omni_qwen3.talker_fields import RESIDUAL_CODES, SOURCE_IDS
+
+NOT_SAMPLED = -1
+
+
+def engine_codes(multimodal_output: Mapping[str, Any] | None) -> Tensor | None:
+    """The ``codes.audio`` entry of a stage's multimodal output (nested or flat key), as a
+    2-D long tensor; ``None`` when absent."""
+    if not multimodal_output:
+        return None
+    codes = multimodal_output.get("codes")
+    value = codes.get("audio") if isinstance(codes, Mapping) else multimodal_output.get("codes.audio")
+    if value is None:
+        return None
+    tensor = torch.as_tensor(value).long()
+    if tensor.ndim == 3 and tensor.shape[0] == 1:
+        tensor = tensor[0]
+    if tensor.ndim != 2:
+        raise SchemaError(f"The talker's codes.audio has shape {tuple(tensor.shape)}; expected [rows, codebooks].")
+    return tensor
+
+
+def residual_codes(codes: Tensor, tokens: Sequence[int], prefill_length: int) -> Tensor:
+    """Codebooks 1..G-1 ``[T, G-1]`` of the ``T`` sampled codec-0 ``tokens``, ``-1`` where a token
+    was never consumed (the last one), from the talker's ``codes`` (see the module docstring).
+
+    Raises:
+        SchemaError: no layout of ``codes`` has rows whose codec-0 column repeats ``tokens``.
+    """
+    count = len(tokens)
+    for layout in (codes, codes.T):
+        rows = layout.shape[0]
+        if layout.shape[1] < 2:
+            continue
+        for start in (prefill_length, 0):  # with the prefill's rows, or without them
+            consumed = rows - start
+            if consumed not in (count - 1, count) or consumed < 0:
+                continue
+            decode = layout[start:]
+            if decode.shape[0] and not torch.equal(decode[:, 0], torch.as_tensor(tokens[: decode.shape[0]])):
+                continue
+            residual = torch.full((count, layout.shape[1] - 1), NOT_SAMPLED, dtype=torch.long)
+            residual[: decode.shape[0]] = decode[:, 1:]
+            return residual
+    raise SchemaError(
+        f"The talker's codes ({tuple(codes.shape)}) do not line up with its {count} codec-0 tokens after a "
+        f"{prefill_length}-position prefill: expected [rows, codebooks] with {count - 1} or {count} decode rows "
+        "(optionally after the prefill's rows) whose first column repeats the tokens. vLLM-Omni's talker output "
+        "changed; see omni_qwen3.talker_outputs."
+    )
+
+
+def _ids(value: object) -> tuple[int, ...]:
+    """Token ids from a stage's ``data`` entry (any sequence of ints); ``()`` when absent."""
+    return tuple(int(t) for t in value) if isinstance(value, Sequence) else ()
+
+
+def _stage(outputs: Sequence[StageOutput], stage_id: int) -> StageOutput | None:
+    matching = [output for output in outputs if output.stage_id == stage_id]
+    return matching[-1] if matching else None
+
+
+def talker_sample(
+    sample: RolloutSample, outputs: Sequence[StageOutput], *, thinker_stage: int, talker_stage: int
+) -> RolloutSample:
+    """``sample`` (the talker's tokens and log-probs after the thinker's prompt) as the talker's
+    sample: prompt = the talker's prefill placeholder, response = codec-0 tokens, extra fields
+    = the residual codes and the thinker sequence the talker spoke from. Aborted: unchanged.
+
+    Raises:
+        SchemaError: a stage's output is missing, the thinker gave no text to speak, or the
+            talker's prompt or codes are missing or do not line up.
+    """
+    talker = _stage(outputs, talker_stage)
+    if sample.extra_fields.get("aborted") or talker is None or talker.aborted:
+        return sample
+    thinker = _stage(outputs, thinker_stage)
+    if thinker is None or thinker.aborted:
+        raise SchemaError(
+            f"The talker answered but the thinker's output (stage {thinker_stage}) is missing; the talker mode "
+            "keeps both final stages (combine_engine_outputs)."
+        )
+    spoken = thinker.token_ids[:-1]  # the last sampled token is never fed to the thinker again
+    if not spoken:
+        raise SchemaError(
+            f"The thinker gave no text to speak (it sampled {list(thinker.token_ids)}); the talker's "
+            "conditioning needs at least one text token."
+        )
+    prompt = _ids(thinker.data.get("prompt_token_ids")) or sample.prompt_ids
+    placeholder = _ids(talker.data.get("prompt_token_ids"))
+    if not placeholder:
+        raise SchemaError(
+            f"The talker's output (stage {talker_stage}) carries no prompt_token_ids; its length is the "
+            "talker's prefill length, which the actor's rows need."
+        )
+    codes = engine_codes(talker.data.get("multimodal_output"))  # type: ignore[arg-type]
+    if codes is None:
+        raise SchemaError(
+            f"The talker's output (stage {talker_stage}) has no multimodal_output codes.audio; the residual "
+            "codebooks it consumed cannot be recovered."
+        )
+    return RolloutSample(
+        prompt_ids=placeholder,
+        response_ids=sample.response_ids,
+        response_mask=sample.response_mask,
+        response_logprobs=sample.response_logprobs,
+        extra_fields={
+            **{k: v for k, v in sample.extra_fields.items() if "." not in k},
+            SOURCE_IDS: torch.tensor(prompt + spoken, dtype=torch.long),
+            RESIDUAL_CODES: residual_codes(codes, sample.response_ids, len(placeholder)),
+        },
+    )
