@@ -185,3 +185,27 @@ def test_a_source_that_does_not_give_the_rows_prefill_is_refused(
     )
     with pytest.raises(ValueError, match="do not belong to it"):
         actor_log_probs(tiny, [wrong])
+
+
+def test_weights_sync_to_the_talker_stage_only(tmp_path: Path) -> None:
+    """Mode ``talker``: full weights reload on stage 1 (the thinker keeps its own); a LoRA plan
+    is refused before any call (vLLM-Omni 0.28 serves LoRA on stage 0 only)."""
+    from omni_rollout.vllm_omni import FullWeights, WeightSyncError, plan_weight_sync
+
+    adapter = Qwen3OmniRolloutAdapter()
+    omni = RecordingAsyncOmni([None, None])
+    engine = VllmOmniEngine("unused", adapter, "talker", layout=ReplicaLayout(),
+                            options=DeployOptions(enable_sleep_mode=True), work_dir=tmp_path)
+    engine._attach(omni)
+    try:
+        plan = plan_weight_sync(adapter, "talker", payload="full", colocated=True)
+        assert plan.stage_ids == (1,)
+        engine.before_train(plan)
+        engine.after_train(plan, FullWeights({"talker.codec_head.weight": torch.ones(4, 2)}))
+        reloads = [call for name, call in omni.calls if name == "collective_rpc"]
+        assert [(c["method"], c["stage_ids"]) for c in reloads] == [("reload_weights", [1])]
+        lora = plan_weight_sync(adapter, "talker", payload="lora", colocated=True)
+        with pytest.raises(WeightSyncError, match="serves a request's LoRA on stage 0 only"):
+            engine.check_plan(lora)
+    finally:
+        engine.close()

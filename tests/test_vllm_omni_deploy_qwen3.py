@@ -129,10 +129,14 @@ def test_talker_mode_trains_the_talker_on_the_thinker_talker_pipeline() -> None:
     assert thinker["default_sampling_params"] == upstream_stage_sampling("qwen3_omni_moe.yaml")[0]
 
 
-def test_talker_mode_refuses_lora() -> None:
+def test_talker_mode_refuses_lora_and_streamed_input() -> None:
     adapter = get_rollout_adapter("qwen3_omni_moe")
     with pytest.raises(DeployConfigError, match="serves a request's LoRA on stage 0 only"):
         build_deploy_config(adapter, "talker", LAYOUT, OPTIONS)
+    with pytest.raises(DeployConfigError, match=r"fed by stages \[0\]; with async_chunk"):
+        build_deploy_config(adapter, "talker", LAYOUT, replace(TALKER_OPTIONS, async_chunk=True))
+    # A thinker policy reads the prompt only: streaming to the stages after it changes nothing it consumed.
+    assert build_deploy_config(adapter, "thinker_talker", LAYOUT, replace(OPTIONS, async_chunk=True))["async_chunk"]
 
 
 def test_full_mode_places_talker_and_code2wav_on_the_replicas_second_gpu() -> None:

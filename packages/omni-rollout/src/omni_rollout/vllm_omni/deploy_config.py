@@ -153,14 +153,22 @@ def build_deploy_config(
         UnknownModeError: the adapter has no such mode.
         SchemaError: the adapter's stages do not form a valid pipeline.
         DevicePlacementError: the layout does not fit, or the policy stage is unknown.
-        DeployConfigError: adapter extras try to set a placement key, or LoRA is asked for on
-            a policy stage vLLM-Omni serves no LoRA on.
+        DeployConfigError: adapter extras try to set a placement key, LoRA is asked for on
+            a policy stage vLLM-Omni serves no LoRA on, or chunks would stream into a policy
+            stage fed by another.
     """
     options = options or DeployOptions()
     adapter.check_mode(mode)
     adapter.ensure_pipeline_registered()
     stages = validate_stage_topology(adapter.build_stage_configs(mode))
     policy_id = adapter.policy_stage_id(mode)
+    fed = [stage for stage in stages if stage.stage_id == policy_id and stage.inputs]
+    if options.async_chunk and fed:
+        raise DeployConfigError(
+            f"Mode {mode!r} trains stage {policy_id}, which is fed by stages {list(fed[0].inputs)}; with "
+            "async_chunk the policy starts on a partial input, so what it consumed depends on timing and the "
+            "actor could not recompute its log-probs. Set DeployOptions(async_chunk=False)."
+        )
     if options.enable_lora and policy_id != LORA_STAGE_ID:
         raise DeployConfigError(
             f"Mode {mode!r} trains stage {policy_id}, but vLLM-Omni 0.28 serves a request's LoRA on stage "
