@@ -14,6 +14,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -120,24 +121,11 @@ def _engine_output(sequence: list[int], num_logprobs: int) -> Any:
 
 
 def _teacher_server(omni: Any) -> Any:
-    """Our server as verl's ``__init__`` + our ``run_server`` leave it (no GPU): the engine is
-    the vLLM-Omni driver on a recording AsyncOmni; ``generate`` is verl's own."""
-    from omni_contracts import get_rollout_adapter
-    from omni_rollout.vllm_omni import VllmOmniDriver
-    from omni_trainer.verl_engine.rollout import VllmOmniHttpServer
+    """Our server (no GPU); ``generate`` is verl's own under ours."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from verl_server_stub import stub_server
 
-    class Config(SimpleNamespace):
-        def get(self, key: str, default: Any = None) -> Any:
-            return getattr(self, key, default)
-
-    server: Any = object.__new__(VllmOmniHttpServer)
-    server.config = Config(max_model_len=4096, prompt_length=4095, response_length=1, full_determinism=False,
-                           enable_rollout_routing_replay=False, mtp=None)
-    server.model_config = SimpleNamespace(lora_rank=0, lora={}, processor=None)
-    server._disaggregation_role, server._pd_decode_peers, server.replica_rank = "null", [], 0
-    server.global_steps, server._submission_paused, server._rejecting, server._admitting = 3, False, False, 0
-    server.engine = VllmOmniDriver(omni, get_rollout_adapter("qwen3_omni_moe"), "thinker_only")
-    return server
+    return stub_server(omni, max_model_len=4096, prompt_length=4095, response_length=1, global_steps=3)
 
 
 def test_teacher_server_answers_verls_teacher_client(tmp_path: Path) -> None:

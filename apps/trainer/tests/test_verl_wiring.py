@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -147,39 +148,11 @@ def test_dataset_rows_have_the_shape_verls_agent_loop_reads(tmp_path: Path) -> N
     assert row["dummy_tensor"].shape == (1,)
 
 
-class _Config(SimpleNamespace):
-    """The fields of verl's ``RolloutConfig`` that its server reads, with its ``get``."""
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return getattr(self, key, default)
-
-
 def _server(omni: Any, *, dedup: Any = None, **config: Any) -> Any:
-    """Our server as verl's ``__init__`` + our ``run_server`` leave it, on a recording AsyncOmni
-    (no Ray actor, no GPU): ``self.engine`` is the driver."""
-    import asyncio
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from verl_server_stub import stub_server
 
-    from verl.workers.rollout.replica import RolloutMode
-
-    from omni_contracts import get_rollout_adapter
-    from omni_rollout.vllm_omni import VllmOmniDriver
-    from omni_trainer.verl_engine.rollout import VllmOmniHttpServer
-
-    server: Any = object.__new__(VllmOmniHttpServer)
-    server.config = _Config(**{
-        "max_model_len": 64, "prompt_length": 32, "response_length": 16, "full_determinism": False, "seed": 0,
-        "repetition_penalty": 1.0, "ignore_eos": False, "enable_rollout_routing_replay": False, "mtp": None,
-        "free_cache_engine": True, **config,
-    })
-    server.model_config = SimpleNamespace(lora_rank=0, lora={}, processor=None)
-    server.replica_rank, server.node_rank, server.global_steps = 2, 0, 5
-    server.rollout_mode = RolloutMode.COLOCATED
-    server._disaggregation_role, server._pd_decode_peers = "null", []
-    server._submission_paused, server._rejecting, server._admitting = False, False, 0
-    server._resume_event = asyncio.Event()
-    server._resume_event.set()
-    server.engine = VllmOmniDriver(omni, get_rollout_adapter("qwen3_omni_moe"), "thinker_only", dedup_pad_tokens=dedup)
-    return server
+    return stub_server(omni, dedup=dedup, **config)
 
 
 def _request_output(prompt_ids: list[int], token_ids: list[int], **fields: Any) -> Any:
@@ -216,7 +189,8 @@ def test_verls_own_generate_runs_on_the_driver_with_verls_defaults() -> None:
 
     from omni_trainer.verl_engine.rollout import VllmOmniHttpServer
 
-    assert VllmOmniHttpServer.generate is vLLMHttpServer.generate
+    # Ours only wraps verl's (adding a speech policy's sample): verl's own body runs.
+    assert VllmOmniHttpServer.__mro__[1] is vLLMHttpServer
     pad = 151655  # a run of pads, which the processor's dedup collapses for vLLM to expand again
     prompt = [1, pad, pad, pad, 2]
     omni = _recording_omni(lambda *_: [_request_output(prompt, [7, 8, 9])])
@@ -356,7 +330,7 @@ def test_server_overrides_cover_what_asyncomni_lacks() -> None:
     # Everything else verl calls on self.engine is the driver's (tests above).
     overridden = {name for name in vars(VllmOmniHttpServer) if not name.startswith("__")}
     assert overridden == {"_post_init", "_validate_configs", "_resolve_sleep_level", "_get_engine_kwargs_key",
-                          "_preprocess_engine_kwargs", "run_server", "abort_request"}
+                          "_preprocess_engine_kwargs", "run_server", "abort_request", "generate"}
 
 
 @needs_extras

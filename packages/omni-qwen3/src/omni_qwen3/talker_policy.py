@@ -60,6 +60,18 @@ def with_audio_lengths(media: Mapping[str, Any]) -> dict[str, Any]:
     return dict(media)
 
 
+def _token_span(mask: Tensor, row: int) -> tuple[int, int]:
+    """``(start, end)`` of the one run of ones in a row's attention mask.
+
+    Raises:
+        ValueError: the row has no tokens, or holes between them.
+    """
+    ones = torch.nonzero(mask).flatten()
+    if ones.numel() == 0 or int(ones[-1]) + 1 - int(ones[0]) != ones.numel():
+        raise ValueError(f"row {row}: its attention mask is not one run of tokens (padding on either side only).")
+    return int(ones[0]), int(ones[-1]) + 1
+
+
 class Qwen3OmniTalkerPolicy(Qwen3OmniMoeForConditionalGeneration):
     """``Qwen3OmniMoeForConditionalGeneration`` whose forward is the talker's codec-0 policy."""
 
@@ -101,15 +113,15 @@ class Qwen3OmniTalkerPolicy(Qwen3OmniMoeForConditionalGeneration):
         talker_source_ids: Sequence[Tensor | None] | None = None,
         **_: Any,
     ) -> CausalLMOutput:
-        """Codec-0 logits ``[B, S, V]`` for rows of prefill ids (left-padded to the longest)
-        followed by codec-0 tokens, teacher-forced: each token's input is its codec
-        embedding plus its residual codes' embeddings plus the text stream, exactly as in
-        generation. Each row's conditioning is the stored one, or else rebuilt from its
-        ``talker_source_ids`` (see :mod:`omni_qwen3.talker_fields`)."""
+        """Codec-0 logits ``[B, S, V]`` for rows of prefill ids followed by codec-0 tokens,
+        teacher-forced: each token's input is its codec embedding plus its residual codes'
+        embeddings plus the text stream, exactly as in generation. A row's tokens are the run
+        of ones in its attention mask (left-padded as the local engine batches, or right-padded
+        as verl does), its last ``len(residual_codes[row])`` the response. Each row's
+        conditioning is the stored one, or else rebuilt from its ``talker_source_ids`` (see
+        :mod:`omni_qwen3.talker_fields`)."""
         batch, width = input_ids.shape
         stored = (talker_prefill_embeds, talker_prefill_positions, trailing_text_hidden, tts_pad_embed)
-        conditioning = [self._row_conditioning(row, stored, talker_source_ids) for row in range(batch)]
-        prompt_width = max(int(prefill.shape[0]) for prefill, *_ in conditioning)
         talker = self.talker
         hidden = talker.config.text_config.hidden_size
         dtype = talker.codec_head.weight.dtype
@@ -118,32 +130,31 @@ class Qwen3OmniTalkerPolicy(Qwen3OmniMoeForConditionalGeneration):
         positions = torch.zeros(3, batch, width, dtype=torch.long, device=device)
         codec_embedding = talker.get_input_embeddings()
         residual_embeddings = talker.code_predictor.get_input_embeddings()
-        steps = width - prompt_width
-        for row, (prefill, prefill_positions, text, pad) in enumerate(conditioning):
+        for row in range(batch):
+            prefill, prefill_positions, text, pad = self._row_conditioning(row, stored, talker_source_ids)
             prefill = prefill.to(device, dtype)
             length = prefill.shape[0]
-            expected = torch.arange(prompt_width, device=device) >= prompt_width - length
-            prompt_length = int(attention_mask[row].sum()) - int(residual_codes[row].shape[0])
-            if prompt_length != length or not torch.equal(attention_mask[row, :prompt_width].bool(), expected):
-                raise ValueError(
-                    f"row {row}: its prompt ({prompt_length} positions before its "
-                    f"{int(residual_codes[row].shape[0])} response tokens) is not the {length}-position prefill "
-                    f"left-padded to {prompt_width}; its talker fields (stored, or rebuilt from its source ids) "
-                    "do not belong to it."
-                )
-            embeds[row, prompt_width - length : prompt_width] = prefill
-            prefill_positions = prefill_positions.to(device)
-            positions[:, row, prompt_width - length : prompt_width] = prefill_positions
-            positions[:, row, prompt_width:] = prefill_positions.max() + 1 + torch.arange(steps, device=device)
             codes = residual_codes[row].to(device)
-            taken = min(steps, codes.shape[0])
-            tokens = codec_embedding(input_ids[row, prompt_width : prompt_width + taken])
+            steps = int(codes.shape[0])
+            start, end = _token_span(attention_mask[row], row)
+            if end - start - steps != length:
+                raise ValueError(
+                    f"row {row}: its prompt ({end - start - steps} positions before its {steps} response tokens) "
+                    f"is not the {length}-position prefill; its talker fields (stored, or rebuilt from its source "
+                    "ids) do not belong to it."
+                )
+            response = start + length
+            embeds[row, start:response] = prefill
+            prefill_positions = prefill_positions.to(device)
+            positions[:, row, start:response] = prefill_positions
+            positions[:, row, response:end] = prefill_positions.max() + 1 + torch.arange(steps, device=device)
+            tokens = codec_embedding(input_ids[row, response:end])
             for group, table in enumerate(residual_embeddings):
-                tokens = tokens + table(codes[:taken, group].clamp(min=0))
+                tokens = tokens + table(codes[:, group].clamp(min=0))
             text = text.to(device, dtype)
             pad = pad.to(device, dtype).reshape(1, hidden)
-            stream = torch.cat([text[:taken], pad.expand(max(0, taken - text.shape[0]), hidden)])
-            embeds[row, prompt_width : prompt_width + taken] = tokens + stream
+            stream = torch.cat([text[:steps], pad.expand(max(0, steps - text.shape[0]), hidden)])
+            embeds[row, response:end] = tokens + stream
         out = talker.model(inputs_embeds=embeds, attention_mask=attention_mask, position_ids=positions)
         logits = talker.codec_head(out.last_hidden_state)
         suppressed = torch.zeros(logits.shape[-1], dtype=torch.bool, device=device)

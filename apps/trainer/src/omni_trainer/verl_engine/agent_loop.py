@@ -13,14 +13,16 @@ same processor, so templating, tokenization and positions agree with the local e
 from __future__ import annotations
 
 from typing import Any
+from uuid import uuid4
 
 import ray
-from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, AgentLoopWorker, register
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
 
 from omni_trainer.verl_engine.compat import ray_actor_class
 from omni_trainer.verl_engine.processor import adapter_processor
 from omni_trainer.verl_engine.settings import VerlSettings
+from omni_trainer.verl_engine.speech_sample import SPEECH_SAMPLE
 
 
 class AdapterProcessorMixin:
@@ -50,3 +52,55 @@ class OmniAgentLoopManager(AgentLoopManagerTQ):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.agent_loop_workers_class = ray.remote(OmniAgentLoopWorkerTQ)
+
+
+@register("omni_speech_agent")
+class OmniSpeechAgentLoop(AgentLoopBase):
+    """One prompt, one spoken response, for a speech policy stage (a talker).
+
+    The thinker's chat prompt goes to the server as in verl's single-turn loop; the server
+    answers with the policy stage's tokens and log-probs, and under :data:`SPEECH_SAMPLE` the
+    sample the rollout adapter built from every stage's output (see
+    :mod:`omni_qwen3.talker_outputs`). The training row is that sample: its prompt (the
+    talker's prefill placeholder), its codec tokens, and its namespaced fields as
+    ``extra_fields``, which verl batches as non-tensor entries for the actor's forward.
+    Text prompts only: the talker's conditioning is rebuilt from the thinker sequence.
+    """
+
+    async def run(self, sampling_params: dict[str, Any], priority: int = 0, **kwargs: Any) -> AgentLoopOutput:
+        messages = list(kwargs["raw_prompt"])
+        media = await self.process_multi_modal_info(messages)
+        if any(media.values()):
+            raise ValueError(
+                f"A speech row holds media ({', '.join(k for k, v in media.items() if v)}); the verl engine's "
+                "speech rollout takes text prompts only (the talker's conditioning is rebuilt from the text)."
+            )
+        prompt_ids = await self.ct_build_initial_tokens(messages, mm_inputs_out={})
+        output = await self.server_manager.generate(
+            request_id=uuid4().hex, prompt_ids=prompt_ids, sampling_params=sampling_params, priority=int(priority)
+        )
+        extra = dict(output.extra_fields)
+        sample = extra.pop(SPEECH_SAMPLE, None)
+        if sample is None:
+            if output.stop_reason == "aborted":
+                return AgentLoopOutput(prompt_ids=prompt_ids, response_ids=[], response_mask=[], num_turns=2,
+                                       metrics={}, extra_fields=extra)
+            raise RuntimeError(
+                f"The rollout server returned no {SPEECH_SAMPLE!r}; it serves a speech stage only in a speech "
+                "pipeline mode (actor_rollout_ref.rollout.pipeline_mode)."
+            )
+        response = list(output.token_ids)
+        if len(response) > self.rollout_config.response_length:
+            raise ValueError(
+                f"The server returned {len(response)} speech tokens for a response length of "
+                f"{self.rollout_config.response_length}; its max_tokens must be the response length."
+            )
+        return AgentLoopOutput(
+            prompt_ids=list(sample["prompt_ids"]),
+            response_ids=response,
+            response_mask=[1] * len(response),
+            response_logprobs=list(output.log_probs) if output.log_probs is not None else None,
+            num_turns=2,
+            metrics={"num_preempted": output.num_preempted if output.num_preempted is not None else -1},
+            extra_fields={**extra, **sample["fields"]},
+        )

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from verl.workers.engine.base import EngineRegistry
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
@@ -80,9 +81,46 @@ def configure_for_training(module: Any, hf_config: Any, settings: VerlSettings) 
         )
 
 
+def non_tensor_rows(value: Any) -> list[Any]:
+    """A batched non-tensor field of a verl micro-batch (a ``NonTensorStack`` of
+    ``NonTensorData``, or a plain sequence) as one Python object per row."""
+    from tensordict.tensorclass import NonTensorData
+
+    items = value.tolist() if hasattr(value, "tolist") and not isinstance(value, torch.Tensor) else list(value)
+    return [item.data if isinstance(item, NonTensorData) else item for item in items]
+
+
+def adapter_model_inputs(adapter: Any, hf_config: Any, model_inputs: dict[str, Any], micro_batch: Any) -> dict[str, Any]:
+    """``model_inputs`` with the adapter's declared extra fields of ``micro_batch`` (the agent
+    loop's ``extra_fields``, carried by verl as non-tensor batch entries) passed through its
+    ``prepare_model_inputs``; unchanged for an adapter that declares none.
+
+    Raises:
+        ValueError: the fields are declared but verl packed the rows (``use_remove_padding``):
+            a model that reads per-row fields needs the padded rows.
+    """
+    specs = adapter.extra_field_specs
+    if not specs:
+        return model_inputs
+    if model_inputs.get("attention_mask") is None:
+        raise ValueError(
+            f"{type(adapter).__name__} reads per-row extra fields, which verl's packed rows (use_remove_padding=true) "
+            "cannot carry; set actor_rollout_ref.model.use_remove_padding=false."
+        )
+    keys = set(micro_batch.keys())
+    fields = {key: non_tensor_rows(micro_batch.get(key)) for key in specs if key in keys}
+    return adapter.prepare_model_inputs(model_inputs, fields, hf_config)
+
+
 @EngineRegistry.register(model_type=OMNI_MODEL_TYPE, backend=["fsdp", "fsdp2"], device=["cuda", "npu"])
 class OmniFSDPEngine(FSDPEngineWithLMHead):
-    """verl's FSDP engine with the omni-rl training adapter applied before LoRA and FSDP."""
+    """verl's FSDP engine with the omni-rl training adapter applied before LoRA and FSDP, and
+    the adapter's extra fields (a talker's codes and conditioning) passed to the forward."""
+
+    def prepare_model_inputs(self, micro_batch: Any) -> Any:
+        model_inputs, output_args = super().prepare_model_inputs(micro_batch)
+        adapter = training_adapter(self.model_config.hf_config, VerlSettings.from_env())
+        return adapter_model_inputs(adapter, self.model_config.hf_config, model_inputs, micro_batch), output_args
 
     def _build_module(self) -> Any:
         settings = VerlSettings.from_env()

@@ -11,7 +11,8 @@ which presents the ``AsyncLLM`` surface verl's server calls. So verl's own code 
   full-determinism seed, prompt log-probs for a distillation teacher, ``num_preempted``); the
   driver builds the engine prompt with the adapter (pad dedup), gives the policy stage
   verl's ``SamplingParams``, yields the policy stage's output and checks that prompt
-  log-probs belong to exactly the ids verl sent;
+  log-probs belong to exactly the ids verl sent; for a speech policy (a talker) the
+  override adds the sample built from every stage's output (:mod:`speech_sample`);
 - ``collective_rpc`` (weight sync) reaches the adapter's weight-sync stages only and raises
   when a stage reports a failure; verl's colocate worker extension is installed on the
   policy stage, so verl's IPC weight sync lands there;
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from verl.workers.rollout.replica import TokenOutput
 from verl.workers.rollout.vllm_rollout.utils import get_vllm_max_lora_rank
 from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica
 
@@ -51,10 +53,11 @@ from omni_rollout.vllm_omni import (
     start_async_omni,
     write_deploy_config,
 )
-from omni_trainer.verl_engine.adapters import rollout_adapter
+from omni_trainer.verl_engine.adapters import rollout_adapter, training_adapter
 from omni_trainer.verl_engine.compat import reserve_server_port
 from omni_trainer.verl_engine.processor import adapter_processor, banned_token_ids
 from omni_trainer.verl_engine.settings import ROLLOUT_NAME, VerlSettings
+from omni_trainer.verl_engine.speech_sample import SPEECH_SAMPLE, speech_sample
 
 WORKER_EXTENSION = "verl.workers.rollout.vllm_rollout.utils.vLLMColocateWorkerExtension"
 logger = logging.getLogger(__name__)
@@ -95,6 +98,23 @@ class VllmOmniHttpServer(vLLMHttpServer):
         self.rollout_adapter = rollout_adapter(self.settings)
         self.mode = self.settings.pipeline_mode
         self.processor = adapter_processor(self.settings)
+        self.field_specs = training_adapter(self.model_config.hf_config, self.settings).extra_field_specs
+
+    async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str,
+                       *args: Any, **kwargs: Any) -> TokenOutput:
+        """verl's ``generate``; for a policy whose training reads model-native fields (a
+        talker), its :data:`SPEECH_SAMPLE` is added, built from every stage's output."""
+        driver: VllmOmniDriver = self.engine  # type: ignore[assignment]
+        try:
+            result = await super().generate(prompt_ids, sampling_params, request_id, *args, **kwargs)
+            if self.field_specs:
+                sample = speech_sample(self.rollout_adapter, self.mode, prompt_ids,
+                                       driver.take_stage_outputs(request_id), self.field_specs, result.token_ids)
+                if sample is not None:
+                    result.extra_fields[SPEECH_SAMPLE] = sample
+            return result
+        finally:
+            driver.take_stage_outputs(request_id)  # never left behind by an error
 
     def _validate_configs(self) -> None:
         # verl looks for max_position_embeddings on hf_config and hf_config.text_config only;
@@ -136,7 +156,7 @@ class VllmOmniHttpServer(vLLMHttpServer):
         path = write_deploy_config(deploy, work_dir / "deploy.yaml")
         driver = VllmOmniDriver(
             start_async_omni(self.model_config.local_path, str(path)), self.rollout_adapter, self.mode,
-            dedup_pad_tokens=dedup_function(self.processor),
+            dedup_pad_tokens=dedup_function(self.processor), keep_stage_outputs=bool(self.field_specs),
         )
         self.engine = driver  # type: ignore[assignment]  # verl types it as vLLM's AsyncLLM
         await driver.reset_mm_cache()

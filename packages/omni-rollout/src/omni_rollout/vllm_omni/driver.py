@@ -10,7 +10,8 @@ unchanged on a vLLM-Omni pipeline:
   gets the caller's ``SamplingParams`` (reporting once, ``FINAL_ONLY``), the other stages keep
   their deploy defaults; the engine prompt is built by the adapter with the processor's pad
   dedup; the policy stage's ``RequestOutput`` s are yielded (with requested prompt log-probs
-  checked against the ids sent, :mod:`prompt_logprobs`).
+  checked against the ids sent, :mod:`prompt_logprobs`); with ``keep_stage_outputs`` every
+  stage's last output is kept for :meth:`~VllmOmniDriver.take_stage_outputs`.
 - ``collective_rpc`` goes to the weight-sync stages and raises when a stage reports a failure;
   ``list_loras`` asks the policy stage.
 - ``reset_prefix_cache`` / ``reset_encoder_cache`` really clear (``AsyncOmni``'s own are no-ops,
@@ -93,11 +94,14 @@ class VllmOmniDriver:
         mode: str,
         *,
         dedup_pad_tokens: DedupPadTokens | None = None,
+        keep_stage_outputs: bool = False,
     ) -> None:
         self.omni = omni
         self.adapter = adapter
         self.mode = mode
         self.dedup_pad_tokens = dedup_pad_tokens
+        self.keep_stage_outputs = keep_stage_outputs
+        self._stage_outputs: dict[str, dict[int, Any]] = {}
         self.policy_stage = adapter.policy_stage_id(mode)
         self.sync_stage_ids = tuple(adapter.weight_sync_stage_ids(mode))
         if not self.sync_stage_ids:
@@ -200,11 +204,21 @@ class VllmOmniDriver:
             lora_request=lora_request, priority=priority,
         ):
             stage_id = getattr(output, "stage_id", None)
+            if self.keep_stage_outputs:
+                kept = self._stage_outputs.setdefault(request_id, {})
+                kept[self.policy_stage if stage_id is None else int(stage_id)] = output
             if stage_id is not None and int(stage_id) != self.policy_stage:
                 continue
             if num_prompt_logprobs is not None and getattr(output, "finished", True) and output.outputs:
                 check_prompt_logprobs(output, prompt_ids, int(num_prompt_logprobs))
             yield output
+
+    def take_stage_outputs(self, request_id: str) -> list[Any]:
+        """The last output of every stage of a finished ``generate`` request, in stage order,
+        forgotten once taken (kept only with ``keep_stage_outputs``: a speech policy's
+        sample needs the stages before it, which ``generate`` does not yield)."""
+        kept = self._stage_outputs.pop(request_id, {})
+        return [kept[stage_id] for stage_id in sorted(kept)]
 
     def in_flight_request_ids(self) -> set[str]:
         """The caller-given ids of the requests ``AsyncOmni`` is running."""
