@@ -35,10 +35,10 @@ EXPECTED_MEDIA = {
 }
 
 
-def run_harness(out_dir: Path, *flags: str) -> dict[str, Any]:
+def run_harness(out_dir: Path, *flags: str, harness: Path = HARNESS) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "OMNI_RL_"))}
     done = subprocess.run(
-        [sys.executable, str(HARNESS), str(out_dir), *flags], env=env, capture_output=True, text=True, timeout=900
+        [sys.executable, str(harness), str(out_dir), *flags], env=env, capture_output=True, text=True, timeout=900
     )
     if done.returncode != 0:
         pytest.fail(f"the harness failed (exit {done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}")

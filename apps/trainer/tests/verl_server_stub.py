@@ -4,7 +4,7 @@ is ours over verl's own. Shared by the wiring tests and the verl CPU harnesses."
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -54,3 +54,29 @@ def stub_server(
     server.engine = VllmOmniDriver(omni, server.rollout_adapter, mode, dedup_pad_tokens=dedup,
                                    keep_stage_outputs=bool(field_specs))
     return server
+
+
+def stage_output(
+    stage_id: int,
+    prompt_ids: Sequence[int],
+    token_ids: Sequence[int],
+    *,
+    logprobs: Sequence[float] | None = None,
+    multimodal_output: Mapping[str, Any] | None = None,
+    finish_reason: str = "stop",
+) -> Any:
+    """One stage's finished ``OmniRequestOutput`` as vLLM-Omni 0.28 yields it (vLLM's own
+    classes), with the sampled tokens' log-probs when given and the completion's
+    ``multimodal_output`` (a talker's codes) as vLLM-Omni attaches it."""
+    from vllm.logprobs import Logprob
+    from vllm.outputs import CompletionOutput
+    from vllm_omni.outputs import OmniRequestOutput
+
+    completion = CompletionOutput(
+        index=0, text="", token_ids=list(token_ids), cumulative_logprob=None, finish_reason=finish_reason,
+        logprobs=None if logprobs is None else [{t: Logprob(logprob=lp, rank=1)} for t, lp in zip(token_ids, logprobs)],
+    )
+    if multimodal_output is not None:
+        completion.multimodal_output = dict(multimodal_output)  # type: ignore[attr-defined]
+    return OmniRequestOutput(request_id="r", stage_id=stage_id, prompt_token_ids=list(prompt_ids),
+                             outputs=[completion], finished=True)

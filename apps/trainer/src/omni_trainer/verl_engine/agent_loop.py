@@ -16,12 +16,18 @@ from typing import Any
 from uuid import uuid4
 
 import ray
-from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, AgentLoopWorker, register
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopBase,
+    AgentLoopMetrics,
+    AgentLoopOutput,
+    AgentLoopWorker,
+    register,
+)
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
 
 from omni_trainer.verl_engine.compat import ray_actor_class
 from omni_trainer.verl_engine.processor import adapter_processor
-from omni_trainer.verl_engine.settings import VerlSettings
+from omni_trainer.verl_engine.settings import SPEECH_AGENT_LOOP, VerlSettings
 from omni_trainer.verl_engine.speech_sample import SPEECH_SAMPLE
 
 
@@ -54,7 +60,7 @@ class OmniAgentLoopManager(AgentLoopManagerTQ):
         self.agent_loop_workers_class = ray.remote(OmniAgentLoopWorkerTQ)
 
 
-@register("omni_speech_agent")
+@register(SPEECH_AGENT_LOOP)
 class OmniSpeechAgentLoop(AgentLoopBase):
     """One prompt, one spoken response, for a speech policy stage (a talker).
 
@@ -84,7 +90,7 @@ class OmniSpeechAgentLoop(AgentLoopBase):
         if sample is None:
             if output.stop_reason == "aborted":
                 return AgentLoopOutput(prompt_ids=prompt_ids, response_ids=[], response_mask=[], num_turns=2,
-                                       metrics={}, extra_fields=extra)
+                                       metrics=AgentLoopMetrics(), extra_fields=extra)
             raise RuntimeError(
                 f"The rollout server returned no {SPEECH_SAMPLE!r}; it serves a speech stage only in a speech "
                 "pipeline mode (actor_rollout_ref.rollout.pipeline_mode)."
@@ -101,6 +107,6 @@ class OmniSpeechAgentLoop(AgentLoopBase):
             response_mask=[1] * len(response),
             response_logprobs=list(output.log_probs) if output.log_probs is not None else None,
             num_turns=2,
-            metrics={"num_preempted": output.num_preempted if output.num_preempted is not None else -1},
+            metrics=AgentLoopMetrics(num_preempted=output.num_preempted if output.num_preempted is not None else -1),
             extra_fields={**extra, **sample["fields"]},
         )

@@ -84,7 +84,7 @@ def configure_for_training(module: Any, hf_config: Any, settings: VerlSettings) 
 def non_tensor_rows(value: Any) -> list[Any]:
     """A batched non-tensor field of a verl micro-batch (a ``NonTensorStack`` of
     ``NonTensorData``, or a plain sequence) as one Python object per row."""
-    from tensordict.tensorclass import NonTensorData
+    from tensordict.tensorclass import NonTensorData  # type: ignore[import-untyped]
 
     items = value.tolist() if hasattr(value, "tolist") and not isinstance(value, torch.Tensor) else list(value)
     return [item.data if isinstance(item, NonTensorData) else item for item in items]

@@ -24,6 +24,9 @@ starts the agent-loop workers."""
 AGENT_LOOPS = {"single_turn_agent": "single_turn_agent"}
 """Our agent-loop names -> verl's agent loops (they get the adapter's processor from
 :class:`~omni_trainer.verl_engine.agent_loop.OmniAgentLoopManager`'s workers)."""
+SPEECH_AGENT_LOOP = "omni_speech_agent"
+"""The verl agent loop of a speech stage (``actor_rollout_ref.model.stage=talker``):
+:class:`~omni_trainer.verl_engine.agent_loop.OmniSpeechAgentLoop`."""
 
 
 @dataclass(frozen=True)

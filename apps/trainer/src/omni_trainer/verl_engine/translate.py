@@ -28,6 +28,7 @@ from omni_trainer.verl_engine.settings import (
     EXTERNAL_MODULES_ENV,
     OMNI_MODEL_TYPE,
     SETTINGS_ENV,
+    SPEECH_AGENT_LOOP,
     VerlSettings,
 )
 
@@ -213,7 +214,9 @@ def _values(
         # leaves little KV cache at this gpu_memory_utilization.
         "actor_rollout_ref.rollout.max_model_len": data.max_prompt_length + data.max_response_length,
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": micro,
-        "actor_rollout_ref.rollout.agent.default_agent_loop": AGENT_LOOPS[rollout.agent.default_agent_loop],
+        "actor_rollout_ref.rollout.agent.default_agent_loop": (
+            SPEECH_AGENT_LOOP if model.stage == "talker" else AGENT_LOOPS[rollout.agent.default_agent_loop]
+        ),
         "actor_rollout_ref.rollout.agent.agent_loop_manager_class": AGENT_LOOP_MANAGER,
         "actor_rollout_ref.rollout.engine_kwargs.vllm_omni": {
             "pipeline_name": rollout.pipeline(), "pipeline_mode": rollout.pipeline_mode,

@@ -1,0 +1,60 @@
+"""A talker run through verl's own code on CPU, against the local engine.
+
+``verl_talker_harness.py`` (a subprocess: verl picks its device platform once per process)
+serves text rows through our rollout server in mode ``talker`` (verl's ``generate`` on the
+vLLM-Omni driver, over a recording ``AsyncOmni`` answering as vLLM-Omni 0.28 does, with the
+tiny model's own talker samples), verl's agent-loop worker with our speech agent loop and its
+postprocessing, and verl's FSDP2 engine forward. What stays GPU-only: vLLM-Omni itself, Ray,
+verl's TransferQueue transport.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("verl", reason="needs the distributed extra (uv sync --extra distributed --extra gpu)")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_verl_cpu_harness import run_harness  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+HARNESS = Path(__file__).with_name("verl_talker_harness.py")
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return run_harness(tmp_path_factory.mktemp("verl-talker"), harness=HARNESS)
+
+
+def test_verl_trains_the_talker_with_our_classes(report: dict[str, Any]) -> None:
+    assert report["engine_class"] == "OmniFSDPEngine"
+    assert report["module_class"].endswith("Qwen3OmniTalkerPolicy")  # verl's FSDP2 wrapper of it
+    assert report["agent_loop"] == "omni_speech_agent"
+
+
+def test_each_row_is_the_talkers_sample(report: dict[str, Any]) -> None:
+    assert len(report["rows"]) == 3
+    for row in report["rows"]:
+        assert row["prompt_is_placeholder"]  # the talker's prefill length, not the thinker's prompt
+        assert row["fields"] == ["qwen3_omni.residual_codes", "qwen3_omni.talker_source_ids"]
+        assert row["source_is_thinker_sequence"]
+        assert row["rollout_log_probs"] == pytest.approx(row["sampled_log_probs"], abs=1e-7)
+
+
+def test_verls_forward_recomputes_the_sampled_log_probs(report: dict[str, Any]) -> None:
+    """verl's FSDP2 forward, rebuilding the talker's conditioning from the stored thinker
+    sequence, gives the log-probs the talker sampled with, as the local actor does from the
+    conditioning the local engine stored (fp32, CPU)."""
+    for row in report["rows"]:
+        verl, sampled = row["verl_log_probs"], row["sampled_log_probs"]
+        local = row["local_actor_log_probs"][: len(sampled)]
+        assert len(verl) == len(sampled) == len(row["response"]) > 0
+        assert max(abs(a - b) for a, b in zip(verl, sampled, strict=True)) < 1e-5
+        assert max(abs(a - b) for a, b in zip(verl, local, strict=True)) < 1e-5
+        assert all(math.isfinite(v) for v in verl)

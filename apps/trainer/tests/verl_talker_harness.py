@@ -1,0 +1,222 @@
+"""verl's own code on a talker run, on the CPU: rollout server -> agent loop -> batch -> FSDP forward.
+
+Run as a script (``python verl_talker_harness.py OUT_DIR``) by ``test_verl_talker_harness.py``,
+in a process of its own (verl picks its device platform once per process).
+
+What runs, verl 0.9.1's code unchanged with our registered classes:
+
+1. text rows in the RL schema, read by our ``data.custom_cls`` and collated by verl;
+2. verl's ``AgentLoopWorker.generate_sequences`` in our worker, with our
+   :class:`OmniSpeechAgentLoop` (``stage=talker`` translates to it) and its postprocessing
+   into the padded training batch (the namespaced fields as non-tensor entries);
+3. the rollout server is ours (``VllmOmniHttpServer.generate``: verl's ``generate`` on the
+   vLLM-Omni driver in mode ``talker``, adding the speech sample) on a recording
+   ``AsyncOmni`` whose answers are what vLLM-Omni 0.28 returns for a ``thinker_talker``
+   request, built from the tiny model's own talker samples (the local engine) for the
+   thinker answer :data:`ANSWER`;
+4. verl's batch conversion and FSDP2 engine (:class:`OmniFSDPEngine`, padded rows, gloo,
+   fp32), whose forward gets the fields through the talker adapter;
+5. the oracle: the sampled log-probs and the local actor on the local engine's samples.
+
+The JSON report holds, per row, what the test asserts; nothing is judged here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+QUESTIONS = ("How many fruits?", "Say something kind.", "What is the sun?")
+ANSWER_TEXT = "Three apples and two pears."
+MAX_SPEECH = 16
+
+
+def write_rows(root: Path) -> str:
+    from omni_data.schema import rl_row, write_rl_parquet
+
+    rows = [
+        rl_row(data_source="my/speech", messages=[{"role": "user", "content": q}], ground_truth="", ability="speech",
+               extra_info={"index": i})
+        for i, q in enumerate(QUESTIONS)
+    ]
+    return str(write_rl_parquet(rows, root / "speech.parquet"))
+
+
+class SpeechServer:
+    """verl's ``LLMServerClient`` surface over our server on a recording ``AsyncOmni``."""
+
+    def __init__(self, policy: Any, answer: list[int]) -> None:
+        from vllm import SamplingParams
+
+        from omni_qwen3.talker_fields import TALKER_FIELDS
+        from omni_rollout.vllm_omni.testing import RecordingAsyncOmni
+        from verl_server_stub import stub_server
+
+        self.policy, self.answer = policy, answer
+        self.samples: dict[tuple[int, ...], Any] = {}
+        omni = RecordingAsyncOmni([SamplingParams(temperature=0.0, max_tokens=2048), SamplingParams()],
+                                  respond=self.respond)
+        self.server = stub_server(omni, mode="talker", field_specs=TALKER_FIELDS, max_model_len=512,
+                                  prompt_length=256, response_length=MAX_SPEECH)
+
+    def respond(self, prompt: dict[str, Any], params: list[Any], request_id: str) -> list[Any]:
+        """What vLLM-Omni yields for the request: the thinker's answer, then the talker's
+        speech for it (sampled by the local engine), its codes after the prefill's rows."""
+        import torch
+
+        from omni_qwen3.talker_fields import RESIDUAL_CODES
+        from verl_server_stub import stage_output
+
+        ids = [int(t) for t in prompt["prompt_token_ids"]]
+        torch.manual_seed(len(ids))
+        (local,) = self.policy.sample_speech(torch.tensor([ids + self.answer[:-1]]), n=1,
+                                             max_new_tokens=params[1].max_tokens)
+        self.samples[tuple(ids)] = local
+        tokens = list(local.response_ids)
+        consumed = len(tokens) - 1
+        decode = torch.cat([torch.tensor(tokens[:consumed])[:, None], local.extra_fields[RESIDUAL_CODES][:consumed]], 1)
+        codes = torch.cat([torch.zeros(len(local.prompt_ids), decode.shape[1], dtype=torch.long), decode])
+        return [
+            stage_output(0, ids, self.answer),
+            stage_output(1, [0] * len(local.prompt_ids), tokens, logprobs=local.response_logprobs,
+                         multimodal_output={"codes": {"audio": codes}}),
+        ]
+
+    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
+                       priority: int = 0, **media: Any) -> Any:
+        return await self.server.generate(prompt_ids=prompt_ids, sampling_params=dict(sampling_params),
+                                          request_id=request_id, priority=priority)
+
+
+def main(out_dir: Path) -> None:
+    sys.path.insert(0, str(HERE))
+    from verl_cpu_platform import use_cpu_platform
+
+    use_cpu_platform()  # before any verl module asks for a device
+
+    import torch
+    from omegaconf import open_dict
+
+    from omni_qwen3.talker_fields import TALKER_FIELDS
+    from omni_qwen3.talker_policy import Qwen3OmniTalkerPolicy
+    from omni_qwen3.tiny import build_tiny_qwen3_omni
+    from omni_trainer.config import load_config
+    from omni_trainer.verl_engine.settings import SETTINGS_ENV
+    from omni_trainer.verl_engine.translate import settings_for, to_verl_config
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tiny = str(build_tiny_qwen3_omni(out_dir / "tiny", seed=0))
+    data = write_rows(out_dir)
+    rows = len(QUESTIONS)
+    config = load_config([
+        f"actor_rollout_ref.model.path={tiny}", f"data.train_files=[{data}]", "trainer.engine=verl",
+        "actor_rollout_ref.model.stage=talker", "actor_rollout_ref.rollout.pipeline_mode=talker",
+        f"data.train_batch_size={rows}", f"actor_rollout_ref.actor.ppo_mini_batch_size={rows}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={rows}", "actor_rollout_ref.rollout.n=1",
+        "data.max_prompt_length=256", f"data.max_response_length={MAX_SPEECH}",
+        "actor_rollout_ref.model.lora_rank=0", "actor_rollout_ref.model.use_remove_padding=false",
+    ])
+    verl_config = to_verl_config(config, lora_target_modules=None, lora_exclude_modules=None)
+    settings = settings_for(config, tiny)
+    os.environ[SETTINGS_ENV] = settings.to_env()
+    with open_dict(verl_config):  # fp32 end to end
+        verl_config.actor_rollout_ref.actor.fsdp_config.mixed_precision = {
+            "param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32",
+        }
+
+    # 1-3. verl's dataset loading, collation, our speech agent loop, its postprocessing.
+    from verl import DataProto
+    from verl.utils.dataset.rl_dataset import collate_fn
+
+    import omni_trainer.verl_engine.external  # noqa: F401  (what VERL_USE_EXTERNAL_MODULES imports)
+    from omni_trainer.verl_engine.agent_loop import OmniAgentLoopWorker
+    from omni_trainer.verl_engine.dataset import OmniRLHFDataset
+    from omni_trainer.verl_engine.processor import adapter_processor
+
+    processor = adapter_processor(settings)
+    answer = processor.tokenizer.encode(ANSWER_TEXT) + [processor.tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    policy = Qwen3OmniTalkerPolicy.from_pretrained(tiny).eval()
+    dataset = OmniRLHFDataset([data], tokenizer=processor.tokenizer, config=verl_config.data, processor=processor)
+    batch = DataProto.from_single_dict(collate_fn([dataset[i] for i in range(len(dataset))]))
+    server = SpeechServer(policy, answer)
+    worker = OmniAgentLoopWorker(verl_config, llm_client=server)
+    output = asyncio.run(worker.generate_sequences(batch))
+
+    # 4. verl's FSDP2 engine: the talker's log-probs as its actor worker computes them.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    torch.distributed.init_process_group("gloo", rank=0, world_size=1)
+    from verl.utils import tensordict_utils as tu
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.workers.engine.base import EngineRegistry
+    from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
+
+    model_config = omega_conf_to_dataclass(verl_config.actor_rollout_ref.model)
+    actor_config = omega_conf_to_dataclass(verl_config.actor_rollout_ref.actor)
+    engine_config = actor_config.engine
+    engine_config.use_remove_padding = False
+    engine_config.infer_micro_batch_size_per_gpu = rows
+    os.environ["VERL_ENGINE_DEVICE"] = "cuda"  # our engine's registration (see verl_cpu_harness)
+    engine = EngineRegistry.new(
+        model_type=model_config.model_type, backend=engine_config.strategy, model_config=model_config,
+        engine_config=engine_config, optimizer_config=actor_config.optim, checkpoint_config=actor_config.checkpoint,
+    )
+    engine.initialize()
+    batch_td = left_right_2_no_padding(output.to_tensordict())
+    tu.assign_non_tensor(
+        batch_td, calculate_entropy=False, compute_loss=False, temperature=1.0, use_remove_padding=False,
+        use_dynamic_bsz=False, micro_batch_size_per_gpu=rows,
+    )
+    with engine.eval_mode():
+        result = engine.infer_batch(batch_td, loss_function=None)
+    verl_log_probs = no_padding_2_padding(result["model_output"]["log_probs"], batch_td).float()
+
+    # 5. The local actor on the local engine's samples (their stored conditioning).
+    from omni_qwen3.talker_adapter import Qwen3OmniTalkerAdapter
+    from omni_training.actor import Actor
+    from omni_training.batching import MicroBatch, collate
+
+    actor = Actor.from_pretrained(tiny, Qwen3OmniTalkerAdapter())
+    report: dict[str, Any] = {
+        "engine_class": type(engine).__name__, "module_class": type(engine.module).__name__,
+        "agent_loop": str(verl_config.actor_rollout_ref.rollout.agent.default_agent_loop), "rows": [],
+    }
+    keys = sorted(k for k in output.non_tensor_batch if k in TALKER_FIELDS)
+    for i in range(rows):
+        mask = output.batch["attention_mask"][i].bool()
+        prompt_width = output.batch["prompts"].shape[1]
+        prompt_ids = output.batch["input_ids"][i][:prompt_width][mask[:prompt_width]].tolist()
+        response_mask = output.batch["response_mask"][i].bool()
+        response = output.batch["responses"][i][response_mask].tolist()
+        (thinker_prompt,) = [p for p, s in server.samples.items() if list(s.response_ids) == response]
+        local = server.samples[thinker_prompt]
+        inputs = {"input_ids": torch.tensor([local.prompt_ids]), "attention_mask": torch.ones(1, len(local.prompt_ids))}
+        model_inputs, responses, local_mask = collate([inputs], [local.response_ids], pad_token_id=0)
+        extra = {key: [local.extra_fields[key]] for key in TALKER_FIELDS if key in local.extra_fields}
+        (local_actor,) = actor.compute_log_probs([MicroBatch(model_inputs, responses, local_mask, extra=extra)])
+        report["rows"].append({
+            "prompt_is_placeholder": prompt_ids == [0] * len(local.prompt_ids),
+            "response": response,
+            "fields": keys,
+            "source_is_thinker_sequence": output.non_tensor_batch["qwen3_omni.talker_source_ids"][i].tolist()
+            == list(thinker_prompt) + answer[:-1],
+            "sampled_log_probs": list(local.response_logprobs),
+            "rollout_log_probs": output.batch["rollout_log_probs"][i][response_mask].tolist()
+            if "rollout_log_probs" in output.batch.keys() else None,
+            "local_actor_log_probs": local_actor[0].tolist(),
+            "verl_log_probs": verl_log_probs[i][response_mask].tolist(),
+        })
+    (out_dir / "report.json").write_text(json.dumps(report, indent=1))
+    torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
