@@ -1,9 +1,10 @@
 """Rollout mode ``talker`` through the vLLM-Omni engine on CPU, with the local engine as the oracle.
 
 The tiny Qwen3-Omni's talker samples speech for a thinker answer in the local engine. The same
-samples are then returned the way vLLM-Omni 0.28 returns a ``thinker_talker`` request (a
-recording stand-in for ``AsyncOmni``: the thinker's text, the talker's codec-0 tokens and
-log-probs, its prefill placeholder and ``codes.audio``), go through ``VllmOmniEngine`` (real
+samples are then returned the way vLLM-Omni 0.28 returns a request of the talker-RL pipeline
+(a recording stand-in for ``AsyncOmni``: the thinker's text, the talker's codec-0 tokens and
+log-probs, its prefill placeholder and ``codes.audio``, code2wav's waveform), go through
+``VllmOmniEngine`` (real
 vLLM ``SamplingParams``), the ``omni_single_turn`` agent loop and the rollout adapter's
 ``postprocess_agent_loop_output``, and reach the actor, which rebuilds the talker's
 conditioning from the stored thinker sequence. The actor's log-probs must match the sampled
@@ -25,6 +26,7 @@ pytest.importorskip("vllm", reason="needs the gpu extra (vllm): uv sync --extra 
 from omni_qwen3.rollout_adapter import Qwen3OmniRolloutAdapter  # noqa: E402
 from omni_qwen3.talker_adapter import Qwen3OmniTalkerAdapter  # noqa: E402
 from omni_qwen3.talker_fields import RESIDUAL_CODES, SOURCE_IDS, TALKER_FIELDS  # noqa: E402
+from omni_qwen3.talker_outputs import SAMPLE_RATE, WAVEFORM  # noqa: E402
 from omni_rollout.agent_loops import get_agent_loop  # noqa: E402
 from omni_rollout.vllm_omni import DeployOptions, ReplicaLayout, VllmOmniEngine  # noqa: E402
 from omni_rollout.vllm_omni.engine import EngineRequest, PolicySampling  # noqa: E402
@@ -68,9 +70,10 @@ def local_samples(policy: Any, turn: tuple[list[int], list[int]]) -> list[Any]:
     return policy.sample_speech(torch.tensor([prompt + answer[:-1]]), n=N, max_new_tokens=24)
 
 
-def as_vllm_omni(prompt: Sequence[int], answer: Sequence[int], sample: Any) -> list[Any]:
-    """What ``AsyncOmni.generate`` yields for one ``thinker_talker`` request (vLLM-Omni 0.28),
-    built from a local sample: codes rows for the prefill (zeros) and for each consumed token."""
+def as_vllm_omni(prompt: Sequence[int], answer: Sequence[int], sample: Any, rate: int) -> list[Any]:
+    """What ``AsyncOmni.generate`` yields for one request of the talker-RL pipeline (vLLM-Omni
+    0.28), built from a local sample: the thinker's answer, the talker's tokens with codes rows
+    for the prefill (zeros) and each consumed token, and code2wav's waveform."""
     tokens = list(sample.response_ids)
     consumed = len(tokens) - 1  # the last token (the end of speech) is never fed back
     residual = sample.extra_fields[RESIDUAL_CODES][:consumed]
@@ -86,7 +89,12 @@ def as_vllm_omni(prompt: Sequence[int], answer: Sequence[int], sample: Any) -> l
         outputs=[SimpleNamespace(token_ids=tokens, logprobs=logprobs, finish_reason="stop",
                                  multimodal_output={"codes": {"audio": codes}})],
     )
-    return [thinker, talker]
+    code2wav = SimpleNamespace(
+        stage_id=2, finished=True, prompt_token_ids=[],
+        outputs=[SimpleNamespace(token_ids=[], logprobs=None, finish_reason="stop",
+                                 multimodal_output={"audio": [sample.waveform[None]], "sr": [torch.tensor(rate)]})],
+    )
+    return [thinker, talker, code2wav]
 
 
 def actor_log_probs(tiny: Path, samples: Sequence[Any]) -> torch.Tensor:
@@ -118,9 +126,11 @@ def test_vllm_omni_talker_samples_reach_the_actor_with_their_log_probs(
 
     prompt, answer = turn
     adapter = Qwen3OmniRolloutAdapter()
-    by_request = {f"omni-rl-1-0-{k}": as_vllm_omni(prompt, answer, s) for k, s in enumerate(local_samples)}
+    rate = policy.speech_sample_rate
+    by_request = {f"omni-rl-1-0-{k}": as_vllm_omni(prompt, answer, s, rate) for k, s in enumerate(local_samples)}
     thinker_defaults = SamplingParams(temperature=0.0, max_tokens=2048)  # vLLM-Omni's production thinker
-    omni = RecordingAsyncOmni([thinker_defaults, SamplingParams()], respond=lambda p, params, rid: by_request[rid])
+    omni = RecordingAsyncOmni([thinker_defaults, SamplingParams(), SamplingParams(temperature=0.0)],
+                              respond=lambda p, params, rid: by_request[rid])
     engine = VllmOmniEngine("unused", adapter, "talker", layout=ReplicaLayout(), options=DeployOptions(),
                             work_dir=tmp_path)
     engine._attach(omni)
@@ -134,7 +144,7 @@ def test_vllm_omni_talker_samples_reach_the_actor_with_their_log_probs(
     params = [call["sampling_params_list"] for name, call in omni.calls if name == "generate"]
     assert len(params) == N
     assert all(p[1].temperature == 1.0 and p[1].logprobs == 0 and p[1].stop_token_ids == [eos] for p in params)
-    assert all(p[0].temperature == 0.0 and p[0].max_tokens == 2048 for p in params)
+    assert all(p[0].temperature == 0.0 and p[0].max_tokens == 2048 and p[2].temperature == 0.0 for p in params)
 
     loop = get_agent_loop("omni_single_turn_agent")
     samples = [
@@ -146,6 +156,7 @@ def test_vllm_omni_talker_samples_reach_the_actor_with_their_log_probs(
         assert sample.response_logprobs == pytest.approx(local.response_logprobs)
         assert len(sample.prompt_ids) == len(local.prompt_ids)
         assert sample.extra_fields[SOURCE_IDS].tolist() == prompt + answer[:-1]
+        assert torch.equal(sample.extra_fields[WAVEFORM], local.waveform) and sample.extra_fields[SAMPLE_RATE] == rate
         consumed = len(local.response_ids) - 1
         assert torch.equal(sample.extra_fields[RESIDUAL_CODES][:consumed], local.extra_fields[RESIDUAL_CODES][:consumed])
 
@@ -193,7 +204,7 @@ def test_weights_sync_to_the_talker_stage_only(tmp_path: Path) -> None:
     from omni_rollout.vllm_omni import FullWeights, WeightSyncError, plan_weight_sync
 
     adapter = Qwen3OmniRolloutAdapter()
-    omni = RecordingAsyncOmni([None, None])
+    omni = RecordingAsyncOmni([None, None, None])
     engine = VllmOmniEngine("unused", adapter, "talker", layout=ReplicaLayout(),
                             options=DeployOptions(enable_sleep_mode=True), work_dir=tmp_path)
     engine._attach(omni)

@@ -115,18 +115,19 @@ def test_stages_after_the_thinker_sample_with_vllm_omnis_production_defaults(mod
 
 
 def test_talker_mode_trains_the_talker_on_the_thinker_talker_pipeline() -> None:
-    """The talker (stage 1) takes the policy's knobs and device; the thinker keeps vLLM-Omni's
-    production sampling (greedy), as every stage but the policy does."""
+    """The talker (stage 1) takes the policy's knobs and device; the thinker and code2wav keep
+    vLLM-Omni's production sampling (greedy thinker), as every stage but the policy does."""
     needs_vllm_omni("talker")
     from omni_rollout.vllm_omni.deploy_config import upstream_stage_sampling
 
     adapter = get_rollout_adapter("qwen3_omni_moe")
     config = build_deploy_config(adapter, "talker", LAYOUT, TALKER_OPTIONS)
-    assert config["pipeline"] == "qwen3_omni_moe_thinker_talker"
-    thinker, talker = config["stages"]
+    assert config["pipeline"] == "qwen3_omni_moe_talker_rl"
+    thinker, talker, code2wav = config["stages"]
     assert talker["devices"] == "2" and talker["gpu_memory_utilization"] == 0.7
     assert "default_sampling_params" not in talker and "gpu_memory_utilization" not in thinker
-    assert thinker["default_sampling_params"] == upstream_stage_sampling("qwen3_omni_moe.yaml")[0]
+    upstream = upstream_stage_sampling("qwen3_omni_moe.yaml")
+    assert (thinker["default_sampling_params"], code2wav["default_sampling_params"]) == (upstream[0], upstream[2])
 
 
 def test_talker_mode_refuses_lora_and_streamed_input() -> None:

@@ -4,8 +4,8 @@
 serves text rows through our rollout server in mode ``talker`` (verl's ``generate`` on the
 vLLM-Omni driver, over a recording ``AsyncOmni`` answering as vLLM-Omni 0.28 does, with the
 tiny model's own talker samples), verl's agent-loop worker with our speech agent loop and its
-postprocessing, and verl's FSDP2 engine forward. What stays GPU-only: vLLM-Omni itself, Ray,
-verl's TransferQueue transport.
+postprocessing (the speech reward scored in the loop), and verl's FSDP2 engine forward. What
+stays GPU-only: vLLM-Omni itself, Ray, verl's TransferQueue transport.
 """
 
 from __future__ import annotations
@@ -58,3 +58,16 @@ def test_verls_forward_recomputes_the_sampled_log_probs(report: dict[str, Any]) 
         assert max(abs(a - b) for a, b in zip(verl, sampled, strict=True)) < 1e-5
         assert max(abs(a - b) for a, b in zip(verl, local, strict=True)) < 1e-5
         assert all(math.isfinite(v) for v in verl)
+
+
+def test_the_speech_reward_is_scored_in_the_agent_loop(report: dict[str, Any]) -> None:
+    """The agent loop scores code2wav's waveform with ``reward.audio_rewards`` (duration and
+    silence here) against the thinker's words: verl's batch carries it as ``rm_scores`` (so
+    its text reward function never runs) with the per-reward values and statuses."""
+    for row in report["rows"]:
+        expected = row["expected_reward"]
+        assert row["rm_score"] == pytest.approx(expected["score"], abs=1e-6)
+        info = row["reward_extra_info"]
+        assert info["audio_reward/duration"] == pytest.approx(expected["audio_reward/duration"], abs=1e-6)
+        assert info["audio_reward/silence"] == pytest.approx(expected["audio_reward/silence"], abs=1e-6)
+        assert (info["reward_ok"], info["reward_error"], info["reward_aborted"]) == (1.0, 0.0, 0.0)

@@ -354,8 +354,9 @@ def test_deploy_options_round_the_lora_rank_as_verl_does() -> None:
 @needs_extras
 def test_a_talker_server_adds_the_sample_built_from_every_stage() -> None:
     """Mode ``talker``: verl's ``generate`` returns the talker's codec tokens and log-probs, and
-    ours adds the sample the rollout adapter built from the thinker's text and the talker's
-    codes and prefill placeholder, checked against the talker adapter's field specs."""
+    ours adds the sample the rollout adapter built from the thinker's text, the talker's codes
+    and prefill placeholder and code2wav's waveform, checked against the talker adapter's
+    field specs."""
     import asyncio
 
     import torch
@@ -371,20 +372,23 @@ def test_a_talker_server_adds_the_sample_built_from_every_stage() -> None:
     prompt, spoken, tokens = [1, 2, 3], [20, 21, 2], [40, 41, 99]
     codes = torch.cat([torch.zeros(9, 3, dtype=torch.long), torch.tensor([[40, 5, 6], [41, 7, 8]])])
     logprobs = [-0.5, -1.0, -1.5]
+    wave = torch.linspace(-0.5, 0.5, 40)
     outputs = [stage_output(0, prompt, spoken),
-               stage_output(1, [0] * 9, tokens, logprobs=logprobs, multimodal_output={"codes": {"audio": codes}})]
-    omni = RecordingAsyncOmni([SamplingParams(temperature=0.0, max_tokens=2048), SamplingParams()],
-                              respond=lambda *_: outputs)
+               stage_output(1, [0] * 9, tokens, logprobs=logprobs, multimodal_output={"codes": {"audio": codes}}),
+               stage_output(2, [], [], multimodal_output={"audio": wave[None], "sr": torch.tensor(24000)})]
+    omni = RecordingAsyncOmni([SamplingParams(temperature=0.0, max_tokens=2048), SamplingParams(),
+                               SamplingParams(temperature=0.0)], respond=lambda *_: outputs)
     server = stub_server(omni, mode="talker", field_specs=TALKER_FIELDS)
     result = asyncio.run(server.generate(prompt_ids=prompt, sampling_params={"temperature": 1.0, "logprobs": True},
                                          request_id="r"))
-    thinker, talker = omni.calls[0][1]["sampling_params_list"]
+    thinker, talker, _ = omni.calls[0][1]["sampling_params_list"]
     assert (talker.temperature, talker.logprobs, thinker.temperature) == (1.0, 0, 0.0)  # verl's params: the talker's
     assert result.token_ids == tokens and result.log_probs == logprobs
     sample = result.extra_fields[SPEECH_SAMPLE]
     assert sample["prompt_ids"] == [0] * 9
     assert sample["fields"][SOURCE_IDS].tolist() == [1, 2, 3, 20, 21]
     assert sample["fields"][RESIDUAL_CODES].tolist() == [[5, 6], [7, 8], [-1, -1]]
+    assert torch.equal(sample["waveform"], wave) and sample["sample_rate"] == 24000 and sample["spoken_ids"] == (20, 21)
     assert server.engine.take_stage_outputs("r") == []  # nothing kept once served
 
     # An aborted talker: verl's empty answer, and no sample.

@@ -71,6 +71,45 @@ def build_tiny(model: str, out_dir: Path) -> str:
     return str(build_tiny_qwen3_omni(out_dir / "tiny", seed=0))
 
 
+def fsdp_log_probs(verl_config: Any, output: Any, *, remove_padding: bool) -> tuple[Any, Any]:
+    """verl's FSDP2 engine (ours, by the config's model type) on one gloo process: the
+    response log-probs of the agent-loop ``output`` batch, ``[B, T]``, as its actor worker
+    computes them; with the engine. Leaves the process group for the caller to destroy."""
+    import torch
+    from verl.utils import tensordict_utils as tu
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.workers.engine.base import EngineRegistry
+    from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    torch.distributed.init_process_group("gloo", rank=0, world_size=1)
+    rows = len(output)
+    model_config = omega_conf_to_dataclass(verl_config.actor_rollout_ref.model)
+    actor_config = omega_conf_to_dataclass(verl_config.actor_rollout_ref.actor)
+    engine_config = actor_config.engine
+    engine_config.use_remove_padding = remove_padding  # as verl's TrainingWorker sets them
+    engine_config.infer_micro_batch_size_per_gpu = rows
+    # verl's engine registry keys engines by device; ours is registered for the GPUs it runs
+    # on. verl's own override variable selects that registration on this CPU.
+    os.environ["VERL_ENGINE_DEVICE"] = "cuda"
+    engine = EngineRegistry.new(
+        model_type=model_config.model_type, backend=engine_config.strategy, model_config=model_config,
+        engine_config=engine_config, optimizer_config=actor_config.optim, checkpoint_config=actor_config.checkpoint,
+    )
+    engine.initialize()
+    batch_td = left_right_2_no_padding(output.to_tensordict())
+    tu.assign_non_tensor(
+        batch_td, calculate_entropy=False, compute_loss=False, temperature=1.0, use_remove_padding=remove_padding,
+        use_dynamic_bsz=False, micro_batch_size_per_gpu=rows,
+    )
+    with engine.eval_mode():
+        result = engine.infer_batch(batch_td, loss_function=None)
+    return engine, no_padding_2_padding(result["model_output"]["log_probs"], batch_td).float()
+
+
 def main(out_dir: Path, remove_padding: bool, model: str) -> None:
     sys.path.insert(0, str(HERE))
     from verl_cpu_platform import use_cpu_platform
@@ -119,37 +158,7 @@ def main(out_dir: Path, remove_padding: bool, model: str) -> None:
     output = asyncio.run(worker.generate_sequences(batch))
 
     # 3. verl's FSDP2 engine: log-probs of the batch exactly as its actor worker computes them.
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
-    torch.distributed.init_process_group("gloo", rank=0, world_size=1)
-    from verl.utils import tensordict_utils as tu
-    from verl.utils.config import omega_conf_to_dataclass
-    from verl.workers.engine.base import EngineRegistry
-    from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
-
-    model_config = omega_conf_to_dataclass(verl_config.actor_rollout_ref.model)
-    actor_config = omega_conf_to_dataclass(verl_config.actor_rollout_ref.actor)
-    engine_config = actor_config.engine
-    engine_config.use_remove_padding = remove_padding  # as verl's TrainingWorker sets them
-    engine_config.infer_micro_batch_size_per_gpu = len(dataset)
-    # verl's engine registry keys engines by device; ours is registered for the GPUs it runs
-    # on. verl's own override variable selects that registration on this CPU.
-    os.environ["VERL_ENGINE_DEVICE"] = "cuda"
-    engine = EngineRegistry.new(
-        model_type=model_config.model_type, backend=engine_config.strategy, model_config=model_config,
-        engine_config=engine_config, optimizer_config=actor_config.optim, checkpoint_config=actor_config.checkpoint,
-    )
-    engine.initialize()
-    batch_td = left_right_2_no_padding(output.to_tensordict())
-    tu.assign_non_tensor(
-        batch_td, calculate_entropy=False, compute_loss=False, temperature=1.0, use_remove_padding=remove_padding,
-        use_dynamic_bsz=False, micro_batch_size_per_gpu=len(dataset),
-    )
-    with engine.eval_mode():
-        result = engine.infer_batch(batch_td, loss_function=None)
-    verl_log_probs = no_padding_2_padding(result["model_output"]["log_probs"], batch_td).float()
+    engine, verl_log_probs = fsdp_log_probs(verl_config, output, remove_padding=remove_padding)
 
     # 4. The local engine on the same rows and tokens.
     from omni_contracts import get_training_adapter

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ HERE = Path(__file__).resolve().parent
 QUESTIONS = ("How many fruits?", "Say something kind.", "What is the sun?")
 ANSWER_TEXT = "Three apples and two pears."
 MAX_SPEECH = 16
+AUDIO_REWARDS = [{"name": "duration", "weight": 1.0}, {"name": "silence", "weight": 0.5}]
 
 
 def write_rows(root: Path) -> str:
@@ -60,14 +60,17 @@ class SpeechServer:
 
         self.policy, self.answer = policy, answer
         self.samples: dict[tuple[int, ...], Any] = {}
-        omni = RecordingAsyncOmni([SamplingParams(temperature=0.0, max_tokens=2048), SamplingParams()],
-                                  respond=self.respond)
+        omni = RecordingAsyncOmni(
+            [SamplingParams(temperature=0.0, max_tokens=2048), SamplingParams(), SamplingParams(temperature=0.0)],
+            respond=self.respond,
+        )
         self.server = stub_server(omni, mode="talker", field_specs=TALKER_FIELDS, max_model_len=512,
                                   prompt_length=256, response_length=MAX_SPEECH)
 
     def respond(self, prompt: dict[str, Any], params: list[Any], request_id: str) -> list[Any]:
         """What vLLM-Omni yields for the request: the thinker's answer, then the talker's
-        speech for it (sampled by the local engine), its codes after the prefill's rows."""
+        speech for it (sampled by the local engine), its codes after the prefill's rows, and
+        code2wav's waveform of it."""
         import torch
 
         from omni_qwen3.talker_fields import RESIDUAL_CODES
@@ -86,6 +89,8 @@ class SpeechServer:
             stage_output(0, ids, self.answer),
             stage_output(1, [0] * len(local.prompt_ids), tokens, logprobs=local.response_logprobs,
                          multimodal_output={"codes": {"audio": codes}}),
+            stage_output(2, [], [], multimodal_output={"audio": local.waveform[None],
+                                                       "sr": torch.tensor(self.policy.speech_sample_rate)}),
         ]
 
     async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
@@ -121,6 +126,7 @@ def main(out_dir: Path) -> None:
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={rows}", "actor_rollout_ref.rollout.n=1",
         "data.max_prompt_length=256", f"data.max_response_length={MAX_SPEECH}",
         "actor_rollout_ref.model.lora_rank=0", "actor_rollout_ref.model.use_remove_padding=false",
+        f"reward.audio_rewards={json.dumps(AUDIO_REWARDS)}",
     ])
     verl_config = to_verl_config(config, lora_target_modules=None, lora_exclude_modules=None)
     settings = settings_for(config, tiny)
@@ -148,39 +154,14 @@ def main(out_dir: Path) -> None:
     worker = OmniAgentLoopWorker(verl_config, llm_client=server)
     output = asyncio.run(worker.generate_sequences(batch))
 
-    # 4. verl's FSDP2 engine: the talker's log-probs as its actor worker computes them.
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
-    torch.distributed.init_process_group("gloo", rank=0, world_size=1)
-    from verl.utils import tensordict_utils as tu
-    from verl.utils.config import omega_conf_to_dataclass
-    from verl.workers.engine.base import EngineRegistry
-    from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
+    # 4. verl's FSDP2 engine: the talker's log-probs as its actor worker computes them (padded rows).
+    from verl_cpu_harness import fsdp_log_probs
 
-    model_config = omega_conf_to_dataclass(verl_config.actor_rollout_ref.model)
-    actor_config = omega_conf_to_dataclass(verl_config.actor_rollout_ref.actor)
-    engine_config = actor_config.engine
-    engine_config.use_remove_padding = False
-    engine_config.infer_micro_batch_size_per_gpu = rows
-    os.environ["VERL_ENGINE_DEVICE"] = "cuda"  # our engine's registration (see verl_cpu_harness)
-    engine = EngineRegistry.new(
-        model_type=model_config.model_type, backend=engine_config.strategy, model_config=model_config,
-        engine_config=engine_config, optimizer_config=actor_config.optim, checkpoint_config=actor_config.checkpoint,
-    )
-    engine.initialize()
-    batch_td = left_right_2_no_padding(output.to_tensordict())
-    tu.assign_non_tensor(
-        batch_td, calculate_entropy=False, compute_loss=False, temperature=1.0, use_remove_padding=False,
-        use_dynamic_bsz=False, micro_batch_size_per_gpu=rows,
-    )
-    with engine.eval_mode():
-        result = engine.infer_batch(batch_td, loss_function=None)
-    verl_log_probs = no_padding_2_padding(result["model_output"]["log_probs"], batch_td).float()
+    engine, verl_log_probs = fsdp_log_probs(verl_config, output, remove_padding=False)
 
     # 5. The local actor on the local engine's samples (their stored conditioning).
     from omni_qwen3.talker_adapter import Qwen3OmniTalkerAdapter
+    from omni_rewards.audio import WeightedAudioReward
     from omni_training.actor import Actor
     from omni_training.batching import MicroBatch, collate
 
@@ -190,6 +171,9 @@ def main(out_dir: Path) -> None:
         "agent_loop": str(verl_config.actor_rollout_ref.rollout.agent.default_agent_loop), "rows": [],
     }
     keys = sorted(k for k in output.non_tensor_batch if k in TALKER_FIELDS)
+    rewards = WeightedAudioReward(AUDIO_REWARDS)
+    spoken = processor.tokenizer.decode(answer[:-1], skip_special_tokens=True)
+    reward_keys = ["audio_reward/duration", "audio_reward/silence", "reward_ok", "reward_error", "reward_aborted"]
     for i in range(rows):
         mask = output.batch["attention_mask"][i].bool()
         prompt_width = output.batch["prompts"].shape[1]
@@ -213,6 +197,10 @@ def main(out_dir: Path) -> None:
             if "rollout_log_probs" in output.batch.keys() else None,
             "local_actor_log_probs": local_actor[0].tolist(),
             "verl_log_probs": verl_log_probs[i][response_mask].tolist(),
+            "rm_score": float(output.batch["rm_scores"][i].sum()) if "rm_scores" in output.batch.keys() else None,
+            "reward_extra_info": {k: float(output.non_tensor_batch[k][i]) for k in reward_keys
+                                  if k in output.non_tensor_batch},
+            "expected_reward": rewards(local.waveform.numpy(), policy.speech_sample_rate, spoken, ""),
         })
     (out_dir / "report.json").write_text(json.dumps(report, indent=1))
     torch.distributed.destroy_process_group()

@@ -45,7 +45,7 @@ def test_contract_kit_passes() -> None:
         ("thinker_only", ["text"], [0], []),
         ("thinker_talker", ["text", "codec"], [0, 1], [0]),
         ("full", ["text", "codec", "audio"], [0, 2], [0]),
-        ("talker", ["text", "codec"], [0, 1], [0]),
+        ("talker", ["text", "codec", "audio"], [0, 1, 2], [0]),
     ],
 )
 def test_builtin_topology(mode: str, outputs: list[str], final: list[int], hidden: list[int]) -> None:
@@ -71,16 +71,15 @@ def test_thinker_only_is_text_out_with_audio_output_disabled() -> None:
         assert adapter.weight_sync_stage_ids(mode) == (0,)
 
 
-def test_talker_mode_trains_the_talker_of_the_thinker_talker_pipeline() -> None:
+def test_talker_mode_trains_the_talker_of_the_three_stage_pipeline() -> None:
     adapter = Qwen3OmniRolloutAdapter()
-    assert adapter.get_pipeline_id("talker") == adapter.get_pipeline_id("thinker_talker")
-    assert adapter.build_stage_configs("talker") == adapter.build_stage_configs("thinker_talker")
+    assert adapter.get_pipeline_id("talker") == "qwen3_omni_moe_talker_rl"
     assert adapter.rollout_flags("talker") == {0: {"return_hidden_states": True}}
     assert adapter.policy_stage_id("talker") == 1
     assert adapter.weight_sync_stage_ids("talker") == (1,)
-    thinker, talker = StageOutput(0, (7, 8)), StageOutput(1, (3, 4))
-    # Both final stages are kept: the talker's codes and the text it spoke.
-    assert adapter.combine_engine_outputs([talker, thinker], "talker") == (thinker, talker)
+    thinker, talker, vocoder = StageOutput(0, (7, 8)), StageOutput(1, (3, 4)), StageOutput(2)
+    # Every final stage is kept: the text the talker spoke, its codes, the waveform.
+    assert adapter.combine_engine_outputs([talker, vocoder, thinker], "talker") == (thinker, talker, vocoder)
     assert adapter.combine_engine_outputs([thinker, talker], "thinker_talker") == (talker,)
 
 

@@ -19,7 +19,7 @@ from omni_qwen3.talker_fields import (
     check_conditioning,
     missing_conditioning,
 )
-from omni_qwen3.talker_outputs import engine_codes, residual_codes
+from omni_qwen3.talker_outputs import SAMPLE_RATE, WAVEFORM, engine_codes, residual_codes
 
 PROMPT = (5, 6, 7, 8)
 THINKER_TEXT = (20, 21, 22, 2)  # the last one, the end of the turn, is never fed back
@@ -33,11 +33,15 @@ def decode_rows(count: int) -> torch.Tensor:
     return torch.tensor([[TOKENS[t], 100 + t, 200 + t, 300 + t] for t in range(count)])
 
 
+WAVE = torch.linspace(-0.5, 0.5, 48)
+
+
 def outputs(codes: object, *, thinker: tuple[int, ...] = THINKER_TEXT, placeholder: int = PREFILL) -> list[StageOutput]:
     return [
         StageOutput(0, thinker, data={"prompt_token_ids": PROMPT}),
         StageOutput(1, TOKENS, (-1.0, -2.0, -3.0, -0.5),
                     data={"prompt_token_ids": (0,) * placeholder, "multimodal_output": {"codes": {"audio": codes}}}),
+        StageOutput(2, data={"multimodal_output": {"audio": [WAVE[:20][None], WAVE[20:][None]], "sr": torch.tensor(24000)}}),
     ]
 
 
@@ -66,6 +70,7 @@ def test_the_talker_sample_holds_its_tokens_codes_and_source(codes: object) -> N
     assert sample.extra_fields[SOURCE_IDS].tolist() == list(PROMPT + THINKER_TEXT[:-1])
     residual = sample.extra_fields[RESIDUAL_CODES]
     assert residual.tolist() == [[100, 200, 300], [101, 201, 301], [102, 202, 302], [-1, -1, -1]]
+    assert torch.equal(sample.extra_fields[WAVEFORM], WAVE) and sample.extra_fields[SAMPLE_RATE] == 24000
     sample.validate_extra_fields(Qwen3OmniTalkerAdapter.extra_field_specs)
     check_conditioning(sample.extra_fields, "sample")
 
@@ -98,6 +103,15 @@ def test_missing_pieces_are_refused_naming_them() -> None:
         talker_sample(outputs(decode_rows(3), thinker=(2,)))
     with pytest.raises(SchemaError, match="thinker's output .stage 0. is missing"):
         talker_sample(outputs(decode_rows(3))[1:])
+
+
+def test_a_missing_waveform_is_kept_as_none_for_the_reward_to_count() -> None:
+    stage_outputs = outputs(decode_rows(3))
+    for vocoder in (None, StageOutput(2, aborted=True), StageOutput(2, data={"multimodal_output": {"sr": 24000}})):
+        sample = talker_sample(stage_outputs[:2] + ([vocoder] if vocoder is not None else []))
+        assert (sample.extra_fields[WAVEFORM], sample.extra_fields[SAMPLE_RATE]) == (None, None)
+    with pytest.raises(SchemaError, match="no sample rate"):
+        talker_sample(stage_outputs[:2] + [StageOutput(2, data={"multimodal_output": {"audio": WAVE}})])
 
 
 def test_an_aborted_talker_passes_through_unchanged() -> None:

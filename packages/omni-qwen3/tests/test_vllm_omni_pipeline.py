@@ -13,7 +13,7 @@ import pytest
 
 from omni_contracts import RegistrationError
 from omni_qwen3.rollout_adapter import Qwen3OmniRolloutAdapter
-from omni_qwen3.vllm_pipeline import THINKER_TALKER_PIPELINE, register_thinker_talker_pipeline
+from omni_qwen3.vllm_pipeline import TALKER_RL_PIPELINE, THINKER_TALKER_PIPELINE, register_pipelines
 
 pytest.importorskip("vllm_omni", reason="needs the gpu extra (uv sync --extra distributed --extra gpu)")
 
@@ -49,18 +49,36 @@ def test_thinker_talker_registers_a_two_stage_pipeline_without_code2wav() -> Non
     assert pipeline.model_arch == upstream.QWEN3_OMNI_PIPELINE.model_arch
 
 
+def test_talker_rl_registers_three_stages_with_the_talker_final_too() -> None:
+    from vllm_omni.config.pipeline_registry import resolve_pipeline_config
+    from vllm_omni.model_executor.models.qwen3_omni import pipeline as upstream
+
+    adapter = Qwen3OmniRolloutAdapter()
+    adapter.ensure_pipeline_registered()
+    assert adapter.get_pipeline_id("talker") == TALKER_RL_PIPELINE
+    pipeline = resolve_pipeline_config(TALKER_RL_PIPELINE)
+    assert pipeline is not None and pipeline.validate() == []
+    thinker, talker, code2wav = pipeline.stages
+    up_thinker, up_talker, up_code2wav = upstream.QWEN3_OMNI_PIPELINE.stages
+    assert (thinker, code2wav) == (up_thinker, up_code2wav)
+    # The talker is upstream's, hand-off to code2wav included, and reports to the client.
+    assert (talker.final_output, talker.final_output_type) == (True, "latent")
+    assert dataclasses.replace(talker, final_output=up_talker.final_output,
+                               final_output_type=up_talker.final_output_type) == up_talker
+
+
 def test_registration_is_idempotent_and_never_clobbers(monkeypatch: pytest.MonkeyPatch) -> None:
     from vllm_omni.config.pipeline_registry import OMNI_PIPELINES
 
-    register_thinker_talker_pipeline()
+    register_pipelines()
     first = OMNI_PIPELINES[THINKER_TALKER_PIPELINE]
-    register_thinker_talker_pipeline()
+    register_pipelines()
     assert OMNI_PIPELINES[THINKER_TALKER_PIPELINE] is first
 
     other = dataclasses.replace(first, stages=first.stages[:1])
     monkeypatch.setitem(OMNI_PIPELINES, THINKER_TALKER_PIPELINE, other)
     with pytest.raises(RegistrationError, match="will not overwrite it"):
-        register_thinker_talker_pipeline()
+        register_pipelines()
     assert OMNI_PIPELINES[THINKER_TALKER_PIPELINE] is other
 
 

@@ -4,9 +4,10 @@ Four modes on three vLLM-Omni pipelines: ``thinker_only`` (stage 0, text; what R
 the thinker uses; ``qwen3_omni_moe_thinker_only``), ``thinker_talker`` (stages 0-1, codec
 tokens out; the thinker hands hidden states to the talker; ``qwen3_omni_moe_thinker_talker``,
 registered by this package, see ``omni_qwen3.vllm_pipeline``), ``full`` (stages 0-2, a
-waveform out; ``qwen3_omni_moe``) and ``talker``: the ``thinker_talker`` pipeline with the
-talker (stage 1) as the trained policy and the stage that takes the actor's weights; its
-samples are mapped to the talker's codec-0 sequence by :mod:`omni_qwen3.talker_outputs`. The topology is this package's own definition below, so
+waveform out; ``qwen3_omni_moe``) and ``talker``: stages 0-2 with the talker (stage 1) as
+the trained policy, the stage that takes the actor's weights, and a final stage besides the
+thinker and code2wav (``qwen3_omni_moe_talker_rl``, registered by this package); its samples
+are mapped to the talker's codec-0 sequence by :mod:`omni_qwen3.talker_outputs`. The topology is this package's own definition below, so
 the local engine never imports vLLM-Omni (its import takes ~20 s and patches torch); a
 gpu-extra test checks that it agrees with vLLM-Omni's pipeline definitions.
 """
@@ -20,8 +21,10 @@ from typing import Any
 from omni_contracts import RolloutAdapter, RolloutSample, StageConfig, StageOutput, keep_final_outputs
 
 from omni_qwen3.vllm_pipeline import (
+    TALKER_RL_PIPELINE,
     THINKER_TALKER_PIPELINE,
-    register_thinker_talker_pipeline,
+    register_pipelines,
+    talker_rl_pipeline,
     thinker_talker_pipeline,
 )
 
@@ -36,7 +39,7 @@ PIPELINE_IDS = {
     "thinker_only": "qwen3_omni_moe_thinker_only",
     "thinker_talker": THINKER_TALKER_PIPELINE,
     "full": "qwen3_omni_moe",
-    "talker": THINKER_TALKER_PIPELINE,
+    "talker": TALKER_RL_PIPELINE,
 }
 TALKER_MODE = "talker"
 TALKER_STAGE_ID = 1
@@ -47,11 +50,11 @@ def builtin_stage_configs(mode: str) -> tuple[StageConfig, ...]:
     if mode == "thinker_only":
         return (StageConfig(0, THINKER_ARCH, "text", final_output=True),)
     thinker = StageConfig(0, THINKER_ARCH, "text", final_output=True, return_hidden_states=True)
-    if mode in ("thinker_talker", TALKER_MODE):
+    if mode == "thinker_talker":
         return (thinker, StageConfig(1, TALKER_ARCH, "codec", final_output=True, inputs=(0,)))
     return (
         thinker,
-        StageConfig(1, TALKER_ARCH, "codec", inputs=(0,)),
+        StageConfig(1, TALKER_ARCH, "codec", final_output=mode == TALKER_MODE, inputs=(0,)),
         StageConfig(2, CODE2WAV_ARCH, "audio", final_output=True, inputs=(1,)),
     )
 
@@ -62,8 +65,10 @@ def vllm_omni_stage_configs(mode: str) -> tuple[StageConfig, ...]:
 
     if mode == "thinker_only":
         source = upstream.QWEN3_OMNI_THINKER_ONLY_PIPELINE
-    elif mode in ("thinker_talker", TALKER_MODE):
+    elif mode == "thinker_talker":
         source = thinker_talker_pipeline()
+    elif mode == TALKER_MODE:
+        source = talker_rl_pipeline()
     else:
         source = upstream.QWEN3_OMNI_PIPELINE
     stages = list(source.stages)
@@ -105,13 +110,14 @@ class Qwen3OmniRolloutAdapter(RolloutAdapter):
         return PIPELINE_IDS[mode]
 
     def ensure_pipeline_registered(self) -> None:
-        """Register ``thinker_talker``'s 2-stage pipeline with vLLM-Omni when it is installed.
+        """Register the pipelines of ``thinker_talker`` and ``talker`` with vLLM-Omni when it
+        is installed.
 
         The other two modes use pipelines vLLM-Omni registers itself; without vLLM-Omni
         (the local engine) there is nothing to register.
         """
         if vllm_omni_installed():
-            register_thinker_talker_pipeline()
+            register_pipelines()
 
     def upstream_deploy_file(self, mode: str) -> str | None:
         """vLLM-Omni's production deploy of this model: its talker (and vocoder) sampling
@@ -124,7 +130,8 @@ class Qwen3OmniRolloutAdapter(RolloutAdapter):
         return TALKER_STAGE_ID if mode == TALKER_MODE else 0
 
     def combine_engine_outputs(self, outputs: Sequence[StageOutput], mode: str) -> tuple[StageOutput, ...]:
-        """Mode ``talker`` keeps both final stages: the talker's codes and the thinker text it spoke."""
+        """Mode ``talker`` keeps every final stage: the thinker text the talker spoke, the
+        talker's codes and code2wav's waveform."""
         if mode == TALKER_MODE:
             return keep_final_outputs(outputs, self.build_stage_configs(mode))
         return super().combine_engine_outputs(outputs, mode)
@@ -133,12 +140,12 @@ class Qwen3OmniRolloutAdapter(RolloutAdapter):
         self, sample: RolloutSample, outputs: Sequence[StageOutput], mode: str
     ) -> RolloutSample:
         """Mode ``talker``: the talker's codec-0 tokens as the response, with the residual
-        codebooks and the thinker sequence it spoke from (see :func:`talker_sample`)."""
+        codebooks, the thinker sequence it spoke from and the waveform (see :func:`talker_sample`)."""
         if mode != TALKER_MODE:
             return sample
         from omni_qwen3.talker_outputs import talker_sample
 
-        return talker_sample(sample, outputs, thinker_stage=0, talker_stage=TALKER_STAGE_ID)
+        return talker_sample(sample, outputs, thinker_stage=0, talker_stage=TALKER_STAGE_ID, code2wav_stage=2)
 
     def get_engine_hf_overrides(self, mode: str) -> dict[str, Any]:
         self.check_mode(mode)

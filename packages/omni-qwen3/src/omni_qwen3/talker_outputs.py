@@ -1,6 +1,7 @@
-"""vLLM-Omni's ``thinker_talker`` outputs of one request -> a talker sample (rollout mode ``talker``).
+"""vLLM-Omni's outputs of one request -> a talker sample (rollout mode ``talker``).
 
-What vLLM-Omni 0.28 returns for one request in that pipeline (read from its source:
+What vLLM-Omni 0.28 returns for one request of its thinker -> talker (-> code2wav) pipeline
+with every stage final (read from its source:
 ``models/qwen3_omni/qwen3_omni.py``, ``stage_input_processors/qwen3_omni.py``):
 
 - the thinker stage (0): the text it sampled (``token_ids``; the last one, usually
@@ -9,7 +10,9 @@ What vLLM-Omni 0.28 returns for one request in that pipeline (read from its sour
   prompt (``[0] * L``) as long as the talker's prefill, and under ``multimodal_output``
   ``codes.audio`` every codebook of each token the talker consumed: a ``[rows, G]`` tensor
   whose column 0 is the codec-0 token, one row per decode step (token ``t`` is consumed at
-  step ``t + 1``), after ``L`` zero rows for the prefill when those are reported too.
+  step ``t + 1``), after ``L`` zero rows for the prefill when those are reported too;
+- code2wav (stage 2, mode ``talker`` only): the waveform, under ``multimodal_output``
+  ``audio`` with its rate ``sr``.
 
 The talker's conditioning (prefill embeddings, text stream) stays inside vLLM-Omni's worker,
 so the sample stores its source, the thinker sequence, and the actor rebuilds it (see
@@ -29,6 +32,11 @@ from omni_contracts import RolloutSample, SchemaError, StageOutput
 from omni_qwen3.talker_fields import RESIDUAL_CODES, SOURCE_IDS
 
 NOT_SAMPLED = -1
+WAVEFORM = "waveform"
+SAMPLE_RATE = "sample_rate"
+SPOKEN_IDS = "spoken_ids"
+"""Engine-side extra fields (not namespaced: the actor does not read them) for the reward:
+the waveform, its rate, and the thinker's tokens the talker spoke."""
 
 
 def engine_codes(multimodal_output: Mapping[str, Any] | None) -> Tensor | None:
@@ -88,12 +96,39 @@ def _stage(outputs: Sequence[StageOutput], stage_id: int) -> StageOutput | None:
     return matching[-1] if matching else None
 
 
+def engine_waveform(multimodal_output: Mapping[str, Any] | None) -> tuple[Tensor, int] | None:
+    """``(waveform [T] float32, sample rate)`` from code2wav's multimodal output (``audio`` --
+    or ``model_outputs``, before vLLM-Omni names it -- as one tensor or chunks, and ``sr``);
+    ``None`` when it holds no audio.
+
+    Raises:
+        SchemaError: audio without a sample rate.
+    """
+    if not multimodal_output:
+        return None
+    audio = multimodal_output.get("audio", multimodal_output.get("model_outputs"))
+    if audio is None:
+        return None
+    chunks = audio if isinstance(audio, list | tuple) else [audio]
+    waveform = torch.cat([torch.as_tensor(c).reshape(-1) for c in chunks]) if chunks else torch.zeros(0)
+    rate = multimodal_output.get("sr")
+    if isinstance(rate, list | tuple):
+        rate = rate[0] if rate else None
+    if rate is None:
+        raise SchemaError("code2wav's output has audio but no sample rate ('sr').")
+    return waveform.float(), int(torch.as_tensor(rate).reshape(-1)[0])
+
+
 def talker_sample(
-    sample: RolloutSample, outputs: Sequence[StageOutput], *, thinker_stage: int, talker_stage: int
+    sample: RolloutSample, outputs: Sequence[StageOutput], *, thinker_stage: int, talker_stage: int,
+    code2wav_stage: int | None = None,
 ) -> RolloutSample:
     """``sample`` (the talker's tokens and log-probs after the thinker's prompt) as the talker's
     sample: prompt = the talker's prefill placeholder, response = codec-0 tokens, extra fields
-    = the residual codes and the thinker sequence the talker spoke from. Aborted: unchanged.
+    = the residual codes and the thinker sequence the talker spoke from, the spoken tokens
+    (``spoken_ids``), and (from
+    ``code2wav_stage``) the engine's ``waveform`` and ``sample_rate`` (``None`` when that
+    stage returned no audio: its reward then fails, counted). Aborted: unchanged.
 
     Raises:
         SchemaError: a stage's output is missing, the thinker gave no text to speak, or the
@@ -127,14 +162,21 @@ def talker_sample(
             f"The talker's output (stage {talker_stage}) has no multimodal_output codes.audio; the residual "
             "codebooks it consumed cannot be recovered."
         )
+    extra: dict[str, object] = {
+        **{k: v for k, v in sample.extra_fields.items() if "." not in k},
+        SOURCE_IDS: torch.tensor(prompt + spoken, dtype=torch.long),
+        RESIDUAL_CODES: residual_codes(codes, sample.response_ids, len(placeholder)),
+        SPOKEN_IDS: spoken,
+    }
+    if code2wav_stage is not None:
+        vocoder = _stage(outputs, code2wav_stage)
+        audio = None if vocoder is None or vocoder.aborted else engine_waveform(
+            vocoder.data.get("multimodal_output"))  # type: ignore[arg-type]
+        extra[WAVEFORM], extra[SAMPLE_RATE] = audio if audio is not None else (None, None)
     return RolloutSample(
         prompt_ids=placeholder,
         response_ids=sample.response_ids,
         response_mask=sample.response_mask,
         response_logprobs=sample.response_logprobs,
-        extra_fields={
-            **{k: v for k, v in sample.extra_fields.items() if "." not in k},
-            SOURCE_IDS: torch.tensor(prompt + spoken, dtype=torch.long),
-            RESIDUAL_CODES: residual_codes(codes, sample.response_ids, len(placeholder)),
-        },
+        extra_fields=extra,
     )

@@ -1,4 +1,4 @@
-"""verl's agent-loop workers with the training adapter's processor.
+"""verl's agent-loop workers with the training adapter's processor, and the speech agent loop.
 
 verl's ``AgentLoopWorker`` takes its processor from ``HFModelConfig``, which is ``None``
 for Qwen3-Omni (see :mod:`omni_trainer.verl_engine.processor`), and it is that worker's
@@ -12,7 +12,9 @@ same processor, so templating, tokenization and positions agree with the local e
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import json
+from typing import Any, ClassVar
 from uuid import uuid4
 
 import ray
@@ -25,10 +27,11 @@ from verl.experimental.agent_loop.agent_loop import (
 )
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
 
+from omni_rewards.audio import WeightedAudioReward
 from omni_trainer.verl_engine.compat import ray_actor_class
 from omni_trainer.verl_engine.processor import adapter_processor
 from omni_trainer.verl_engine.settings import SPEECH_AGENT_LOOP, VerlSettings
-from omni_trainer.verl_engine.speech_sample import SPEECH_SAMPLE
+from omni_trainer.verl_engine.speech_sample import SPEECH_SAMPLE, score_speech, unscored_speech
 
 
 class AdapterProcessorMixin:
@@ -69,12 +72,33 @@ class OmniSpeechAgentLoop(AgentLoopBase):
     sample the rollout adapter built from every stage's output (see
     :mod:`omni_qwen3.talker_outputs`). The training row is that sample: its prompt (the
     talker's prefill placeholder), its codec tokens, and its namespaced fields as
-    ``extra_fields``, which verl batches as non-tensor entries for the actor's forward.
+    ``extra_fields``, which verl batches as non-tensor entries for the actor's forward. The
+    loop scores the waveform with ``reward.audio_rewards`` against the text spoken and the
+    row's ground truth (``reward_score``; the per-reward values and the ``reward_<status>``
+    counts as ``reward_extra_info``), so verl's text reward function never sees the row.
     Text prompts only: the talker's conditioning is rebuilt from the thinker sequence.
     """
 
+    _rewards: ClassVar[dict[str, WeightedAudioReward]] = {}
+
+    @classmethod
+    def speech_rewards(cls) -> WeightedAudioReward:
+        """``reward.audio_rewards`` (exported in the settings), built once per process.
+
+        Raises:
+            ValueError: the run has no audio rewards.
+        """
+        specs = VerlSettings.from_env().audio_rewards
+        if not specs:
+            raise ValueError("A speech run needs reward.audio_rewards, e.g. [{name: duration, weight: 1.0}].")
+        key = json.dumps(specs, sort_keys=True)
+        if key not in cls._rewards:
+            cls._rewards[key] = WeightedAudioReward(specs)
+        return cls._rewards[key]
+
     async def run(self, sampling_params: dict[str, Any], priority: int = 0, **kwargs: Any) -> AgentLoopOutput:
         messages = list(kwargs["raw_prompt"])
+        rewards = self.speech_rewards()
         media = await self.process_multi_modal_info(messages)
         if any(media.values()):
             raise ValueError(
@@ -89,8 +113,10 @@ class OmniSpeechAgentLoop(AgentLoopBase):
         sample = extra.pop(SPEECH_SAMPLE, None)
         if sample is None:
             if output.stop_reason == "aborted":
+                score, info = unscored_speech(rewards, "aborted")
                 return AgentLoopOutput(prompt_ids=prompt_ids, response_ids=[], response_mask=[], num_turns=2,
-                                       metrics=AgentLoopMetrics(), extra_fields=extra)
+                                       reward_score=score, metrics=AgentLoopMetrics(),
+                                       extra_fields={**extra, "reward_extra_info": info})
             raise RuntimeError(
                 f"The rollout server returned no {SPEECH_SAMPLE!r}; it serves a speech stage only in a speech "
                 "pipeline mode (actor_rollout_ref.rollout.pipeline_mode)."
@@ -101,12 +127,20 @@ class OmniSpeechAgentLoop(AgentLoopBase):
                 f"The server returned {len(response)} speech tokens for a response length of "
                 f"{self.rollout_config.response_length}; its max_tokens must be the response length."
             )
+        tokenizer: Any = self.tokenizer
+        text = tokenizer.decode(list(sample["spoken_ids"] or []), skip_special_tokens=True)
+        ground_truth = (kwargs.get("reward_model") or {}).get("ground_truth")
+        score, info = await asyncio.to_thread(
+            score_speech, rewards, sample["waveform"], sample["sample_rate"], text,
+            None if ground_truth is None else str(ground_truth),
+        )
         return AgentLoopOutput(
             prompt_ids=list(sample["prompt_ids"]),
             response_ids=response,
             response_mask=[1] * len(response),
             response_logprobs=list(output.log_probs) if output.log_probs is not None else None,
+            reward_score=score,
             num_turns=2,
             metrics=AgentLoopMetrics(num_preempted=output.num_preempted if output.num_preempted is not None else -1),
-            extra_fields={**extra, **sample["fields"]},
+            extra_fields={**extra, **sample["fields"], "reward_extra_info": info},
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass
+from typing import Any
 
 SETTINGS_ENV = "OMNI_RL_VERL_SETTINGS"
 EXTERNAL_MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"
@@ -37,6 +38,14 @@ class VerlSettings:
     freeze_audio_tower: bool = True
     pipeline_name: str = "qwen3_omni_moe"
     pipeline_mode: str = "thinker_only"
+    audio_rewards_json: str = "[]"
+    """``reward.audio_rewards`` as JSON (the settings stay hashable): a speech stage's rewards,
+    scored in its agent loop."""
+
+    @property
+    def audio_rewards(self) -> list[dict[str, Any]]:
+        rewards: list[dict[str, Any]] = json.loads(self.audio_rewards_json)
+        return rewards
 
     def to_env(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -11,15 +11,27 @@ training row. Light: no Ray import.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from omni_contracts import ExtraFieldSpec, RolloutAdapter, SchemaError, is_namespaced
+from omni_rewards.audio import WeightedAudioReward
+from omni_rewards.errors import AudioRewardError, InvalidSpeechSampleError, InvalidWaveformError
 from omni_rollout.agent_loops import get_agent_loop
 from omni_rollout.vllm_omni.outputs import convert_request
 
+logger = logging.getLogger(__name__)
+
 SPEECH_SAMPLE = "omni_rl_speech_sample"
 """The ``TokenOutput.extra_fields`` entry holding :func:`speech_sample`'s result."""
+
+
+ENGINE_KEYS = ("waveform", "sample_rate", "spoken_ids")
+SPEECH_STATUSES = ("ok", "error", "aborted")
+"""The rollout adapter's engine-side fields a speech sample carries for its reward."""
 
 
 def speech_sample(
@@ -30,8 +42,9 @@ def speech_sample(
     specs: Mapping[str, ExtraFieldSpec],
     token_ids: Sequence[int],
 ) -> dict[str, Any] | None:
-    """``{"prompt_ids": [...], "fields": {namespaced key: value}}`` for one request; ``None``
-    when it was aborted.
+    """``{"prompt_ids": [...], "fields": {namespaced key: value}, "waveform": ..., "sample_rate":
+    ..., "spoken_ids": [...]}`` for one request (the last three: what the adapter stored for
+    the reward, ``None`` where it stored nothing); ``None`` when the request was aborted.
 
     Raises:
         SchemaError: the adapter's sample is not the policy stage's ``token_ids`` verl
@@ -48,4 +61,32 @@ def speech_sample(
             f"policy stage returned {len(token_ids)}; the speech sample must be the policy stage's tokens."
         )
     fields = {key: value for key, value in sample.extra_fields.items() if is_namespaced(key)}
-    return {"prompt_ids": list(sample.prompt_ids), "fields": fields}
+    engine = {key: sample.extra_fields.get(key) for key in ENGINE_KEYS}
+    return {"prompt_ids": list(sample.prompt_ids), "fields": fields, **engine}
+
+
+def score_speech(
+    rewards: WeightedAudioReward, waveform: Any, sample_rate: int | None, text: str, ground_truth: str | None
+) -> tuple[float, dict[str, float]]:
+    """One sample's reward and its extra info, with a fixed key set (every sample of a batch
+    reports the same keys, see :func:`unscored_speech`): ``audio_reward/<key>`` per reward and
+    the ``reward_<status>`` indicators. A sample without a waveform, with one that cannot be
+    scored, or on which a reward fails scores 0 with ``reward_error`` 1 (counted, and
+    logged), never a silent 0."""
+    try:
+        if waveform is None or sample_rate is None:
+            raise InvalidWaveformError("the engine returned no waveform for this sample")
+        result = rewards(np.asarray(waveform, dtype=np.float32), int(sample_rate), text, ground_truth)
+    except (InvalidSpeechSampleError, AudioRewardError) as exc:
+        logger.warning("speech reward failed: %s", exc)
+        return unscored_speech(rewards, "error")
+    score, info = unscored_speech(rewards, "ok")
+    return float(result["score"]), {name: float(result.get(name, value)) for name, value in info.items()}
+
+
+def unscored_speech(rewards: WeightedAudioReward, status: str) -> tuple[float, dict[str, float]]:
+    """Score 0 and the extra info of a sample with ``status`` (``"error"``, ``"aborted"``;
+    ``"ok"`` gives the key set with zeros)."""
+    info = {f"audio_reward/{key}": 0.0 for key in rewards.keys}
+    info.update({f"reward_{name}": float(name == status) for name in SPEECH_STATUSES})
+    return 0.0, info

@@ -13,6 +13,7 @@ from its install.
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,7 @@ def settings_for(config: Config, model_path: str) -> VerlSettings:
         model_path=model_path, stage=model.stage,
         freeze_vision_tower=model.freeze_vision_tower, freeze_audio_tower=model.freeze_audio_tower,
         pipeline_name=rollout.pipeline(), pipeline_mode=rollout.pipeline_mode,
+        audio_rewards_json=json.dumps([dict(spec) for spec in config.reward.audio_rewards], sort_keys=True),
     )
 
 
