@@ -79,6 +79,27 @@ def test_unknown_stage_and_architecture_are_problems(tmp_path: Path) -> None:
         preflight(config)
 
 
+def test_a_verl_talker_run_needs_the_talker_mode_and_the_thinkers_words(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["--print-config", "actor_rollout_ref.model.stage=talker", "trainer.engine=verl",
+            "data.train_files=[/d.parquet]", "actor_rollout_ref.model.path=/m",
+            "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe", "reward.audio_rewards=[{name: duration, weight: 1}]"]
+    assert main([*base, "actor_rollout_ref.model.use_remove_padding=true", "data.max_spoken_tokens=9",
+                 "actor_rollout_ref.rollout.speaker=ethan"]) == 2
+    err = capsys.readouterr().err
+    for expected in (
+        "pipeline_mode='thinker_only' samples stage 0; set actor_rollout_ref.rollout.pipeline_mode to one of talker",
+        "set actor_rollout_ref.model.use_remove_padding=false",
+        "set data.spoken_text=thinker",
+        "data.max_spoken_tokens applies to the local engine",
+        "actor_rollout_ref.rollout.speaker: vLLM-Omni's talker speaks with the checkpoint's default voice",
+    ):
+        assert expected in err, expected
+    assert "runs on the local engine only" not in err
+    main([*base, "actor_rollout_ref.rollout.pipeline_mode=talker", "data.spoken_text=thinker"])
+    err = capsys.readouterr().err  # only the made-up paths are left
+    assert "stage=talker" not in err and "spoken_text" not in err and "model.path=/m is not a directory" in err
+
+
 def test_a_thinker_run_refuses_a_mode_whose_policy_is_the_talker(capsys: pytest.CaptureFixture[str]) -> None:
     # Sampling the talker while training the thinker would train on another stage's tokens.
     assert main(["--print-config", "actor_rollout_ref.rollout.pipeline_mode=talker"]) == 2
@@ -93,7 +114,6 @@ def test_talker_stage_runs_locally_paid_by_audio_rewards(capsys: pytest.CaptureF
                  "data.train_files=[/d.parquet]", "data.val_files=[/v.parquet]", "actor_rollout_ref.model.path=/m",
                  "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe"]) == 2
     err = capsys.readouterr().err
-    assert "stage=talker runs on the local engine only" in err
     assert "stage=talker runs no validation in this version" in err
     assert "stage=talker needs reward.audio_rewards, e.g. [{name: duration, weight: 1.0}]" in err
     assert "rewards: clipping, duration, http, loudness, silence ('http', with a url" in err

@@ -118,3 +118,34 @@ def test_verl_loader_still_branches_on_language_model() -> None:
     source = inspect.getsource(FSDPEngine._build_module)
     assert 'self.model_config.model_type == "language_model"' in source
     assert "_verl_strip_modules" in source
+
+
+def test_extra_fields_reach_the_forward_from_either_of_verls_batch_layouts() -> None:
+    """The talker adapter's fields, as verl's batch-returning worker lays them out (one
+    non-tensor entry per key) and as its TransferQueue worker does (each row's whole
+    ``extra_fields`` dict, built by verl's own ``list_of_dict_to_tensordict``), reach the
+    forward's keyword arguments; packed rows are refused."""
+    from tensordict import TensorDict
+    from tensordict.tensorclass import NonTensorData, NonTensorStack
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    from omni_qwen3.talker_adapter import Qwen3OmniTalkerAdapter
+    from omni_qwen3.talker_fields import RESIDUAL_CODES, SOURCE_IDS
+    from omni_trainer.verl_engine.engine import adapter_model_inputs
+
+    rows = [{RESIDUAL_CODES: torch.full((n, 3), n), SOURCE_IDS: torch.arange(4 + n), "global_steps": 1} for n in (2, 5)]
+    inputs = {"input_ids": torch.zeros(2, 9, dtype=torch.long), "attention_mask": torch.ones(2, 9, dtype=torch.long)}
+    flat = TensorDict({key: NonTensorStack.from_list([NonTensorData(r[key]) for r in rows])
+                       for key in (RESIDUAL_CODES, SOURCE_IDS)}, batch_size=[2])
+    nested = list_of_dict_to_tensordict([{"responses": torch.zeros(3), "extra_fields": r} for r in rows])
+    adapter = Qwen3OmniTalkerAdapter()
+    for micro_batch in (flat, nested):
+        prepared = adapter_model_inputs(adapter, None, dict(inputs), micro_batch)
+        assert [c.shape[0] for c in prepared["residual_codes"]] == [2, 5]
+        assert [s.tolist() for s in prepared["talker_source_ids"]] == [list(range(6)), list(range(9))]
+    with pytest.raises(ValueError, match="use_remove_padding=false"):
+        adapter_model_inputs(adapter, None, {"input_ids": inputs["input_ids"], "attention_mask": None}, flat)
+    # A thinker adapter declares no fields: its inputs pass through untouched.
+    from omni_qwen3.training_adapter import Qwen3OmniThinkerAdapter
+
+    assert adapter_model_inputs(Qwen3OmniThinkerAdapter(), None, dict(inputs), flat) == inputs

@@ -84,12 +84,6 @@ def _vocabularies(config: Config, found: Findings) -> None:
             "measures; set trainer.talker_drift=true"
         )
     if config.actor_rollout_ref.model.stage == "talker":
-        if config.trainer.engine != "local":
-            found.problems.append(
-                "actor_rollout_ref.model.stage=talker runs on the local engine only in this version (vLLM-Omni's "
-                "talker rollout mode exists, but verl's agent loop, batch and reward loop do not carry the "
-                "talker's fields and waveforms yet); set trainer.engine=local"
-            )
         if config.data.val_files:
             found.problems.append(
                 "actor_rollout_ref.model.stage=talker runs no validation in this version (its rewards "

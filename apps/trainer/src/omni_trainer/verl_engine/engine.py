@@ -18,6 +18,7 @@ duration of the call.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -81,6 +82,10 @@ def configure_for_training(module: Any, hf_config: Any, settings: VerlSettings) 
         )
 
 
+AGENT_LOOP_EXTRA_FIELDS = "extra_fields"
+"""Where verl's TransferQueue agent-loop worker keeps each row's ``AgentLoopOutput.extra_fields``."""
+
+
 def non_tensor_rows(value: Any) -> list[Any]:
     """A batched non-tensor field of a verl micro-batch (a ``NonTensorStack`` of
     ``NonTensorData``, or a plain sequence) as one Python object per row."""
@@ -92,8 +97,9 @@ def non_tensor_rows(value: Any) -> list[Any]:
 
 def adapter_model_inputs(adapter: Any, hf_config: Any, model_inputs: dict[str, Any], micro_batch: Any) -> dict[str, Any]:
     """``model_inputs`` with the adapter's declared extra fields of ``micro_batch`` (the agent
-    loop's ``extra_fields``, carried by verl as non-tensor batch entries) passed through its
-    ``prepare_model_inputs``; unchanged for an adapter that declares none.
+    loop's ``extra_fields``, carried by verl as non-tensor batch entries, at the top level or
+    in each row's ``extra_fields``) passed through its ``prepare_model_inputs``; unchanged for
+    an adapter that declares none.
 
     Raises:
         ValueError: the fields are declared but verl packed the rows (``use_remove_padding``):
@@ -108,7 +114,15 @@ def adapter_model_inputs(adapter: Any, hf_config: Any, model_inputs: dict[str, A
             "cannot carry; set actor_rollout_ref.model.use_remove_padding=false."
         )
     keys = set(micro_batch.keys())
-    fields = {key: non_tensor_rows(micro_batch.get(key)) for key in specs if key in keys}
+    # verl's batch-returning worker puts each extra field at the top level; its TransferQueue
+    # worker stores the agent loop's whole ``extra_fields`` dict per row.
+    nested = non_tensor_rows(micro_batch.get(AGENT_LOOP_EXTRA_FIELDS)) if AGENT_LOOP_EXTRA_FIELDS in keys else []
+    fields: dict[str, list[Any]] = {}
+    for key in specs:
+        if key in keys:
+            fields[key] = non_tensor_rows(micro_batch.get(key))
+        elif any(isinstance(row, Mapping) and key in row for row in nested):
+            fields[key] = [row.get(key) if isinstance(row, Mapping) else None for row in nested]
     return adapter.prepare_model_inputs(model_inputs, fields, hf_config)
 
 

@@ -116,7 +116,54 @@ def config_problems(config: Config) -> list[str]:
             f"actor_rollout_ref.rollout.agent.default_agent_loop={loop!r} has no verl agent loop; "
             f"valid: {', '.join(AGENT_LOOPS)}"
         )
+    if config.actor_rollout_ref.model.stage == "talker":
+        problems.extend(speech_problems(config))
     problems.extend(distillation_problems(config))
+    return problems
+
+
+def speech_problems(config: Config) -> list[str]:
+    """Why a talker run (``stage=talker``) cannot run on verl as configured.
+
+    On verl the talker speaks what vLLM-Omni's thinker answers (greedy, its production
+    sampling), in the checkpoint's default voice, and its rows are padded (the talker's
+    fields are per row)."""
+    from omni_contracts import OmniContractError, rollout_adapters
+
+    model = config.actor_rollout_ref.model
+    rollout = config.actor_rollout_ref.rollout
+    problems = []
+    try:
+        adapter = rollout_adapters.get(rollout.pipeline() or "")()
+    except OmniContractError:
+        adapter = None  # the pipeline check names the problem
+    if adapter is not None and rollout.pipeline_mode in adapter.modes and adapter.policy_stage_id(rollout.pipeline_mode) == 0:
+        speech_modes = [m for m in adapter.modes if adapter.policy_stage_id(m) != 0]
+        problems.append(
+            f"actor_rollout_ref.model.stage=talker samples the talker in vLLM-Omni, but pipeline_mode="
+            f"{rollout.pipeline_mode!r} samples stage 0; set actor_rollout_ref.rollout.pipeline_mode to one of "
+            f"{', '.join(speech_modes) or '(none: this pipeline has no speech policy mode)'}"
+        )
+    if model.use_remove_padding:
+        problems.append(
+            "actor_rollout_ref.model.stage=talker reads per-row fields, which packed rows cannot carry; set "
+            "actor_rollout_ref.model.use_remove_padding=false"
+        )
+    if config.data.spoken_text != "thinker":
+        problems.append(
+            "actor_rollout_ref.model.stage=talker speaks vLLM-Omni's thinker's own answer on the verl engine "
+            "(extra_info.spoken_text is for the local engine); set data.spoken_text=thinker"
+        )
+    if config.data.max_spoken_tokens != type(config.data)().max_spoken_tokens:
+        problems.append(
+            "data.max_spoken_tokens applies to the local engine; on verl the thinker answers with vLLM-Omni's "
+            "production sampling (greedy, at most 2048 tokens); leave it unset"
+        )
+    if rollout.speaker is not None:
+        problems.append(
+            "actor_rollout_ref.rollout.speaker: vLLM-Omni's talker speaks with the checkpoint's default voice "
+            "on the verl engine in this version; leave it unset"
+        )
     return problems
 
 
