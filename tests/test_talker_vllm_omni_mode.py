@@ -220,3 +220,32 @@ def test_weights_sync_to_the_talker_stage_only(tmp_path: Path) -> None:
             engine.check_plan(lora)
     finally:
         engine.close()
+
+
+def test_a_groups_shared_source_runs_the_thinker_once(
+    policy: Any, turn: tuple[list[int], list[int]], local_samples: list[Any]
+) -> None:
+    """The n samples of a group speak one thinker answer: its conditioning is rebuilt once and
+    reused (the thinker is frozen in talker training), with the same logits."""
+    prompt, answer = turn
+    source = torch.tensor(prompt + answer[:-1])
+    width = max(len(s.prompt_ids) + len(s.response_ids) for s in local_samples)
+    ids = torch.zeros(len(local_samples), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, s in enumerate(local_samples):
+        length = len(s.prompt_ids) + len(s.response_ids)
+        ids[row, len(s.prompt_ids) : length] = torch.tensor(s.response_ids)
+        mask[row, :length] = 1  # right-padded, as verl lays rows out
+    calls = []
+    hook = policy.thinker.register_forward_hook(lambda *_: calls.append(1))
+    policy._rebuilt.clear()
+    try:
+        inputs = {"input_ids": ids, "attention_mask": mask, "residual_codes": [s.extra_fields[RESIDUAL_CODES] for s in local_samples],
+                  "talker_source_ids": [source] * len(local_samples)}
+        first = policy(**inputs).logits
+        second = policy(**inputs).logits
+        assert len(calls) == 1
+        policy._rebuilt.clear()
+        assert torch.equal(policy(**inputs).logits, first) and torch.equal(second, first) and len(calls) == 2
+    finally:
+        hook.remove()

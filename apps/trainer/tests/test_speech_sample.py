@@ -1,5 +1,5 @@
-"""A speech sample's reward in verl's agent loop: scored, failed or aborted, always the same
-keys, a failure counted and never a silent 0 (no verl needed)."""
+"""A speech sample's reward in verl's agent loop: scored or failed, always the same keys, a
+failure counted and never a silent 0 (no verl needed)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def test_a_scored_sample_reports_each_reward(rewards: WeightedAudioReward) -> No
     expected = rewards(tone(1.2), RATE, "three apples", "")
     assert score == pytest.approx(expected["score"]) and score > 0
     assert info["audio_reward/duration"] == pytest.approx(expected["audio_reward/duration"])
-    assert (info["reward_ok"], info["reward_error"], info["reward_aborted"]) == (1.0, 0.0, 0.0)
+    assert (info["reward_ok"], info["reward_error"]) == (1.0, 0.0)
 
 
 @pytest.mark.parametrize(
@@ -46,6 +46,6 @@ def test_a_failed_sample_scores_zero_and_is_counted(
 
 def test_every_status_reports_the_same_keys(rewards: WeightedAudioReward) -> None:
     keys = set(score_speech(rewards, tone(1.0), RATE, "three apples", None)[1])
-    assert keys == set(unscored_speech(rewards, "aborted")[1]) == set(score_speech(rewards, None, None, "x", None)[1])
-    assert unscored_speech(rewards, "aborted") == (0.0, {"audio_reward/duration": 0.0, "audio_reward/silence": 0.0,
-                                                          "reward_ok": 0.0, "reward_error": 0.0, "reward_aborted": 1.0})
+    assert keys == set(score_speech(rewards, None, None, "x", None)[1])
+    assert unscored_speech(rewards, "error") == (0.0, {"audio_reward/duration": 0.0, "audio_reward/silence": 0.0,
+                                                        "reward_ok": 0.0, "reward_error": 1.0})

@@ -70,4 +70,4 @@ def test_the_speech_reward_is_scored_in_the_agent_loop(report: dict[str, Any]) -
         info = row["reward_extra_info"]
         assert info["audio_reward/duration"] == pytest.approx(expected["audio_reward/duration"], abs=1e-6)
         assert info["audio_reward/silence"] == pytest.approx(expected["audio_reward/silence"], abs=1e-6)
-        assert (info["reward_ok"], info["reward_error"], info["reward_aborted"]) == (1.0, 0.0, 0.0)
+        assert (info["reward_ok"], info["reward_error"]) == (1.0, 0.0)

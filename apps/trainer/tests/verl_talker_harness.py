@@ -173,7 +173,7 @@ def main(out_dir: Path) -> None:
     keys = sorted(k for k in output.non_tensor_batch if k in TALKER_FIELDS)
     rewards = WeightedAudioReward(AUDIO_REWARDS)
     spoken = processor.tokenizer.decode(answer[:-1], skip_special_tokens=True)
-    reward_keys = ["audio_reward/duration", "audio_reward/silence", "reward_ok", "reward_error", "reward_aborted"]
+    reward_keys = ["audio_reward/duration", "audio_reward/silence", "reward_ok", "reward_error"]
     for i in range(rows):
         mask = output.batch["attention_mask"][i].bool()
         prompt_width = output.batch["prompts"].shape[1]

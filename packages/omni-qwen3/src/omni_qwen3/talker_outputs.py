@@ -126,9 +126,9 @@ def talker_sample(
     """``sample`` (the talker's tokens and log-probs after the thinker's prompt) as the talker's
     sample: prompt = the talker's prefill placeholder, response = codec-0 tokens, extra fields
     = the residual codes and the thinker sequence the talker spoke from, the spoken tokens
-    (``spoken_ids``), and (from
-    ``code2wav_stage``) the engine's ``waveform`` and ``sample_rate`` (``None`` when that
-    stage returned no audio: its reward then fails, counted). Aborted: unchanged.
+    (``spoken_ids``), and (from ``code2wav_stage``) the engine's ``waveform`` and
+    ``sample_rate`` (``None`` when that stage returned no audio: its reward then fails,
+    counted). Aborted: unchanged.
 
     Raises:
         SchemaError: a stage's output is missing, the thinker gave no text to speak, or the
@@ -141,7 +141,7 @@ def talker_sample(
     if thinker is None or thinker.aborted:
         raise SchemaError(
             f"The talker answered but the thinker's output (stage {thinker_stage}) is missing; the talker mode "
-            "keeps both final stages (combine_engine_outputs)."
+            "keeps every final stage (combine_engine_outputs)."
         )
     spoken = thinker.token_ids[:-1]  # the last sampled token is never fed to the thinker again
     if not spoken:

@@ -22,6 +22,7 @@ adapter imports it only when a model is loaded.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,7 +38,10 @@ from omni_qwen3.talker_fields import PREFILL_EMBEDS, PREFILL_POSITIONS, RESIDUAL
 TALKER_DECODER_LAYER = "Qwen3OmniMoeTalkerDecoderLayer"
 NOT_SAMPLED = -1
 CODEC_FRAME_RATE_HZ = 12.5  # Qwen3-Omni's codec: 12.5 frames a second (24 kHz / 1920 samples a frame)
-ROPE_MEDIA_KEYS = ("image_grid_thw", "video_grid_thw", "video_second_per_grid", "audio_feature_lengths")  # residual codes of a last token that no later step consumed
+REBUILT_CONDITIONING_CACHE = 64
+"""Sources whose rebuilt conditioning is kept (on the model's device; up to a few MB each for
+the 30B talker): enough for the n samples of a GRPO group, which sit together in a batch."""
+ROPE_MEDIA_KEYS = ("image_grid_thw", "video_grid_thw", "video_second_per_grid", "audio_feature_lengths")
 
 
 def suppressed_codec_ids(config: Any) -> list[int]:
@@ -81,6 +85,9 @@ class Qwen3OmniTalkerPolicy(Qwen3OmniMoeForConditionalGeneration):
         super().__init__(config)
         self._no_split_modules = [TALKER_DECODER_LAYER]
         self.suppressed_codec_ids = suppressed_codec_ids(config)
+        # Conditioning rebuilt from source ids, by source: the thinker is frozen in talker
+        # training, and a GRPO group's n samples (and each pass over them) share one source.
+        self._rebuilt: OrderedDict[tuple[str, tuple[int, ...]], tuple[Tensor, Tensor, Tensor, Tensor]] = OrderedDict()
 
     @property
     def speech_sample_rate(self) -> int:
@@ -190,9 +197,17 @@ class Qwen3OmniTalkerPolicy(Qwen3OmniMoeForConditionalGeneration):
                 "thinker state at media positions than transformers does (vllm-project/vllm-omni#3184). Use "
                 "text prompts, or the local engine, which stores the conditioning it used."
             )
-        with torch.no_grad():
-            prefill, _, positions, trailing, tts_pad = self.talker_prefill(sequence, self.speakers[0], {})
-        return prefill, positions, trailing, tts_pad
+        key = (str(sequence.device), tuple(sequence[0].tolist()))
+        cached = self._rebuilt.get(key)
+        if cached is None:
+            with torch.no_grad():
+                prefill, _, positions, trailing, tts_pad = self.talker_prefill(sequence, self.speakers[0], {})
+            cached = self._rebuilt[key] = (prefill, positions, trailing, tts_pad)
+            while len(self._rebuilt) > REBUILT_CONDITIONING_CACHE:
+                self._rebuilt.popitem(last=False)
+        else:
+            self._rebuilt.move_to_end(key)
+        return cached
 
     # --- rollout ---------------------------------------------------------------------------
 

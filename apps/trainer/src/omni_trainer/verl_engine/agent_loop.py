@@ -31,7 +31,7 @@ from omni_rewards.audio import WeightedAudioReward
 from omni_trainer.verl_engine.compat import ray_actor_class
 from omni_trainer.verl_engine.processor import adapter_processor
 from omni_trainer.verl_engine.settings import SPEECH_AGENT_LOOP, VerlSettings
-from omni_trainer.verl_engine.speech_sample import SPEECH_SAMPLE, score_speech, unscored_speech
+from omni_trainer.verl_engine.speech_sample import SPEECH_SAMPLE, score_speech
 
 
 class AdapterProcessorMixin:
@@ -113,10 +113,11 @@ class OmniSpeechAgentLoop(AgentLoopBase):
         sample = extra.pop(SPEECH_SAMPLE, None)
         if sample is None:
             if output.stop_reason == "aborted":
-                score, info = unscored_speech(rewards, "aborted")
-                return AgentLoopOutput(prompt_ids=prompt_ids, response_ids=[], response_mask=[], num_turns=2,
-                                       reward_score=score, metrics=AgentLoopMetrics(),
-                                       extra_fields={**extra, "reward_extra_info": info})
+                raise RuntimeError(
+                    "A speech request was aborted: it has no talker fields to train on. The verl engine's "
+                    "synchronous rollout finishes every request before it pauses; partial or asynchronous "
+                    "rollouts are not supported for a speech stage."
+                )
             raise RuntimeError(
                 f"The rollout server returned no {SPEECH_SAMPLE!r}; it serves a speech stage only in a speech "
                 "pipeline mode (actor_rollout_ref.rollout.pipeline_mode)."

@@ -30,7 +30,7 @@ SPEECH_SAMPLE = "omni_rl_speech_sample"
 
 
 ENGINE_KEYS = ("waveform", "sample_rate", "spoken_ids")
-SPEECH_STATUSES = ("ok", "error", "aborted")
+SPEECH_STATUSES = ("ok", "error")
 """The rollout adapter's engine-side fields a speech sample carries for its reward."""
 
 
@@ -85,8 +85,8 @@ def score_speech(
 
 
 def unscored_speech(rewards: WeightedAudioReward, status: str) -> tuple[float, dict[str, float]]:
-    """Score 0 and the extra info of a sample with ``status`` (``"error"``, ``"aborted"``;
-    ``"ok"`` gives the key set with zeros)."""
+    """Score 0 and the extra info of a sample with ``status`` (``"error"``; ``"ok"`` gives the
+    key set with zeros)."""
     info = {f"audio_reward/{key}": 0.0 for key in rewards.keys}
     info.update({f"reward_{name}": float(name == status) for name in SPEECH_STATUSES})
     return 0.0, info
