@@ -122,7 +122,7 @@ def main(out_dir: Path) -> None:
     config = load_config([
         f"actor_rollout_ref.model.path={tiny}", f"data.train_files=[{data}]", "trainer.engine=verl",
         "actor_rollout_ref.model.stage=talker", "actor_rollout_ref.rollout.pipeline_mode=talker",
-        f"data.train_batch_size={rows}", f"actor_rollout_ref.actor.ppo_mini_batch_size={rows}",
+        "data.spoken_text=thinker", f"data.train_batch_size={rows}", f"actor_rollout_ref.actor.ppo_mini_batch_size={rows}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={rows}", "actor_rollout_ref.rollout.n=1",
         "data.max_prompt_length=256", f"data.max_response_length={MAX_SPEECH}",
         "actor_rollout_ref.model.lora_rank=0", "actor_rollout_ref.model.use_remove_padding=false",
