@@ -5,6 +5,7 @@
 # on-policy distillation with a vLLM-Omni teacher on the same GPU; 2 GSPO steps on
 # image+audio prompts). Each part is sized to fit 8 minutes on one H200 (not yet measured).
 # Usage: [PARTS=vllm,verl-gspo,verl-opd,verl-mm] bash tests/gpu/run_gpu_smoke.sh [extra pytest args]
+# Talker RL needs a real checkpoint: PARTS=verl-talker OMNI_RL_QWEN3_OMNI_CKPT=/ckpt/Qwen3-Omni-30B-A3B-Instruct
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -18,7 +19,8 @@ uv sync --frozen --extra gpu --extra distributed
 # Keep the tiny model's build cache inside the run so nothing is read from a stale home.
 export OMNI_RL_CACHE="${OMNI_RL_CACHE:-$(mktemp -d)}"
 # PARTS (default: all) runs a subset, so each part fits a short device session:
-#   vllm: the vLLM-Omni engine tests; verl-gspo, verl-opd, verl-mm: the phases of verl_smoke.py.
+#   vllm: the vLLM-Omni engine tests; verl-gspo, verl-opd, verl-mm, verl-talker (not in the
+#   default): the phases of verl_smoke.py.
 PARTS="${PARTS:-vllm,verl-gspo,verl-opd,verl-mm}"
 if [[ ",$PARTS," == *",vllm,"* ]]; then
     uv run --frozen --extra gpu --extra distributed pytest tests/gpu -m gpu -q -x "$@"
@@ -27,6 +29,7 @@ phases=()
 [[ ",$PARTS," == *",verl-gspo,"* ]] && phases+=(gspo)
 [[ ",$PARTS," == *",verl-opd,"* ]] && phases+=(opd)
 [[ ",$PARTS," == *",verl-mm,"* ]] && phases+=(mm)
+[[ ",$PARTS," == *",verl-talker,"* ]] && phases+=(talker)
 if (( ${#phases[@]} )); then
     VERL_SMOKE_PHASES="$(IFS=,; echo "${phases[*]}")" \
         uv run --frozen --extra gpu --extra distributed python tests/gpu/verl_smoke.py

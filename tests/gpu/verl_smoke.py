@@ -17,9 +17,14 @@
 Data: a tiny synthetic gsm8k, converted by `trainer convert gsm8k`, and generated
 image+audio rows; nothing is downloaded.
 
+4. (opt-in, ``VERL_SMOKE_PHASES=talker``) 2 steps of talker RL on a real Qwen3-Omni checkpoint
+   named by ``$OMNI_RL_QWEN3_OMNI_CKPT`` (vLLM-Omni's talker mode cannot run on the tiny model):
+   vLLM-Omni's talker mode against verl's actor, held to the same bounds. Not yet run.
+
 Usage (from tests/gpu/run_gpu_smoke.sh): uv run python tests/gpu/verl_smoke.py [key=value ...]
-(the extra overrides go to every phase; ``VERL_SMOKE_PHASES=gspo``, ``=opd`` or ``=mm`` runs
-one). Exit code 0 when the phases ran their steps and the metrics are finite and sane.
+(the extra overrides go to every phase; ``VERL_SMOKE_PHASES=gspo``, ``=opd``, ``=mm`` or
+``=talker`` runs one). Exit code 0 when the phases ran their steps and the metrics are finite
+and sane.
 """
 
 from __future__ import annotations
@@ -209,6 +214,47 @@ def distillation_phase(base: list[str], extra: list[str], teacher: Path, work: P
             problems.append(f"step {step}: distillation/abs_loss {abs_loss} is not > 0 (teacher == student?)")
 
 
+TALKER_STEPS = 2
+TALKER_CHECKPOINT_ENV = "OMNI_RL_QWEN3_OMNI_CKPT"
+TALKER_WANTED = {**WANTED, "score (audio reward)": "critic/score/mean"}
+
+
+def talker_phase(base: list[str], extra: list[str], work: Path, problems: list[str]) -> None:
+    """Talker RL on a real Qwen3-Omni checkpoint (``$OMNI_RL_QWEN3_OMNI_CKPT``): vLLM-Omni 0.28
+    counts the talker's prefill with the real checkpoint's token ids, so the tiny model cannot
+    run its talker mode. Text prompts; the talker speaks the thinker's answers; the duration
+    reward. Checks the steps ran with sane rollout<->actor agreement and a finite reward."""
+    from omni_data.schema import rl_row, write_rl_parquet
+
+    checkpoint = os.environ.get(TALKER_CHECKPOINT_ENV)
+    if not checkpoint:
+        problems.append(f"talker phase: set {TALKER_CHECKPOINT_ENV} to a local Qwen3-Omni checkpoint")
+        return
+    rows = [rl_row(data_source="smoke/speech", messages=[{"role": "user", "content": f"Count from one to {n}."}],
+                   ground_truth="", ability="speech", extra_info={"index": n}) for n in range(2, 18)]
+    train = write_rl_parquet(rows, work / "speech.parquet")
+    talker_base = [o for o in base if not o.startswith(("data.train_files", "data.val_files", "data.max_response"))]
+    stdout = run_trainer(
+        [*talker_base, f"actor_rollout_ref.model.path={checkpoint}", f"data.train_files=[{train}]",
+         "actor_rollout_ref.model.stage=talker", "actor_rollout_ref.rollout.pipeline_mode=talker",
+         "data.spoken_text=thinker", "data.max_response_length=256",
+         "reward.audio_rewards=[{name: duration, weight: 1.0}]",
+         f"trainer.total_training_steps={TALKER_STEPS}", f"trainer.default_local_dir={work / 'run_talker'}", *extra],
+        work / "trainer_talker.log",
+    )
+    if stdout is None:
+        problems.append("talker phase: the trainer failed")
+        return
+    steps = training_steps(stdout, TALKER_STEPS, problems)
+    print_table(steps, TALKER_WANTED, problems)
+    for step, metrics in sorted(steps.items()):
+        pearson, diff = pick(metrics, WANTED["pearson rollout~actor"]), pick(metrics, WANTED["log_ppl_diff"])
+        if pearson is not None and pearson < 0.9:
+            problems.append(f"talker step {step}: pearson {pearson:.4f} < 0.9 (vLLM-Omni's talker and the actor disagree)")
+        if diff is not None and abs(diff) > 0.1:
+            problems.append(f"talker step {step}: |log_ppl_diff| {abs(diff):.4f} > 0.1")
+
+
 def main(extra: list[str]) -> int:
     from omni_data.convert.cli import main as convert
     from omni_qwen3.tiny import build_tiny_qwen3_omni
@@ -234,9 +280,9 @@ def main(extra: list[str]) -> int:
     ]
     problems: list[str] = []
     phases = os.environ.get("VERL_SMOKE_PHASES", "gspo,opd,mm").split(",")
-    unknown = sorted(set(phases) - {"gspo", "opd", "mm"})
+    unknown = sorted(set(phases) - {"gspo", "opd", "mm", "talker"})
     if unknown:
-        print(f"VERL_SMOKE_PHASES has {unknown}; valid: gspo, opd, mm (comma-separated)")
+        print(f"VERL_SMOKE_PHASES has {unknown}; valid: gspo, opd, mm, talker (comma-separated)")
         return 2
     if "gspo" in phases:
         print("== phase 1: GSPO ==")
@@ -250,6 +296,9 @@ def main(extra: list[str]) -> int:
         mm_base = [*(o for o in base if not o.startswith(("data.train_files", "data.val_files", "data.max_prompt"))),
                    f"data.train_files=[{train}]", f"data.val_files=[{test}]", "data.max_prompt_length=512"]
         gspo_phase(mm_base, extra, model, work, problems, steps_wanted=MM_STEPS, name="run_mm")
+    if "talker" in phases:
+        print("== phase 4: talker RL (a real checkpoint) ==")
+        talker_phase(base, extra, work, problems)
     for problem in problems:
         print("FAIL:", problem)
     return 1 if problems else 0
