@@ -166,14 +166,18 @@ def gspo_phase(
         return
     steps = training_steps(stdout, steps_wanted, problems)
     print_table(steps, WANTED, problems)
+    check_agreement(steps, problems)
+
+
+def check_agreement(steps: dict[int, dict[str, float]], problems: list[str], label: str = "step") -> None:
+    """bf16 rollout vs fp32-master FSDP actor: loose bounds that still catch a broken weight
+    sync (pearson ~0) or misaligned log-probs."""
     for step, metrics in sorted(steps.items()):
         pearson, diff = pick(metrics, WANTED["pearson rollout~actor"]), pick(metrics, WANTED["log_ppl_diff"])
-        # bf16 rollout vs fp32-master FSDP actor on a random tiny model: loose bounds that
-        # still catch a broken weight sync (pearson ~0) or misaligned log-probs.
         if pearson is not None and pearson < 0.9:
-            problems.append(f"step {step}: pearson {pearson:.4f} < 0.9 (rollout and actor disagree)")
+            problems.append(f"{label} {step}: pearson {pearson:.4f} < 0.9 (rollout and actor disagree)")
         if diff is not None and abs(diff) > 0.1:
-            problems.append(f"step {step}: |log_ppl_diff| {abs(diff):.4f} > 0.1")
+            problems.append(f"{label} {step}: |log_ppl_diff| {abs(diff):.4f} > 0.1")
 
 
 def distillation_phase(base: list[str], extra: list[str], teacher: Path, work: Path, problems: list[str]) -> None:
@@ -247,12 +251,7 @@ def talker_phase(base: list[str], extra: list[str], work: Path, problems: list[s
         return
     steps = training_steps(stdout, TALKER_STEPS, problems)
     print_table(steps, TALKER_WANTED, problems)
-    for step, metrics in sorted(steps.items()):
-        pearson, diff = pick(metrics, WANTED["pearson rollout~actor"]), pick(metrics, WANTED["log_ppl_diff"])
-        if pearson is not None and pearson < 0.9:
-            problems.append(f"talker step {step}: pearson {pearson:.4f} < 0.9 (vLLM-Omni's talker and the actor disagree)")
-        if diff is not None and abs(diff) > 0.1:
-            problems.append(f"talker step {step}: |log_ppl_diff| {abs(diff):.4f} > 0.1")
+    check_agreement(steps, problems, label="talker step")
 
 
 def main(extra: list[str]) -> int:

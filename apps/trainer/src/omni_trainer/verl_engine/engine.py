@@ -133,12 +133,12 @@ class OmniFSDPEngine(FSDPEngineWithLMHead):
 
     def prepare_model_inputs(self, micro_batch: Any) -> Any:
         model_inputs, output_args = super().prepare_model_inputs(micro_batch)
-        adapter = training_adapter(self.model_config.hf_config, VerlSettings.from_env())
-        return adapter_model_inputs(adapter, self.model_config.hf_config, model_inputs, micro_batch), output_args
+        return adapter_model_inputs(self.omni_adapter, self.model_config.hf_config, model_inputs, micro_batch), output_args
 
     def _build_module(self) -> Any:
         settings = VerlSettings.from_env()
         adapter = training_adapter(self.model_config.hf_config, settings)
+        self.omni_adapter = adapter
         adapter.register_auto_classes()
         ensure_auto_class(self.model_config.hf_config, adapter)
         ensure_tie_word_embeddings(self.model_config.hf_config)
