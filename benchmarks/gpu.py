@@ -5,6 +5,8 @@ thinker with random weights, and the memory plan of the real 30B-A3B thinker.
     UV_PROJECT_ENVIRONMENT=/tmp/benchvenv uv sync --locked --group bench
     UV_PROJECT_ENVIRONMENT=/tmp/benchvenv uv run --locked --group bench python benchmarks/gpu.py
     uv run python benchmarks/gpu.py --dry-run        # CPU, tiny sizes: shows that it runs
+    python benchmarks/gpu.py                         # no uv: PYTHONPATH and OMNI_RL_MODEL_MODULES
+                                                     # as benchmarks/README.md shows
 
 The model is Qwen3-Omni-30B-A3B's thinker as its released config describes it (the sizes are
 written below, with their source), with ``--layers`` of its 48 decoder layers (default 36,

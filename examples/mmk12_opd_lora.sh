@@ -12,7 +12,8 @@
 # 3. Two nodes with GPUS_PER_NODE GPUs each, one Ray cluster (see examples/ray_multinode.sh):
 #    student actor + rollout on the first node (trainer.nnodes=1), teacher on the second
 #    (distillation.nnodes=1, TEACHER_TP GPUs per teacher replica). Same checkout, extras,
-#    model and data paths on both nodes.
+#    model and data paths on both nodes. The student is sized as the MMK12 recipe: rollout
+#    TP=2 at gpu_memory_utilization=0.8, the actor's parameters and optimizer state offloaded.
 #      node 1:  bash examples/ray_multinode.sh head
 #      node 2:  bash examples/ray_multinode.sh worker <node1_ip>:6379
 #      node 1:  bash examples/mmk12_opd_lora.sh [key=value ...]
@@ -40,8 +41,12 @@ exec uv run trainer \
     actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean \
     actor_rollout_ref.actor.optim.lr=3e-6 \
     actor_rollout_ref.actor.ppo_mini_batch_size=32 \
+    actor_rollout_ref.actor.fsdp_config.param_offload=true \
+    actor_rollout_ref.actor.fsdp_config.optimizer_offload=true \
     actor_rollout_ref.rollout.n=16 \
     actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe \
+    actor_rollout_ref.rollout.tensor_model_parallel_size=2 \
+    actor_rollout_ref.rollout.gpu_memory_utilization=0.8 \
     algorithm.adv_estimator=grpo \
     distillation.enabled=true \
     distillation.teacher_models.teacher_model.model_path="$TEACHER_PATH" \

@@ -41,7 +41,8 @@ def test_dry_run_runs_our_step_and_plans_the_real_thinker(tmp_path: Path) -> Non
     assert "trainable: LoRA r=16 13.4M, full FT 30.53B" in out
     plan = next(line for line in out.splitlines() if line.strip().startswith("on 141 GB"))
     # LoRA without checkpointing: 63.4 GB weights + 62.6 activations + 10.0 logits > 92% of 141;
-    # full fine-tuning: + 61.1 GB bf16 gradients + 122.1 GB AdamW moments, checkpointed or not.
+    # full fine-tuning: 126.9 GB fp32 weights + 122.1 GB gradients + 244.3 GB AdamW moments,
+    # checkpointed or not.
     assert plan.split("usable)")[1].split() == ["does", "not", "fit", "fits", "does", "not", "fit", "does", "not", "fit"]
     assert "Memory plan of the GPU run: mid-size thinker (36 of 48 layers)" in out
     assert out.splitlines()[-1] == "PROBE:[]"  # no vLLM, vLLM-Omni, verl or Ray

@@ -29,6 +29,12 @@ TINY_MODE = [
     "data.max_response_length=4", "data.max_prompt_length=4096", "actor_rollout_ref.model.lora_rank=4",
     "trainer.total_training_steps=2", "trainer.test_freq=0", "trainer.save_freq=0", "reward.num_workers=1",
 ]
+LOCAL_ON_CPU = (
+    "trainer.engine=local", "actor_rollout_ref.actor.fsdp_config.param_offload=false",
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload=false",
+)
+"""After a Qwen3-Omni script (verl on 4 x 80 GB GPUs, the actor offloaded): the local engine,
+which keeps its actor on its one device ("$@" wins)."""
 
 
 def png(seed: int) -> bytes:
@@ -149,8 +155,9 @@ def run_recipe(
 def test_recipe_runs_in_tiny_cpu_mode(
     tmp_path: Path, tiny: Path, script: str, recipe: str, make_raw: object, val_split: str, scorer_metric: str
 ) -> None:
-    config = run_recipe(tmp_path, tiny, script, recipe, make_raw, val_split, scorer_metric)
+    config = run_recipe(tmp_path, tiny, script, recipe, make_raw, val_split, scorer_metric, extra=LOCAL_ON_CPU)
     assert config["trainer"]["experiment_name"] == f"qwen3_omni_{recipe}_gspo_lora"  # the script's setting
+    assert config["actor_rollout_ref"]["rollout"]["tensor_model_parallel_size"] == 2  # verl's settings kept
 
 
 @pytest.mark.slow
@@ -189,7 +196,7 @@ def test_opd_recipe_runs_in_tiny_cpu_mode(tmp_path: Path, tiny: Path) -> None:
     env = {**os.environ, "MODEL_PATH": str(student), "TEACHER_PATH": str(tiny), "UV_PYTHON_DOWNLOADS": "never",
            "TRAIN_FILE": str(data / "train.parquet"), "VAL_FILE": str(data / "test.parquet")}
     done = subprocess.run(
-        ["bash", str(ROOT / "examples" / "mmk12_opd_lora.sh"), *TINY_MODE, "trainer.engine=local",
+        ["bash", str(ROOT / "examples" / "mmk12_opd_lora.sh"), *TINY_MODE, *LOCAL_ON_CPU,
          f"trainer.default_local_dir={run}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
     )

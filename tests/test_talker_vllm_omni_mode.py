@@ -14,6 +14,7 @@ ones as they do for the local engine's samples.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -220,6 +221,48 @@ def test_weights_sync_to_the_talker_stage_only(tmp_path: Path) -> None:
             engine.check_plan(lora)
     finally:
         engine.close()
+
+
+@dataclass
+class StagedNamesOmni(RecordingAsyncOmni):
+    """Also reads the tensor names of each staged full-weights reload, while the file exists."""
+
+    staged: list[list[str]] = field(default_factory=list)
+
+    async def collective_rpc(self, method: str, timeout: float | None = None, args: tuple[Any, ...] = (),
+                             kwargs: dict[str, Any] | None = None, stage_ids: list[int] | None = None) -> list[Any]:
+        if method == "reload_weights":
+            from safetensors import safe_open
+
+            with safe_open(str(Path((kwargs or {})["weights_path"]) / "model.safetensors"), "pt") as staged:
+                self.staged.append(sorted(staged.keys()))
+        return await super().collective_rpc(method, timeout, args, kwargs, stage_ids)
+
+
+ACTOR_STATE = ("code2wav.decoder.0.conv.weight", "talker.codec_head.weight", "talker.model.norm.weight",
+               "thinker.lm_head.weight", "thinker.model.norm.weight")
+"""Names of a talker actor's state dict: it holds the frozen thinker and code2wav too."""
+
+
+@pytest.mark.parametrize(
+    ("mode", "staged"),
+    [("talker", ["talker.codec_head.weight", "talker.model.norm.weight"]), ("thinker_only", list(ACTOR_STATE))],
+)
+def test_a_full_sync_stages_only_what_the_synced_stage_loads(tmp_path: Path, mode: str, staged: list[str]) -> None:
+    """The talker stage loads ``talker.*``: the frozen thinker (60 GB on the real checkpoint) is
+    not written out for it to throw away. A thinker run stages what it is given, as before."""
+    from omni_rollout.vllm_omni import FullWeights, plan_weight_sync
+
+    adapter = Qwen3OmniRolloutAdapter()
+    omni = StagedNamesOmni([None, None, None])
+    engine = VllmOmniEngine("unused", adapter, mode, layout=ReplicaLayout(), options=DeployOptions(), work_dir=tmp_path)
+    engine._attach(omni)
+    try:
+        plan = plan_weight_sync(adapter, mode, payload="full", colocated=False)
+        engine.after_train(plan, FullWeights({name: torch.ones(2) for name in ACTOR_STATE}))
+    finally:
+        engine.close()
+    assert omni.staged == [staged]
 
 
 def test_a_groups_shared_source_runs_the_thinker_once(

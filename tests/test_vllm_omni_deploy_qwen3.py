@@ -125,7 +125,10 @@ def test_talker_mode_trains_the_talker_on_the_thinker_talker_pipeline() -> None:
     assert config["pipeline"] == "qwen3_omni_moe_talker_rl"
     thinker, talker, code2wav = config["stages"]
     assert talker["devices"] == "2" and talker["gpu_memory_utilization"] == 0.7
-    assert "default_sampling_params" not in talker and "gpu_memory_utilization" not in thinker
+    # The thinker and code2wav share device 3 and split the rollout's 0.7 as vLLM-Omni's own
+    # shares do (0.9 : 0.1): 0.63 and 0.07.
+    assert (thinker["gpu_memory_utilization"], code2wav["gpu_memory_utilization"]) == (0.63, 0.07)
+    assert "default_sampling_params" not in talker
     upstream = upstream_stage_sampling("qwen3_omni_moe.yaml")
     assert (thinker["default_sampling_params"], code2wav["default_sampling_params"]) == (upstream[0], upstream[2])
 
@@ -145,8 +148,11 @@ def test_full_mode_places_talker_and_code2wav_on_the_replicas_second_gpu() -> No
     config = build_deploy_config(adapter, "full", LAYOUT, OPTIONS)
     assert config["pipeline"] == "qwen3_omni_moe"
     assert [s["devices"] for s in config["stages"]] == ["2", "3", "3"]
-    assert "gpu_memory_utilization" in config["stages"][0]
-    assert "gpu_memory_utilization" not in config["stages"][1]
+    # The thinker has device 2 to itself; talker and code2wav split device 3's 0.7 as 0.6 : 0.1 (upstream's own).
+    assert [s["gpu_memory_utilization"] for s in config["stages"]] == [0.7, 0.6, 0.1]
+    # vLLM-Omni's CUDA section keeps the thinker's MRoPE on its CUDA op, beside our graph sizes.
+    assert config["stages"][0]["compilation_config"] == {
+        "custom_ops": ["+rotary_embedding"], "cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 128, 256]}
 
 
 def regenerate() -> None:

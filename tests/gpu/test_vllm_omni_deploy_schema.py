@@ -52,7 +52,13 @@ def test_golden_deploy_config_loads_and_merges(mode: str) -> None:
         # pipeline's own constraints (its stop token) stay.
         talker = merged[1].yaml_extras["default_sampling_params"]
         assert talker["max_tokens"] == 4096 and talker["stop_token_ids"] == [2150]
+        # Every stage sleeps, and the stages sharing device 3 split the rollout's 0.7.
+        assert all(stage.yaml_engine_args["enable_sleep_mode"] is True for stage in merged)
+        assert sum(stage.yaml_engine_args["gpu_memory_utilization"] for stage in merged[1:]) <= 0.7
+        assert all(stage.yaml_engine_args["enable_prefix_caching"] is False for stage in merged)
     assert merged[0].yaml_engine_args["gpu_memory_utilization"] == 0.7
+    # Where the mode has vLLM-Omni's deploy file, its CUDA custom op for the thinker's MRoPE stays.
+    custom_ops = {} if mode == "thinker_only" else {"custom_ops": ["+rotary_embedding"]}
     assert merged[0].yaml_engine_args["compilation_config"] == {
-        "cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 128, 256]
+        **custom_ops, "cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 128, 256]
     }

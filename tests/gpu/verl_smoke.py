@@ -21,7 +21,8 @@ image+audio rows; nothing is downloaded.
    named by ``$OMNI_RL_QWEN3_OMNI_CKPT`` (vLLM-Omni's talker mode cannot run on the tiny model):
    vLLM-Omni's talker mode against verl's actor, held to the same bounds. Not yet run.
 
-Usage (from tests/gpu/run_gpu_smoke.sh): uv run python tests/gpu/verl_smoke.py [key=value ...]
+Usage (from tests/gpu/run_gpu_smoke.sh): python tests/gpu/verl_smoke.py [key=value ...] in the
+environment the script chose
 (the extra overrides go to every phase; ``VERL_SMOKE_PHASES=gspo``, ``=opd``, ``=mm`` or
 ``=talker`` runs one). Exit code 0 when the phases ran their steps and the metrics are finite
 and sane.
@@ -55,7 +56,8 @@ OPD_WANTED = {
     "pg_loss (task)": "actor/pg_loss",
 }
 NUMBER = r"(-?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf))"
-UV_RUN = ["uv", "run", "--frozen", "--extra", "gpu", "--extra", "distributed"]
+TRAINER = [sys.executable, "-m", "omni_trainer.cli"]
+"""``trainer`` in this interpreter: the environment run_gpu_smoke.sh chose (uv's, or a plain one)."""
 
 
 def raw_gsm8k(directory: Path, rows: int = 64) -> None:
@@ -122,7 +124,7 @@ def run_trainer(overrides: list[str], log_path: Path, env: dict[str, str | None]
     started = time.perf_counter()
     environment = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     done = subprocess.run(
-        [*UV_RUN, "trainer", *overrides], capture_output=True, text=True, check=False,
+        [*TRAINER, *overrides], capture_output=True, text=True, check=False,
         env={key: value for key, value in environment.items() if value is not None},
     )
     log = done.stdout + done.stderr
@@ -183,7 +185,7 @@ def check_agreement(steps: dict[int, dict[str, float]], problems: list[str], lab
 def distillation_phase(base: list[str], extra: list[str], teacher: Path, work: Path, problems: list[str]) -> None:
     student = work / "student"
     noised = subprocess.run(
-        [*UV_RUN, "trainer", "model", "noise", "--src", str(teacher), "--out", str(student),
+        [*TRAINER, "model", "noise", "--src", str(teacher), "--out", str(student),
          "--fraction", "0.25", "--seed", "0"], capture_output=True, text=True, check=False,
     )
     print(noised.stdout.strip() or noised.stderr[-2000:])
@@ -273,7 +275,7 @@ def main(extra: list[str]) -> int:
         "actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
         "actor_rollout_ref.rollout.gpu_memory_utilization=0.3", "actor_rollout_ref.rollout.enforce_eager=true",
         "actor_rollout_ref.rollout.max_num_seqs=64",
-        "trainer.nnodes=1", "trainer.n_gpus_per_node=1",
+        "trainer.nnodes=1", "trainer.n_gpus_per_node=1", "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         "trainer.save_freq=0", "trainer.test_freq=0", "trainer.logger=[console]",
         "ray_kwargs.ray_init.num_cpus=8",
     ]

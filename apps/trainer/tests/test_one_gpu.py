@@ -4,6 +4,8 @@ tiny Qwen3-Omni (image + audio prompts)."""
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,8 +15,9 @@ from omni_trainer import gpu_plan
 from omni_trainer.cli import main
 from omni_trainer.config import ConfigError, load_config
 from omni_trainer.preflight import preflight
-from omni_trainer.settings_builders import actor_settings, local_device, model_dtype
+from omni_trainer.settings_builders import actor_settings, local_device, lora_settings, model_dtype
 from omni_training.memory_plan import TextShape
+from omni_training.model_loading import Precision, precision
 
 
 def cuda_visible(monkeypatch: pytest.MonkeyPatch, visible: bool) -> None:
@@ -36,6 +39,49 @@ def test_auto_picks_cuda_when_visible_and_bf16_there(monkeypatch: pytest.MonkeyP
     # Explicit values win.
     explicit = load_config(["trainer.device=cpu", "actor_rollout_ref.actor.dtype=bfloat16"])
     assert (local_device(explicit), model_dtype(explicit, "cpu")) == ("cpu", "bfloat16")
+
+
+@pytest.mark.parametrize(
+    ("visible", "lora_rank", "expected"),
+    [
+        (True, 0, Precision(weights="float32", compute="bfloat16")),  # full FT: fp32 master weights, bf16 autocast
+        (True, 8, Precision(weights="bfloat16", compute="bfloat16")),  # LoRA: bf16 frozen base, PEFT's fp32 adapter
+        (False, 0, Precision(weights="float32", compute="float32")),  # the CPU: fp32, unchanged
+        (False, 8, Precision(weights="float32", compute="float32")),
+    ],
+    ids=["gpu-full", "gpu-lora", "cpu-full", "cpu-lora"],
+)
+def test_what_the_local_engine_trains_is_fp32_on_a_gpu_too(
+    monkeypatch: pytest.MonkeyPatch, visible: bool, lora_rank: int, expected: Precision
+) -> None:
+    """The weights AdamW updates are fp32 wherever the run is: a 3e-6 step on a bf16 weight of
+    0.01 (spacing 6.1e-5) rounds away."""
+    cuda_visible(monkeypatch, visible)
+    cfg = load_config([f"actor_rollout_ref.model.lora_rank={lora_rank}"])
+    settings = actor_settings(cfg)
+    assert settings.device == ("cuda" if visible else "cpu")
+    assert precision(settings.dtype, lora=lora_settings(cfg).rank > 0) == expected
+
+
+def test_a_bf16_full_fine_tune_rolls_out_and_trains_under_autocast(tmp_path: Path) -> None:
+    """A GPU's full fine-tune (``actor.dtype=bfloat16``, LoRA off), run on the CPU: the
+    actor's weights load in fp32, and the rollout engine samples under the actor's autocast."""
+    from omni_trainer.local_trainer import LocalTrainer
+
+    cfg = load_config([
+        "trainer.device=cpu", "actor_rollout_ref.actor.dtype=bfloat16", "actor_rollout_ref.model.lora_rank=0",
+        f"trainer.default_local_dir={tmp_path / 'run'}", "trainer.total_training_steps=1",
+        "trainer.val_before_train=false",
+        "data.builtin_task_size=4", "data.train_batch_size=2", "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "data.max_response_length=3", "reward.num_workers=1",
+    ])
+    trainer = LocalTrainer(cfg)
+    trainer.setup()
+    assert {p.dtype for p in trainer.actor.model.parameters()} == {torch.float32}
+    assert trainer.actor.autocast_dtype == torch.bfloat16
+    assert trainer.engine is not None and trainer.engine.autocast_dtype == torch.bfloat16
+    metrics = trainer.fit()  # one step: rollout, log-probs and the update under CPU bf16 autocast
+    assert metrics["actor/skipped_step"] == 0.0 and math.isfinite(metrics["actor/pg_loss"])
 
 
 def test_preflight_refuses_cuda_without_a_visible_device(monkeypatch: pytest.MonkeyPatch) -> None:

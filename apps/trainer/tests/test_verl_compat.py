@@ -6,6 +6,7 @@ Each test fails when verl, Ray or transformers moves or changes the name under u
 from __future__ import annotations
 
 import inspect
+from typing import Any
 from types import SimpleNamespace
 
 import pytest
@@ -167,3 +168,117 @@ def test_verls_runtime_imports_resolve_in_the_locked_environment() -> None:
         "omni_trainer.verl_engine.rollout",
     ):
         importlib.import_module(module)
+
+
+def test_verl_still_names_the_cpu_device_twice_in_its_process_group_backend() -> None:
+    """``gloo_process_group_on_cpu`` exists because verl's default backend names the CPU twice
+    on the CPU platform, which torch refuses; it wraps the name verl's workers call."""
+    from torch.distributed.distributed_c10d import BackendConfig
+    from verl.utils import distributed
+    from verl.workers import engine_workers
+
+    source = inspect.getsource(distributed.initialize_global_process_group_ray)
+    assert 'f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"' in source
+    assert list(inspect.signature(distributed.initialize_global_process_group_ray).parameters) == ["timeout_second", "backend"]
+    assert "initialize_global_process_group_ray(timeout_second=None)" in inspect.getsource(engine_workers.TrainingWorker.__init__)
+    with pytest.raises(ValueError, match="Duplicate device type cpu"):
+        BackendConfig("cpu:gloo,cpu:gloo")
+    BackendConfig("cpu:gloo")  # what the wrapper passes
+
+
+def test_gloo_process_group_on_cpu_wraps_once_and_passes_cpu_gloo(monkeypatch: pytest.MonkeyPatch) -> None:
+    from verl.workers import engine_workers
+
+    from omni_trainer.verl_engine.compat import CPU_BACKEND, gloo_process_group_on_cpu
+
+    calls: list[tuple[Any, Any]] = []
+    monkeypatch.setattr(engine_workers, "initialize_global_process_group_ray", lambda timeout_second=None, backend=None: calls.append((timeout_second, backend)))
+    gloo_process_group_on_cpu()
+    gloo_process_group_on_cpu()  # idempotent: one wrapper
+    engine_workers.initialize_global_process_group_ray(timeout_second=None)
+    assert calls == [(None, CPU_BACKEND)]
+
+
+def test_accelerates_empty_weights_still_fail_under_transformers_5() -> None:
+    """accelerate 1.12 (vLLM-Omni 0.28 pins it) passes a parameter's attributes to its
+    constructor; transformers 5 sets ``_is_hf_initialized`` on them (huggingface/transformers#44291).
+    When this stops raising, ``empty_weights_for_transformers`` can go."""
+    import torch
+    from accelerate import init_empty_weights
+
+    class Holder(torch.nn.Module):
+        pass
+
+    param = torch.nn.Parameter(torch.ones(2))
+    param._is_hf_initialized = True  # type: ignore[attr-defined]
+    with pytest.raises(TypeError, match="_is_hf_initialized"), init_empty_weights():
+        Holder().register_parameter("weight", param)
+
+
+def test_empty_weights_for_transformers_swaps_only_accelerates_context() -> None:
+    import torch
+    from accelerate import init_empty_weights
+    from verl.workers.engine.fsdp import transformer_impl
+
+    from omni_trainer.verl_engine.compat import empty_weights, empty_weights_for_transformers
+
+    choose = transformer_impl.get_init_weight_context_manager
+    assert list(inspect.signature(choose).parameters) == ["use_meta_tensor", "mesh"]
+    assert "get_init_weight_context_manager(" in inspect.getsource(transformer_impl.FSDPEngine._build_module)
+    with empty_weights_for_transformers():
+        assert transformer_impl.get_init_weight_context_manager(use_meta_tensor=False) is not init_empty_weights
+    assert transformer_impl.get_init_weight_context_manager is choose
+
+    class Holder(torch.nn.Module):
+        pass
+
+    param = torch.nn.Parameter(torch.ones(2), requires_grad=False)
+    param._is_hf_initialized = True  # type: ignore[attr-defined]
+    holder = Holder()
+    with empty_weights():
+        holder.register_parameter("weight", param)
+    assert holder.weight.is_meta and holder.weight._is_hf_initialized and not holder.weight.requires_grad
+
+
+def _equal_length_positions(rows: int, length: int) -> Any:
+    import torch
+    from tensordict import TensorDict
+
+    positions = [torch.arange(4 * length).reshape(4, length) + 1000 * i for i in range(rows)]
+    return positions, TensorDict({"position_ids": torch.nested.as_nested_tensor(positions, layout=torch.jagged)}, batch_size=[rows])
+
+
+def test_verls_position_fix_still_breaks_rows_of_one_length() -> None:
+    """``equal_length_position_ids`` exists because this raises (a rank's rows all one length);
+    when it stops raising, verl fixed it."""
+    import torch
+    from verl.utils import tensordict_utils as tu
+    from verl.workers import engine_workers
+    from verl.workers.engine import base
+
+    assert "maybe_fix_3d_position_ids" in vars(engine_workers) and "maybe_fix_3d_position_ids" in vars(base)
+    _, batch = _equal_length_positions(2, 37)
+    tu.maybe_fix_3d_position_ids(batch)
+    with pytest.raises(RuntimeError, match="split_with_sizes"):
+        tu.index_select_tensor_dict(batch, torch.tensor([0, 1]))
+
+
+@pytest.mark.parametrize("lengths", [(37, 37, 37, 37), (17, 20, 15, 22)])
+def test_repaired_positions_keep_every_row_through_verls_chunking_and_selection(lengths: tuple[int, ...]) -> None:
+    import pickle
+
+    import torch
+    from tensordict import TensorDict
+    from verl.utils import tensordict_utils as tu
+
+    from omni_trainer.verl_engine.compat import repair_3d_position_ids
+
+    rows = [torch.arange(4 * n).reshape(4, n) + 1000 * i for i, n in enumerate(lengths)]
+    batch = TensorDict({"position_ids": torch.nested.as_nested_tensor(rows, layout=torch.jagged)}, batch_size=[4])
+    for number, chunk in enumerate(tu.chunk_tensordict(batch, 2)):  # verl's dispatch to two ranks
+        chunk = pickle.loads(pickle.dumps(chunk))
+        repair_3d_position_ids(chunk)
+        selected = tu.index_select_tensor_dict(chunk, torch.tensor([1, 0]))
+        repair_3d_position_ids(selected)
+        got = selected["position_ids"].unbind()
+        assert [torch.equal(g, w) for g, w in zip(got, [rows[2 * number + 1], rows[2 * number]], strict=True)] == [True, True]

@@ -69,6 +69,12 @@ def test_verl_built_our_engine_under_fsdp2(report: dict[str, Any]) -> None:
     assert report["module_class"].startswith("FSDP")  # verl's fully_shard wrapped it
 
 
+def test_a_thinker_weight_sync_sends_what_verl_sends(report: dict[str, Any]) -> None:
+    """Our engine cuts a weight sync to the synced stage's parameters only in a mode that names
+    them (the talker's); a thinker run sends verl's whole stream, unchanged."""
+    assert report["weight_sync"]["sent"] == report["weight_sync"]["verl"] != []
+
+
 @pytest.mark.parametrize("modality", MODALITIES)
 def test_actor_batch_carries_the_media(report: dict[str, Any], modality: str) -> None:
     """Defects 2 and 3: media decoded by our dataset class reach the server and the actor."""

@@ -38,6 +38,27 @@ def test_verl_trains_the_talker_with_our_classes(report: dict[str, Any]) -> None
     assert report["agent_loop"] == "omni_speech_agent"
 
 
+def test_a_weight_sync_sends_the_talker_only(report: dict[str, Any]) -> None:
+    """verl's stream of the actor's weights, through our engine, holds the talker's parameters
+    under the names vLLM-Omni's talker stage loads (``talker.*``): not the frozen thinker and
+    code2wav the actor also holds (60 GB on the real checkpoint, thrown away by the stage)."""
+    sent, verls = report["weight_sync"]["sent"], report["weight_sync"]["verl"]
+    assert {name.split(".")[0] for name in verls} == {"thinker", "talker", "code2wav"}
+    assert sent and all(name.startswith("talker.") for name in sent)
+    assert sent == [name for name in verls if name.startswith("talker.")]  # every talker tensor, verl's order
+
+
+def test_a_row_whose_thinker_was_cut_is_counted_and_never_trained(report: dict[str, Any]) -> None:
+    """A thinker answer cut at its length limit reaches vLLM-Omni's talker one hidden-state row
+    short of the source the row stores, so the actor's log-probs would be silently wrong: the
+    row keeps its speech tokens (and reward) but trains none of them, and is counted."""
+    (cut,) = report["cut_rows"]
+    assert cut["tokens"] > 0 and cut["trained_tokens"] == 0
+    assert cut["reward_extra_info"]["source_truncated"] == 1.0
+    assert cut["verl_log_probs_finite"]  # verl's forward still runs on the masked row
+    assert all(row["reward_extra_info"]["source_truncated"] == 0.0 for row in report["rows"])
+
+
 def test_each_row_is_the_talkers_sample(report: dict[str, Any]) -> None:
     assert len(report["rows"]) == 3
     for row in report["rows"]:

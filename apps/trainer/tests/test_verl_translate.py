@@ -108,8 +108,11 @@ def test_lora_runs_merge_the_adapter_and_size_the_engine() -> None:
     arr = lora.actor_rollout_ref
     # vLLM-Omni's stage 0 cannot serve a LoRA adapter: verl must merge it and sync full weights.
     assert arr.model.lora.merge is True
-    # The frozen base in bf16 (verl casts the adapter to match), for the actor and the reference.
-    assert arr.actor.fsdp_config.model_dtype == "bf16" and arr.ref.fsdp_config.model_dtype == "bf16"
+    # fp32 parameters: verl casts the adapter to the base's dtype, and a bf16 adapter does not
+    # learn (a 3e-6 AdamW step on a 0.01 weight is 1/20 of its bf16 ulp). The forward still
+    # computes in bf16 (FSDP mixed precision, verl's default param_dtype).
+    assert arr.actor.fsdp_config.model_dtype == "fp32" and arr.ref.fsdp_config.model_dtype == "fp32"
+    assert arr.actor.fsdp_config.get("mixed_precision") is None  # verl's default: param_dtype bf16
     # The KV cache is sized for this run's sequences, not the model's 65,536-token context.
     assert arr.rollout.max_model_len == 4000
     # Each of verl's reward-loop workers starts a few scorer processes, not one per CPU.
@@ -121,6 +124,20 @@ def test_lora_runs_merge_the_adapter_and_size_the_engine() -> None:
     assert full.actor_rollout_ref.model.lora.merge is False
     assert full.actor_rollout_ref.actor.fsdp_config.model_dtype == "fp32"  # full fine-tuning: fp32 master weights
     assert full.reward.custom_reward_function.reward_kwargs.num_workers == 3
+
+
+def test_prefix_caching_is_off_unless_the_run_turns_it_on() -> None:
+    """verl's rollout default turns it on; vLLM-Omni's deploy files (and verl-omni) turn it off
+    for every Qwen3-/Qwen2.5-Omni stage, and the deploy config writes what verl's key says."""
+    base = ["actor_rollout_ref.model.path=/m", "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe",
+            "data.train_files=[/d.parquet]", "trainer.engine=verl"]
+
+    def verl_value(extra: list[str]) -> bool:
+        verl = to_verl_config(load_config(base + extra), lora_target_modules=None, lora_exclude_modules=None)
+        return bool(verl.actor_rollout_ref.rollout.enable_prefix_caching)
+
+    assert verl_value([]) is False
+    assert verl_value(["actor_rollout_ref.rollout.enable_prefix_caching=true"]) is True
 
 
 def test_deploy_options_serve_no_lora_when_verl_merges() -> None:

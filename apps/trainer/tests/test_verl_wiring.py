@@ -330,7 +330,8 @@ def test_server_overrides_cover_what_asyncomni_lacks() -> None:
     # Everything else verl calls on self.engine is the driver's (tests above).
     overridden = {name for name in vars(VllmOmniHttpServer) if not name.startswith("__")}
     assert overridden == {"_post_init", "_validate_configs", "_resolve_sleep_level", "_get_engine_kwargs_key",
-                          "_preprocess_engine_kwargs", "run_server", "abort_request", "generate"}
+                          "_preprocess_engine_kwargs", "run_server", "abort_request", "generate",
+                          "mask_policy_logits"}
 
 
 @needs_extras

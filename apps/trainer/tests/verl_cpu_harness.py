@@ -2,7 +2,7 @@
 
 Run as a script (``python verl_cpu_harness.py OUT_DIR [--remove-padding] [--model qwen25]``) by
 ``test_verl_cpu_harness.py``, in a process of its own: verl picks its device platform once
-per process, and this one must be the CPU platform of ``verl_cpu_platform``.
+per process, and this one must be the CPU platform of ``omni_trainer.verl_engine.cpu_platform``.
 
 What runs is verl 0.9.1's code, unchanged, with our registered classes:
 
@@ -71,27 +71,24 @@ def build_tiny(model: str, out_dir: Path) -> str:
     return str(build_tiny_qwen3_omni(out_dir / "tiny", seed=0))
 
 
-def fsdp_log_probs(verl_config: Any, output: Any, *, remove_padding: bool) -> tuple[Any, Any]:
-    """verl's FSDP2 engine (ours, by the config's model type) on one gloo process: the
-    response log-probs of the agent-loop ``output`` batch, ``[B, T]``, as its actor worker
-    computes them; with the engine. Leaves the process group for the caller to destroy."""
+def fsdp_engine(verl_config: Any, *, remove_padding: bool = False, micro_batch: int = 1) -> Any:
+    """verl's FSDP2 engine for the config's actor (ours, by its model type) on one gloo
+    process, initialized as verl's actor worker builds it (module, LoRA, FSDP wrapping,
+    optimizer). Leaves the process group for the caller to destroy."""
     import torch
-    from verl.utils import tensordict_utils as tu
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.engine.base import EngineRegistry
-    from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     torch.distributed.init_process_group("gloo", rank=0, world_size=1)
-    rows = len(output)
     model_config = omega_conf_to_dataclass(verl_config.actor_rollout_ref.model)
     actor_config = omega_conf_to_dataclass(verl_config.actor_rollout_ref.actor)
     engine_config = actor_config.engine
     engine_config.use_remove_padding = remove_padding  # as verl's TrainingWorker sets them
-    engine_config.infer_micro_batch_size_per_gpu = rows
+    engine_config.infer_micro_batch_size_per_gpu = micro_batch
     # verl's engine registry keys engines by device; ours is registered for the GPUs it runs
     # on. verl's own override variable selects that registration on this CPU.
     os.environ["VERL_ENGINE_DEVICE"] = "cuda"
@@ -100,6 +97,27 @@ def fsdp_log_probs(verl_config: Any, output: Any, *, remove_padding: bool) -> tu
         engine_config=engine_config, optimizer_config=actor_config.optim, checkpoint_config=actor_config.checkpoint,
     )
     engine.initialize()
+    return engine
+
+
+def weight_sync_names(engine: Any) -> dict[str, list[str]]:
+    """The parameter names the engine sends to the rollout at a weight sync (``sent``: ours, as
+    verl's ``update_weights`` reads them) and those verl's own FSDP engine would send (``verl``)."""
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
+
+    sent, _ = engine.get_per_tensor_param()
+    verls, _ = FSDPEngineWithLMHead.get_per_tensor_param(engine)
+    return {"sent": [name for name, _ in sent], "verl": [name for name, _ in verls]}
+
+
+def fsdp_log_probs(verl_config: Any, output: Any, *, remove_padding: bool) -> tuple[Any, Any]:
+    """verl's FSDP2 engine (:func:`fsdp_engine`): the response log-probs of the agent-loop
+    ``output`` batch, ``[B, T]``, as its actor worker computes them; with the engine."""
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
+
+    rows = len(output)
+    engine = fsdp_engine(verl_config, remove_padding=remove_padding, micro_batch=rows)
     batch_td = left_right_2_no_padding(output.to_tensordict())
     tu.assign_non_tensor(
         batch_td, calculate_entropy=False, compute_loss=False, temperature=1.0, use_remove_padding=remove_padding,
@@ -112,7 +130,7 @@ def fsdp_log_probs(verl_config: Any, output: Any, *, remove_padding: bool) -> tu
 
 def main(out_dir: Path, remove_padding: bool, model: str) -> None:
     sys.path.insert(0, str(HERE))
-    from verl_cpu_platform import use_cpu_platform
+    from omni_trainer.verl_engine.cpu_platform import use_cpu_platform
 
     use_cpu_platform()  # before any verl module asks for a device
 
@@ -172,6 +190,7 @@ def main(out_dir: Path, remove_padding: bool, model: str) -> None:
     report: dict[str, Any] = {
         "engine_class": type(engine).__name__, "module_class": type(engine.module).__name__,
         "policy_class": type(actor.model).__name__, "pipeline": config.actor_rollout_ref.rollout.pipeline(), "rows": [],
+        "weight_sync": weight_sync_names(engine),
     }
     for i, modality in enumerate(MODALITIES):
         ours = dataset.dataset[i]

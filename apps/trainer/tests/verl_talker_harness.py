@@ -13,7 +13,7 @@ What runs, verl 0.9.1's code unchanged with our registered classes:
    vLLM-Omni driver in mode ``talker``, adding the speech sample) on a recording
    ``AsyncOmni`` whose answers are what vLLM-Omni 0.28 returns for a ``thinker_talker``
    request, built from the tiny model's own talker samples (the local engine) for the
-   thinker answer :data:`ANSWER`;
+   thinker answer :data:`ANSWER` -- cut at the thinker's length limit for :data:`CUT_QUESTION`;
 4. verl's batch conversion and FSDP2 engine (:class:`OmniFSDPEngine`, padded rows, gloo,
    fp32), whose forward gets the fields through the talker adapter;
 5. the oracle: the sampled log-probs and the local actor on the local engine's samples.
@@ -32,6 +32,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 QUESTIONS = ("How many fruits?", "Say something kind.", "What is the sun?")
+CUT_QUESTION = "Count to a hundred."
+"""The row whose thinker answer stops at its length limit (``finish_reason="length"``, no end of turn)."""
 ANSWER_TEXT = "Three apples and two pears."
 MAX_SPEECH = 16
 AUDIO_REWARDS = [{"name": "duration", "weight": 1.0}, {"name": "silence", "weight": 0.5}]
@@ -43,7 +45,7 @@ def write_rows(root: Path) -> str:
     rows = [
         rl_row(data_source="my/speech", messages=[{"role": "user", "content": q}], ground_truth="", ability="speech",
                extra_info={"index": i})
-        for i, q in enumerate(QUESTIONS)
+        for i, q in enumerate((*QUESTIONS, CUT_QUESTION))
     ]
     return str(write_rl_parquet(rows, root / "speech.parquet"))
 
@@ -51,15 +53,16 @@ def write_rows(root: Path) -> str:
 class SpeechServer:
     """verl's ``LLMServerClient`` surface over our server on a recording ``AsyncOmni``."""
 
-    def __init__(self, policy: Any, answer: list[int]) -> None:
+    def __init__(self, policy: Any, answer: list[int], tokenizer: Any) -> None:
         from vllm import SamplingParams
 
         from omni_qwen3.talker_fields import TALKER_FIELDS
         from omni_rollout.vllm_omni.testing import RecordingAsyncOmni
         from verl_server_stub import stub_server
 
-        self.policy, self.answer = policy, answer
+        self.policy, self.answer, self.tokenizer = policy, answer, tokenizer
         self.samples: dict[tuple[int, ...], Any] = {}
+        self.cut: set[tuple[int, ...]] = set()
         omni = RecordingAsyncOmni(
             [SamplingParams(temperature=0.0, max_tokens=2048), SamplingParams(), SamplingParams(temperature=0.0)],
             respond=self.respond,
@@ -77,8 +80,12 @@ class SpeechServer:
         from verl_server_stub import stage_output
 
         ids = [int(t) for t in prompt["prompt_token_ids"]]
+        cut = CUT_QUESTION in self.tokenizer.decode(ids)
+        answer, finish = (self.answer[:-1], "length") if cut else (self.answer, "stop")
+        if cut:
+            self.cut.add(tuple(ids))
         torch.manual_seed(len(ids))
-        (local,) = self.policy.sample_speech(torch.tensor([ids + self.answer[:-1]]), n=1,
+        (local,) = self.policy.sample_speech(torch.tensor([ids + answer[:-1]]), n=1,
                                              max_new_tokens=params[1].max_tokens)
         self.samples[tuple(ids)] = local
         tokens = list(local.response_ids)
@@ -86,7 +93,7 @@ class SpeechServer:
         decode = torch.cat([torch.tensor(tokens[:consumed])[:, None], local.extra_fields[RESIDUAL_CODES][:consumed]], 1)
         codes = torch.cat([torch.zeros(len(local.prompt_ids), decode.shape[1], dtype=torch.long), decode])
         return [
-            stage_output(0, ids, self.answer),
+            stage_output(0, ids, answer, finish_reason=finish),
             stage_output(1, [0] * len(local.prompt_ids), tokens, logprobs=local.response_logprobs,
                          multimodal_output={"codes": {"audio": codes}}),
             stage_output(2, [], [], multimodal_output={"audio": local.waveform[None],
@@ -101,7 +108,7 @@ class SpeechServer:
 
 def main(out_dir: Path) -> None:
     sys.path.insert(0, str(HERE))
-    from verl_cpu_platform import use_cpu_platform
+    from omni_trainer.verl_engine.cpu_platform import use_cpu_platform
 
     use_cpu_platform()  # before any verl module asks for a device
 
@@ -118,7 +125,7 @@ def main(out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     tiny = str(build_tiny_qwen3_omni(out_dir / "tiny", seed=0))
     data = write_rows(out_dir)
-    rows = len(QUESTIONS)
+    rows = len(QUESTIONS) + 1
     config = load_config([
         f"actor_rollout_ref.model.path={tiny}", f"data.train_files=[{data}]", "trainer.engine=verl",
         "actor_rollout_ref.model.stage=talker", "actor_rollout_ref.rollout.pipeline_mode=talker",
@@ -150,12 +157,12 @@ def main(out_dir: Path) -> None:
     policy = Qwen3OmniTalkerPolicy.from_pretrained(tiny).eval()
     dataset = OmniRLHFDataset([data], tokenizer=processor.tokenizer, config=verl_config.data, processor=processor)
     batch = DataProto.from_single_dict(collate_fn([dataset[i] for i in range(len(dataset))]))
-    server = SpeechServer(policy, answer)
+    server = SpeechServer(policy, answer, processor.tokenizer)
     worker = OmniAgentLoopWorker(verl_config, llm_client=server)
     output = asyncio.run(worker.generate_sequences(batch))
 
     # 4. verl's FSDP2 engine: the talker's log-probs as its actor worker computes them (padded rows).
-    from verl_cpu_harness import fsdp_log_probs
+    from verl_cpu_harness import fsdp_log_probs, weight_sync_names
 
     engine, verl_log_probs = fsdp_log_probs(verl_config, output, remove_padding=False)
 
@@ -169,16 +176,26 @@ def main(out_dir: Path) -> None:
     report: dict[str, Any] = {
         "engine_class": type(engine).__name__, "module_class": type(engine.module).__name__,
         "agent_loop": str(verl_config.actor_rollout_ref.rollout.agent.default_agent_loop), "rows": [],
+        "weight_sync": weight_sync_names(engine), "cut_rows": [],
     }
     keys = sorted(k for k in output.non_tensor_batch if k in TALKER_FIELDS)
     rewards = WeightedAudioReward(AUDIO_REWARDS)
     spoken = processor.tokenizer.decode(answer[:-1], skip_special_tokens=True)
-    reward_keys = ["audio_reward/duration", "audio_reward/silence", "reward_ok", "reward_error"]
+    reward_keys = ["audio_reward/duration", "audio_reward/silence", "reward_ok", "reward_error", "source_truncated"]
     for i in range(rows):
         mask = output.batch["attention_mask"][i].bool()
         prompt_width = output.batch["prompts"].shape[1]
         prompt_ids = output.batch["input_ids"][i][:prompt_width][mask[:prompt_width]].tolist()
         response_mask = output.batch["response_mask"][i].bool()
+        info = {k: float(output.non_tensor_batch[k][i]) for k in reward_keys if k in output.non_tensor_batch}
+        source = output.non_tensor_batch["qwen3_omni.talker_source_ids"][i].tolist()
+        if any(source[: len(ids)] == list(ids) for ids in server.cut):
+            # The row whose thinker was cut: its speech tokens reach the batch, none is trained.
+            report["cut_rows"].append({
+                "tokens": int(mask[prompt_width:].sum()), "trained_tokens": int(response_mask.sum()),
+                "reward_extra_info": info, "verl_log_probs_finite": bool(verl_log_probs[i].isfinite().all()),
+            })
+            continue
         response = output.batch["responses"][i][response_mask].tolist()
         (thinker_prompt,) = [p for p, s in server.samples.items() if list(s.response_ids) == response]
         local = server.samples[thinker_prompt]
@@ -198,8 +215,7 @@ def main(out_dir: Path) -> None:
             "local_actor_log_probs": local_actor[0].tolist(),
             "verl_log_probs": verl_log_probs[i][response_mask].tolist(),
             "rm_score": float(output.batch["rm_scores"][i].sum()) if "rm_scores" in output.batch.keys() else None,
-            "reward_extra_info": {k: float(output.non_tensor_batch[k][i]) for k in reward_keys
-                                  if k in output.non_tensor_batch},
+            "reward_extra_info": info,
             "expected_reward": rewards(local.waveform.numpy(), policy.speech_sample_rate, spoken, ""),
         })
     (out_dir / "report.json").write_text(json.dumps(report, indent=1))

@@ -8,6 +8,7 @@ import pytest
 
 from omni_contracts import (
     ExtraFieldError,
+    LogitMask,
     RolloutAdapter,
     RolloutSample,
     SchemaError,
@@ -18,6 +19,7 @@ from omni_contracts import (
     get_rollout_adapter,
     get_training_adapter,
     keep_final_outputs,
+    select_synced_weights,
     strip_submodules,
 )
 from omni_contracts.errors import RegistrationError
@@ -71,6 +73,52 @@ def test_defaults_describe_a_single_output_model() -> None:
     assert adapter.combine_engine_outputs([], "text") == ()
     made = RolloutSample((1,), (2,), (1,))
     assert adapter.postprocess_agent_loop_output(made, [last], "text") is made
+
+
+class SpeechPolicy(TextOnly):
+    """Text -> codec, the codec stage trained: a policy stage that samples another vocabulary."""
+
+    def build_stage_configs(self, mode: str) -> Sequence[StageConfig]:
+        self.check_mode(mode)
+        return [StageConfig(0, "A", "text", final_output=True), StageConfig(1, "B", "codec", True, inputs=(0,))]
+
+    def policy_stage_id(self, mode: str) -> int:
+        return 1
+
+
+def test_a_text_policy_keeps_the_text_mask_and_another_vocabulary_must_bring_its_own() -> None:
+    text = LogitMask(100, (97, 98))
+    assert TextOnly().policy_logit_mask("text", None, text) is text
+    assert TextOnly().weight_sync_prefixes("text") is None  # every parameter the actor holds
+    # The text mask's ids belong to the tokenizer; applied to a codec stage they would ban codec
+    # ids (or lie past its logits): an adapter whose policy is not text must say what it bans.
+    with pytest.raises(NotImplementedError, match=r"stage 1\) emits 'codec', not text.*Override policy_logit_mask"):
+        SpeechPolicy().policy_logit_mask("text", None, text)
+
+
+def test_a_logit_mask_refuses_ids_outside_its_stage() -> None:
+    assert LogitMask(3072, (2150, 2048, 2048)).banned_token_ids == (2048, 2150)  # sorted, once each
+    # 151655 (a thinker's image placeholder) is past a talker's 3072 logits: verl's index_fill_
+    # would fail on the device with it.
+    with pytest.raises(SchemaError, match=r"Banned ids \[151655\] lie outside the policy stage's 3072 logits"):
+        LogitMask(3072, (2048, 151655))
+    with pytest.raises(SchemaError, match="needs the stage's vocabulary size"):
+        LogitMask(0)
+
+
+def test_select_synced_weights_keeps_the_stage_and_reads_the_stream_to_its_end() -> None:
+    read: list[str] = []
+
+    def stream() -> Any:
+        for name in ("thinker.a", "talker.b", "code2wav.c", "talker.d", "thinker.e"):
+            read.append(name)  # a distributed actor gathers each tensor here, on every rank
+            yield name, len(read)
+
+    assert list(select_synced_weights(stream(), ("talker.",))) == [("talker.b", 2), ("talker.d", 4)]
+    assert read == ["thinker.a", "talker.b", "code2wav.c", "talker.d", "thinker.e"]
+    assert list(select_synced_weights([("x", 1), ("y", 2)], None)) == [("x", 1), ("y", 2)]
+    with pytest.raises(SchemaError, match=r"No actor parameter is named under \['talker\.'\].*'model\.x'"):
+        list(select_synced_weights([("model.x", 1)], ("talker.",)))
 
 
 def test_keep_final_outputs_orders_by_stage_and_keeps_aborts() -> None:

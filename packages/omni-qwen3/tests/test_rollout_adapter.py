@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 
 from omni_contracts import (
+    LogitMask,
     RolloutSample,
     StageOutput,
     UnknownModeError,
@@ -14,12 +18,24 @@ from omni_qwen3.rollout_adapter import (
     PIPELINE,
     Qwen3OmniRolloutAdapter,
     builtin_stage_configs,
+    suppressed_codec_ids,
     vllm_omni_installed,
 )
 from omni_qwen3.training_adapter import Qwen3OmniThinkerAdapter
 
 MODES = ("thinker_only", "thinker_talker", "full")
 """The modes that train the thinker."""
+
+REAL_CONFIG = SimpleNamespace(
+    talker_config=SimpleNamespace(
+        text_config=SimpleNamespace(vocab_size=3072), codec_pad_id=2148, codec_bos_id=2149, codec_eos_token_id=2150,
+        codec_nothink_id=2155, codec_think_bos_id=2156, codec_think_eos_id=2157,
+    ),
+    code2wav_config=SimpleNamespace(codebook_size=2048),
+)
+"""What the talker's mask reads from Qwen3-Omni-30B-A3B's config.json."""
+REAL_PLACEHOLDERS = (151652, 151653, 151655, 151656, 151669, 151670, 151675)
+"""The real tokenizer's vision/audio delimiters and image, video and audio pads."""
 
 
 def test_registered_under_the_pipeline_name() -> None:
@@ -83,10 +99,36 @@ def test_talker_mode_trains_the_talker_of_the_three_stage_pipeline() -> None:
     assert adapter.combine_engine_outputs([thinker, talker], "thinker_talker") == (talker,)
 
 
+def test_each_policy_stage_masks_its_own_vocabulary(tiny_config: Any) -> None:
+    """The thinker's modes keep the text mask (tokenizer length, media placeholders). The talker's
+    logits are its codec vocabulary: the thinker's placeholders (>= 151643) lie past them, and
+    what it bans is what its actor suppresses."""
+    adapter = Qwen3OmniRolloutAdapter()
+    text = LogitMask(151676, REAL_PLACEHOLDERS)
+    for mode in MODES:
+        assert adapter.policy_logit_mask(mode, REAL_CONFIG, text) is text
+    talker = adapter.policy_logit_mask("talker", REAL_CONFIG, text)
+    # Ids 2048..3071 past the codebook (the controls 2148..2157 among them) but the end of
+    # speech 2150: the set vLLM-Omni's talker suppresses itself ([vocab - 1024, vocab) - {eos}).
+    assert talker.vocab_size == 3072
+    assert set(talker.banned_token_ids) == set(range(2048, 3072)) - {2150}
+
+    vocab = tiny_config.talker_config.text_config.vocab_size  # 64: placeholders of the tiny tokenizer fall inside
+    tiny = adapter.policy_logit_mask("talker", tiny_config, LogitMask(4096, (3, 10, 40)))
+    assert tiny.vocab_size == vocab
+    assert set(tiny.banned_token_ids) == set(suppressed_codec_ids(tiny_config)) and not {3, 10, 40} & set(tiny.banned_token_ids)
+
+
+def test_only_the_talker_mode_cuts_the_weight_sync_to_its_stage() -> None:
+    adapter = Qwen3OmniRolloutAdapter()
+    assert adapter.weight_sync_prefixes("talker") == ("talker.",)  # not the frozen thinker or code2wav
+    assert all(adapter.weight_sync_prefixes(mode) is None for mode in MODES)
+
+
 def test_unknown_mode_lists_the_valid_ones() -> None:
     adapter = Qwen3OmniRolloutAdapter()
     for hook in (adapter.build_stage_configs, adapter.rollout_flags, adapter.get_pipeline_id,
-                 adapter.get_engine_hf_overrides):
+                 adapter.get_engine_hf_overrides, adapter.weight_sync_prefixes):
         with pytest.raises(UnknownModeError, match=r"'talker_only'; valid modes: thinker_only, thinker_talker, full"):
             hook("talker_only")
 

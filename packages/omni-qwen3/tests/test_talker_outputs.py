@@ -19,7 +19,7 @@ from omni_qwen3.talker_fields import (
     check_conditioning,
     missing_conditioning,
 )
-from omni_qwen3.talker_outputs import SAMPLE_RATE, WAVEFORM, engine_codes, residual_codes
+from omni_qwen3.talker_outputs import SAMPLE_RATE, SOURCE_TRUNCATED, WAVEFORM, engine_codes, residual_codes
 
 PROMPT = (5, 6, 7, 8)
 THINKER_TEXT = (20, 21, 22, 2)  # the last one, the end of the turn, is never fed back
@@ -36,9 +36,10 @@ def decode_rows(count: int) -> torch.Tensor:
 WAVE = torch.linspace(-0.5, 0.5, 48)
 
 
-def outputs(codes: object, *, thinker: tuple[int, ...] = THINKER_TEXT, placeholder: int = PREFILL) -> list[StageOutput]:
+def outputs(codes: object, *, thinker: tuple[int, ...] = THINKER_TEXT, placeholder: int = PREFILL,
+            thinker_finish: str = "stop") -> list[StageOutput]:
     return [
-        StageOutput(0, thinker, data={"prompt_token_ids": PROMPT}),
+        StageOutput(0, thinker, data={"prompt_token_ids": PROMPT, "finish_reason": thinker_finish}),
         StageOutput(1, TOKENS, (-1.0, -2.0, -3.0, -0.5),
                     data={"prompt_token_ids": (0,) * placeholder, "multimodal_output": {"codes": {"audio": codes}}}),
         StageOutput(2, data={"multimodal_output": {"audio": [WAVE[:20][None], WAVE[20:][None]], "sr": torch.tensor(24000)}}),
@@ -73,6 +74,23 @@ def test_the_talker_sample_holds_its_tokens_codes_and_source(codes: object) -> N
     assert torch.equal(sample.extra_fields[WAVEFORM], WAVE) and sample.extra_fields[SAMPLE_RATE] == 24000
     sample.validate_extra_fields(Qwen3OmniTalkerAdapter.extra_field_specs)
     check_conditioning(sample.extra_fields, "sample")
+
+
+def test_a_thinker_cut_at_its_length_limit_is_flagged_and_kept_out_of_training(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """vLLM-Omni's thinker -> talker hand-off drops the last thinker row, taking it for the
+    end-of-turn token's; after a length cut it is a text token's, so the talker was conditioned
+    one row short of the stored source and the actor's log-probs would silently differ."""
+    spoken = talker_sample(outputs(decode_rows(3)))
+    assert spoken.response_mask == (1, 1, 1, 1) and spoken.extra_fields[SOURCE_TRUNCATED] is False
+    cut_text = (20, 21, 22, 23)  # no end of turn: the limit cut the answer
+    with caplog.at_level("WARNING", logger="omni_qwen3.talker_outputs"):
+        cut = talker_sample(outputs(decode_rows(3), thinker=cut_text, thinker_finish="length"))
+    assert cut.response_mask == (0, 0, 0, 0) and cut.extra_fields[SOURCE_TRUNCATED] is True
+    assert cut.response_ids == TOKENS and cut.response_logprobs == spoken.response_logprobs  # kept for the reward
+    assert "hit its length limit" in caplog.text and "masked out of training" in caplog.text
+    cut.validate_extra_fields(Qwen3OmniTalkerAdapter.extra_field_specs)
 
 
 def test_a_row_for_every_token_fills_every_residual() -> None:

@@ -318,3 +318,21 @@ def test_generates_in_eval_mode_and_restores_the_mode(model: Any, monkeypatch: p
         assert modes == [False] and model.training
     finally:
         model.eval()
+
+
+@pytest.mark.parametrize("autocast", [None, torch.bfloat16])
+def test_generates_in_the_autocast_dtype_when_given(model: Any, autocast: torch.dtype | None) -> None:
+    """A full fine-tune's policy keeps float32 weights and computes in bf16: the rollout
+    samples under the same autocast as the actor's forward (else in the weights' fp32)."""
+    seen: list[torch.dtype] = []
+    head = model.get_output_embeddings()
+    hook = head.register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
+    try:
+        sampler = LocalEngine(find_policy_module(model, TextAdapter(), "text"), eos_token_ids=(1,), pad_token_id=0,
+                              autocast_dtype=autocast)
+        (rollout,) = sampler.generate([prompt(3, 4)], SamplingSettings(n=1, max_new_tokens=3, seed=0))
+    finally:
+        hook.remove()
+    assert seen and set(seen) == {autocast or torch.float32}
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # the weights are untouched
+    assert rollout.outputs[0].logprobs is not None and torch.isfinite(torch.tensor(rollout.outputs[0].logprobs)).all()

@@ -105,6 +105,18 @@ def test_weights_that_do_not_fit_raise_with_the_fix() -> None:
                                         tensor_parallel_size=1))
 
 
+def test_a_policy_sharing_its_gpu_gets_its_part_of_the_pool() -> None:
+    # The deploy config splits gpu_memory_utilization over the stages on a GPU; at a policy
+    # share of 0.5 the KV pool is 0.8 x 0.5 x 80 - 29.52 = 2.48 GiB (TP 2 weights as above).
+    result = plan(QWEN3_OMNI_THINKER, recipe(policy_share=0.5))
+    assert result.gpu_memory_utilization == 0.8  # the replica's share, not the policy's part
+    assert result.kv_pool_gib == pytest.approx(0.8 * 0.5 * 80 - 31.7e9 * 2 / 2 / GIB)
+    with pytest.raises(PlannerError, match="policy share 0.3"):
+        plan(QWEN3_OMNI_THINKER, recipe(policy_share=0.3))  # 19.2 GiB for 29.52 GiB of weights
+    with pytest.raises(PlannerError, match=r"policy_share must be in \(0, 1\]"):
+        recipe(policy_share=0.0)
+
+
 def test_invalid_workload_lists_every_problem() -> None:
     with pytest.raises(PlannerError, match="gpu_gib must be > 0.*audio_fraction must be in"):
         Workload(gpu_gib=0, prompt_length=1, response_length=1, audio_fraction=1.5)

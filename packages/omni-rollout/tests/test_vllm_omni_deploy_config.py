@@ -15,6 +15,7 @@ from omni_rollout.vllm_omni.deploy_config import (
     DeployOptions,
     build_deploy_config,
     render_deploy_config,
+    stage_memory_shares,
     write_deploy_config,
 )
 from omni_rollout.vllm_omni.devices import (
@@ -169,9 +170,33 @@ def test_only_the_policy_stage_gets_the_engine_knobs_and_extras_merge_last() -> 
     thinker, talker, vocoder = config["stages"]
     assert thinker["enable_lora"] is True and thinker["max_lora_rank"] == 32
     assert thinker["logprobs_mode"] == "processed_logprobs"
-    assert talker == {"stage_id": 1, "devices": "1", "tensor_parallel_size": 1,
-                      "max_num_seqs": 8, "enforce_eager": True}
-    assert vocoder == {"stage_id": 2, "devices": "1", "tensor_parallel_size": 1}
+    # Every stage gets a memory share and sleeps; with no upstream file each weighs as vLLM's
+    # default 0.92, so talker and vocoder split device 1's 0.8 evenly.
+    assert thinker["gpu_memory_utilization"] == 0.8
+    assert talker == {"stage_id": 1, "devices": "1", "tensor_parallel_size": 1, "gpu_memory_utilization": 0.4,
+                      "enable_sleep_mode": True, "max_num_seqs": 8, "enforce_eager": True}
+    assert vocoder == {"stage_id": 2, "devices": "1", "tensor_parallel_size": 1, "gpu_memory_utilization": 0.4,
+                       "enable_sleep_mode": True}
+
+
+def test_memory_shares_split_each_device_by_weight_and_a_stage_takes_its_tightest_device() -> None:
+    # The policy at TP 2 spans devices 0 and 1; talker and vocoder share device 1 with it.
+    # Device 1 weighs 0.9 + 0.6 + 0.1 = 1.6: of the rollout's 0.8 the policy may take
+    # 0.8 * 0.9 / 1.6 = 0.45 there (its whole 0.8 on device 0, the smaller wins), the talker
+    # 0.8 * 0.6 / 1.6 = 0.3, the vocoder 0.8 * 0.1 / 1.6 = 0.05: 0.8 in all on device 1.
+    placed = place_stages(CHAIN, ReplicaLayout(gpus_per_replica=2, tensor_parallel_size=2), 0)
+    shares = stage_memory_shares(placed, {0: 0.9, 1: 0.6, 2: 0.1}, 0.8)
+    assert shares == {0: 0.45, 1: 0.3, 2: 0.05}
+    # Rounded down to 1e-4, so the device never sums above the share: 0.5 / 3 = 0.16666...
+    assert stage_memory_shares(place_stages(CHAIN, ReplicaLayout(), 0), {0: 1, 1: 1, 2: 1}, 0.5) == {
+        0: 0.1666, 1: 0.1666, 2: 0.1666}
+    # A stage alone on its device keeps the share as given.
+    assert stage_memory_shares(place_stages(CHAIN[:1], ReplicaLayout(), 0), {0: 0.3}, 0.55555) == {0: 0.55555}
+
+
+def test_extras_may_not_set_a_memory_share() -> None:
+    with pytest.raises(DeployConfigError, match=r"sets \['gpu_memory_utilization'\], which the replica layout and the memory"):
+        build_deploy_config(FakeAdapter(extras={2: {"gpu_memory_utilization": 0.3}}), "chain", ReplicaLayout())
 
 
 def fake_vllm_omni(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, deploy_yaml: str | None) -> None:
@@ -204,6 +229,61 @@ def test_stages_after_the_policy_keep_the_engines_own_sampling_defaults(
     assert "default_sampling_params" not in vocoder  # none upstream: nothing invented
     plain = build_deploy_config(UpstreamAdapter(), "chain", ReplicaLayout(gpus_per_replica=2))["stages"]
     assert plain[1]["default_sampling_params"] == {"temperature": 0.9, "max_tokens": 4096}
+
+
+UPSTREAM_YAML = """
+async_chunk: true
+connectors:
+  shm: {name: SharedMemoryConnector, extra: {codec_chunk_frames: 25}}
+  unused: {name: OtherConnector}
+stages:
+  - {stage_id: 0, max_num_seqs: 64, max_num_batched_tokens: 32768, gpu_memory_utilization: 0.9, enforce_eager: true,
+     enable_prefix_caching: false, trust_remote_code: true, devices: "0", default_sampling_params: {temperature: 0.0}}
+  - {stage_id: 1, gpu_memory_utilization: 0.6, enable_prefix_caching: false, devices: "1",
+     input_connectors: {from_stage_0: shm}, default_sampling_params: {temperature: 0.9, top_k: 50}}
+  - {stage_id: 2, gpu_memory_utilization: 0.1, async_scheduling: false, devices: "1"}
+platforms:
+  cuda:
+    stages:
+      - {stage_id: 0, compilation_config: {custom_ops: ["+rotary_embedding"]}}
+      - {stage_id: 1, default_sampling_params: {max_tokens: 4096}}
+  rocm:
+    stages:
+      - {stage_id: 2, enforce_eager: true}
+"""
+
+
+def test_each_stage_starts_from_the_upstream_file_on_cuda(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_vllm_omni(tmp_path, monkeypatch, UPSTREAM_YAML)
+    config = build_deploy_config(UpstreamAdapter(), "chain", ReplicaLayout(gpus_per_replica=2),
+                                 DeployOptions(gpu_memory_utilization=0.8, cudagraph_capture_sizes=(2, 1),
+                                               enable_prefix_caching=True))
+    thinker, talker, vocoder = config["stages"]
+    # The policy: our knobs over upstream's, its CUDA custom op beside our graph sizes, upstream's
+    # eager kept (we never turn it off), its sampling defaults and pipeline-wide copies gone.
+    assert thinker == {
+        "stage_id": 0, "devices": "0", "tensor_parallel_size": 1, "gpu_memory_utilization": 0.8,
+        "enable_sleep_mode": True, "max_num_seqs": 256, "max_num_batched_tokens": 32768, "enforce_eager": True,
+        "compilation_config": {"custom_ops": ["+rotary_embedding"], "cudagraph_capture_sizes": [1, 2]},
+    }
+    # Device 1 splits 0.8 as 0.6 : 0.1, rounded down: 0.8 * 0.6 / 0.7 = 0.68571, 0.8 * 0.1 / 0.7 = 0.11428.
+    # The CUDA sampling entry merges into the stage's; ROCm's eager code2wav is not carried.
+    assert talker == {
+        "stage_id": 1, "devices": "1", "tensor_parallel_size": 1, "gpu_memory_utilization": 0.6857,
+        "enable_sleep_mode": True, "input_connectors": {"from_stage_0": "shm"},
+        "default_sampling_params": {"temperature": 0.9, "top_k": 50, "max_tokens": 4096},
+    }
+    assert vocoder == {"stage_id": 2, "devices": "1", "tensor_parallel_size": 1, "gpu_memory_utilization": 0.1142,
+                       "enable_sleep_mode": True, "async_scheduling": False}
+    # The connectors the stages name come along; the run's pipeline-wide settings stay ours.
+    assert config["connectors"] == {"shm": {"name": "SharedMemoryConnector", "extra": {"codec_chunk_frames": 25}}}
+    assert config["enable_prefix_caching"] is True and config["async_chunk"] is False
+
+
+def test_an_upstream_file_we_cannot_resolve_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_vllm_omni(tmp_path, monkeypatch, "base_config: other.yaml\nstages: []\n")
+    with pytest.raises(DeployConfigError, match=r"uses \['base_config'\], which the deploy-config generator"):
+        build_deploy_config(UpstreamAdapter(), "chain", ReplicaLayout(gpus_per_replica=2))
 
 
 def test_a_missing_upstream_deploy_file_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

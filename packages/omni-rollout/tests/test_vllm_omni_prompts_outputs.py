@@ -164,6 +164,16 @@ def test_completion_becomes_a_sample_with_sampled_logprobs() -> None:
     assert result.finish_reason == "length" and not result.aborted
 
 
+def test_each_stages_finish_reason_is_kept_with_its_output() -> None:
+    """A later stage may have consumed an earlier one differently after a length cut (Qwen3-Omni's
+    talker after a cut thinker): the adapter reads why each stage stopped from its ``data``."""
+    engine = [RequestOutput([Completion([5, 6], None, "length")], stage_id=0),
+              RequestOutput([Completion([7], None, "stop")], stage_id=1)]
+    converted = [stage_output_from_engine(output)[0] for output in engine]
+    assert [o.data["finish_reason"] for o in converted] == ["length", "stop"]
+    assert "finish_reason" not in stage_output_from_engine(RequestOutput([Completion([5], None, None)]))[0].data
+
+
 def test_n_samples_are_read_by_index() -> None:
     engine = [RequestOutput([Completion([1]), Completion([2, 3])])]
     assert convert_request(TextAdapter(), "text", [0], engine, sample_index=1

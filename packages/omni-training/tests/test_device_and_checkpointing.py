@@ -1,5 +1,6 @@
-"""The actor on one device: micro-batches move to the model's device, bf16 loading, and
-gradient checkpointing (same loss and gradients, layers run twice). CPU, tiny causal LM."""
+"""The actor on one device: micro-batches move to the model's device, bf16 loading (fp32
+master weights for a full fine-tune), and gradient checkpointing (same loss and gradients,
+layers run twice). CPU, tiny causal LM."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 from omni_contracts import TrainingAdapter
 from omni_training.actor import Actor
 from omni_training.batching import MicroBatch, TeacherLogProbs, collate
+from omni_training.model_loading import Precision, precision
 from omni_training.settings import ActorSettings, LoraSettings, OptimizerSettings
 
 LORA = LoraSettings(rank=4, alpha=8)
@@ -82,6 +84,66 @@ def test_bfloat16_policy_trains_with_fp32_log_probs(tiny_lm_path: Path, tiny_ada
     assert batch.old_log_probs.dtype == torch.float32
     metrics = actor.update([batch])
     assert metrics["actor/grad_norm"] > 0 and metrics["actor/skipped_step"] == 0.0
+    assert actor.autocast_dtype is None  # the bf16 base computes in bf16 by itself
+    moments = [t for p in actor.trainable for t in actor.optimizer.state[p].values() if t.dim() > 0]
+    assert moments and {t.dtype for t in moments} == {torch.float32}  # AdamW's state follows the adapter
+
+
+def test_precision_keeps_trained_weights_in_fp32() -> None:
+    # actor.dtype is the compute dtype; what is trained (and its AdamW state) stays fp32.
+    assert precision("bfloat16", lora=False) == Precision(weights="float32", compute="bfloat16")
+    assert precision("bfloat16", lora=False).autocast == torch.bfloat16
+    assert precision("bfloat16", lora=True) == Precision(weights="bfloat16", compute="bfloat16")  # frozen base
+    assert precision("bfloat16", lora=True).autocast is None
+    for lora in (False, True):  # the CPU's float32: unchanged
+        assert precision("float32", lora=lora) == Precision("float32", "float32")
+        assert precision("float32", lora=lora).autocast is None
+    with pytest.raises(ValueError, match="valid: float32, bfloat16"):
+        precision("float16", lora=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_small_adamw_step_survives_only_in_fp32(dtype: torch.dtype) -> None:
+    """Why a full fine-tune keeps fp32 weights: 0.01 lies in [2**-7, 2**-6), where bf16's
+    spacing is 2**-7 * 2**-7 = 6.1e-5; Adam's first step is lr = 3e-6, a twentieth of it, and
+    rounds back to 0.01. fp32's spacing there is 2**-7 * 2**-23 = 9.3e-10."""
+    weight = torch.nn.Parameter(torch.full((4,), 0.01, dtype=dtype))
+    optimizer = torch.optim.AdamW([weight], lr=3e-6, weight_decay=0.0)
+    start = weight.detach().clone()
+    weight.grad = torch.ones_like(weight)
+    optimizer.step()
+    moved = float((start.float() - weight.detach().float()).abs().max())
+    if dtype == torch.float32:
+        assert moved == pytest.approx(3e-6, rel=1e-3)
+    else:
+        assert moved == 0.0
+
+
+def test_full_fine_tune_in_bf16_keeps_fp32_master_weights_and_learns(
+    tiny_lm_path: Path, tiny_adapter: TrainingAdapter
+) -> None:
+    """``actor.dtype=bfloat16`` (a GPU's auto) with LoRA off, on the CPU: the weights load in
+    fp32, the forward computes in bf16, and a 3e-6 step moves (nearly) every weight."""
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, settings=ActorSettings(dtype="bfloat16"),
+                                  lora=LoraSettings(rank=0), optim=OptimizerSettings(lr=3e-6, weight_decay=0.0))
+    assert {p.dtype for p in actor.model.parameters()} == {torch.float32}
+    assert actor.autocast_dtype == torch.bfloat16
+    q_proj = actor.model.model.layers[0].self_attn.q_proj
+    computed: list[torch.dtype] = []
+    q_proj.register_forward_hook(lambda _m, _i, out: computed.append(out.dtype))
+    batch = make_batch()
+    (batch.old_log_probs,) = actor.compute_log_probs([batch])
+    assert batch.old_log_probs.dtype == torch.float32 and computed == [torch.bfloat16]
+    before = q_proj.weight.detach().clone()
+    metrics = actor.update([batch])
+    assert metrics["actor/skipped_step"] == 0.0
+    moved = (q_proj.weight.detach() - before).abs()
+    # |w| ~ 0.02 (the init's std): bf16 weights would keep all but the few smallest elements
+    # (|w| below ~8e-4, a few percent); fp32 moves every one with a gradient by ~lr.
+    assert float((moved > 0).float().mean()) > 0.99
+    assert float(moved.max()) == pytest.approx(3e-6, rel=0.05)
+    moments = [t for p in actor.trainable for t in actor.optimizer.state[p].values() if t.dim() > 0]
+    assert {t.dtype for t in moments} == {torch.float32}
 
 
 def decoder_layer_calls(actor: Actor) -> list[int]:

@@ -181,6 +181,9 @@ def test_teacher_scores_are_the_models_log_probs_masked(tiny_lm_path: Path, tiny
     torch.testing.assert_close(scored.log_probs, expected * batch.response_mask)
     assert scored.topk_ids is not None and scored.topk_ids.shape == (*batch.responses.shape, 5)
     assert not any(p.requires_grad for p in teacher.model.parameters())
+    # Frozen: a GPU run's bf16 teacher loads in bf16 (only trained weights need fp32).
+    bf16 = Teacher.from_pretrained(str(tiny_lm_path), tiny_adapter, dtype="bfloat16")
+    assert {p.dtype for p in bf16.model.parameters()} == {torch.bfloat16}
 
 
 # --- the tokenizer check ------------------------------------------------------------------

@@ -40,7 +40,7 @@ def test_saved_elements_per_token_and_layer() -> None:
 
 def test_lora_plan_by_hand() -> None:
     plan = memory_plan(COUNTS, DENSE, WORK, lora=True, checkpointing=False)
-    assert plan["weights (bf16)"] == 2000  # 1000 params x 2 B
+    assert plan["weights (LoRA bf16, full FT fp32)"] == 2000  # 1000 params x 2 B
     assert plan["trainable weights (extra, LoRA fp32)"] == 200  # 50 x 4 B
     assert plan["gradients"] == 200  # fp32
     assert plan["AdamW moments"] == 400  # 2 moments x 50 x 4 B
@@ -63,19 +63,20 @@ def test_checkpointing_keeps_layer_inputs_and_one_layer() -> None:
     assert plan["peak"] == 2800 + 9472 + 1760
 
 
-def test_full_fine_tuning_keeps_bf16_gradients_and_moments() -> None:
+def test_full_fine_tuning_keeps_fp32_weights_gradients_and_moments() -> None:
     plan = memory_plan(COUNTS, DENSE, WORK, lora=False, checkpointing=False)
+    assert plan["weights (LoRA bf16, full FT fp32)"] == 4000  # 1000 params x 4 B: fp32 master weights
     assert plan["trainable weights (extra, LoRA fp32)"] == 0
-    assert plan["gradients"] == 1200  # 600 x 2 B
-    assert plan["AdamW moments"] == 2400  # 2 x 600 x 2 B
-    assert plan["peak"] == 2000 + 1200 + 2400 + 18656
+    assert plan["gradients"] == 2400  # 600 x 4 B
+    assert plan["AdamW moments"] == 4800  # 2 x 600 x 4 B
+    assert plan["peak"] == 4000 + 2400 + 4800 + 18656
 
 
 def test_verdict_and_table() -> None:
     assert fits(21776, 23670)  # 92% of 23670 = 21776.4
     assert not fits(21776, 23000)
     text = format_plan("plan", COUNTS, DENSE, WORK, 23670, chosen=COLUMNS[0])
-    assert "*LoRA" in text and "fits" in text and "does not fit" in text  # full FT (24576) does not
+    assert "*LoRA" in text and "fits" in text and "does not fit" in text  # full FT (29856) does not
     assert "on 0 GB (92% usable)" in text
     assert "fits" not in format_plan("plan", COUNTS, DENSE, WORK, None)  # no GPU: the plan alone
     assert count_text(31_720_000_000) == "31.72B" and count_text(13_400_000) == "13.4M" and count_text(12) == "12"

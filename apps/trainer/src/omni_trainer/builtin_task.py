@@ -41,6 +41,14 @@ def score_digits(
     return {"score": score, "acc": float(starts)}
 
 
+def register_scorer() -> None:
+    """Register :func:`score_digits` for :data:`DATA_SOURCE` in omni-rewards (idempotent)."""
+    from omni_rewards import SCORERS
+
+    if DATA_SOURCE not in SCORERS:
+        SCORERS.add(DATA_SOURCE, score_digits)
+
+
 def builtin_rows(count: int, seed: int = 0) -> list[dict[str, Any]]:
     """``count`` task rows: chat messages, one picture, one tone, the reward fields."""
     import numpy as np

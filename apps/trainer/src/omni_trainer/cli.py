@@ -56,7 +56,7 @@ def list_models(loader: ModelPackageLoader) -> int:
     for package in installed:
         print(f"  {package.describe()}")
     if not installed:
-        print("  none installed")
+        print("  none installed (a checkout run without installing it: name the modules in OMNI_RL_MODEL_MODULES)")
     try:
         loader.load_all()
     except ModelPackageImportError as exc:
@@ -93,11 +93,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.list_models:
         return list_models(training_adapters.loader)
+    from omni_trainer import builtin_task
     from omni_trainer.config import ConfigError, load_config, to_yaml
     from omni_trainer.preflight import preflight
 
     try:
         config = load_config(list(args.overrides))
+        builtin_task.register_scorer()  # its rows may come as files too (omni_trainer.builtin_files)
+        if config.trainer.engine == "verl":
+            from omni_trainer.builtin_files import use_builtin_files
+
+            use_builtin_files(config)  # verl reads files: the embedded default's, written once
         warnings = preflight(config)  # before any model, tokenizer or dataset loads
     except ConfigError as exc:
         print(exc, file=sys.stderr)

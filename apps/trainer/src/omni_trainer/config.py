@@ -87,8 +87,20 @@ class OptimConfig:
 
 
 @dataclass
+class FsdpConfig:
+    """verl engine: verl's ``actor.fsdp_config`` offload switches, passed to verl as they are
+    (the local engine keeps the actor on its one device and refuses them). Colocated with
+    the rollout, they free the GPU for vLLM's memory share (verl-omni's Qwen3-Omni recipes set
+    both on 80 GB GPUs)."""
+
+    param_offload: bool = False  # parameters (and gradients) on the CPU while the actor is idle
+    optimizer_offload: bool = False  # optimizer state on the CPU outside the optimizer step
+
+
+@dataclass
 class ActorConfig:
     strategy: str = "fsdp2"  # verl engine: fsdp | fsdp2
+    fsdp_config: FsdpConfig = field(default_factory=FsdpConfig)
     policy_loss: PolicyLossSection = field(default_factory=PolicyLossSection)
     clip_ratio: float = 0.2
     clip_ratio_low: float | None = None
@@ -105,7 +117,9 @@ class ActorConfig:
     kl_loss_type: str = "low_var_kl"
     entropy_coeff: float = 0.0
     grad_clip: float = 1.0
-    dtype: str = "auto"  # local engine: auto (bfloat16 on a GPU, float32 on the CPU) | float32 | bfloat16
+    # local engine, the compute dtype: auto (bfloat16 on a GPU, float32 on the CPU) | float32 | bfloat16;
+    # trained weights and AdamW state stay float32 (omni_training.model_loading.precision)
+    dtype: str = "auto"
     # Local engine. auto: when the step is on-policy (one epoch, one mini-batch, no KL reward,
     # no teacher) the update's own forward gives the old log-probs (detached), one actor
     # pass fewer with the same loss and gradients; recompute: always a separate pass first.
@@ -163,8 +177,9 @@ class RolloutConfig:
     agent: AgentConfig = field(default_factory=AgentConfig)
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
     engine_kwargs: EngineKwargsConfig = field(default_factory=EngineKwargsConfig)
-    # verl engine (vLLM-Omni rollout); verl's names. tensor_model_parallel_size defaults to 1
-    # (verl's 2 does not fit one GPU); gpu_memory_utilization is verl's default.
+    # verl engine (vLLM-Omni rollout); verl's names. The schema's values suit one GPU and a
+    # small model; omni_trainer.yaml holds the real model's (the pre-flight refuses a tensor
+    # parallel size whose weights per GPU leave no KV cache in gpu_memory_utilization).
     name: str = "vllm_omni"
     mode: str = "async"
     tensor_model_parallel_size: int = 1
@@ -174,6 +189,9 @@ class RolloutConfig:
     cudagraph_capture_sizes: list[int] | None = None
     enforce_eager: bool = False
     free_cache_engine: bool = True  # sleep the engine while the colocated actor trains
+    # Off, as vLLM-Omni's deploy files for Qwen3-/Qwen2.5-Omni set every stage (and verl-omni):
+    # RL log-probs must not depend on cache state. verl's own default is on.
+    enable_prefix_caching: bool = False
 
     def pipeline(self) -> str:
         """``pipeline_name``, which the pre-flight guarantees is set.
@@ -419,7 +437,7 @@ def load_config(*override_groups: list[str]) -> Config:
     The embedded preset (``embedded.yaml``) applies when no override names a model path or
     train files: that is the tiny built-in run of a bare ``uv run trainer``; with
     ``actor_rollout_ref.model.stage=talker``, ``embedded_talker.yaml`` follows it (the
-    built-in speech task).
+    built-in speech task); with ``trainer.engine=verl``, ``embedded_verl.yaml`` (full fine-tuning).
 
     Raises:
         ConfigError: every problem found, each naming the key (and the closest valid key).
@@ -434,6 +452,9 @@ def load_config(*override_groups: list[str]) -> Config:
         stages = [value for layer in parsed for key, value in _flatten(layer) if key == "actor_rollout_ref.model.stage"]
         if stages and stages[-1] == "talker":
             layers.append(("embedded_talker.yaml", packaged_yaml("embedded_talker.yaml")))
+        engines = [value for layer in parsed for key, value in _flatten(layer) if key == "trainer.engine"]
+        if engines and engines[-1] == "verl":
+            layers.append(("embedded_verl.yaml", packaged_yaml("embedded_verl.yaml")))
     layers.extend(("overrides", layer) for layer in parsed)
     for origin, layer in layers:
         for key, value in _flatten(layer):

@@ -1,10 +1,18 @@
-"""The memory plan of a local-engine run on one GPU, from its config: what ``trainer
-doctor`` reports and what a GPU run prints at start (the arithmetic is
-:mod:`omni_training.memory_plan`; parameters are counted on the meta device).
+"""Memory plans from a run's config, parameters counted on the meta device.
+
+- The local engine on one GPU: what ``trainer doctor`` reports and what a GPU run prints at
+  start (the arithmetic is :mod:`omni_training.memory_plan`).
+- The verl engine's rollout: vLLM-Omni pre-allocates ``gpu_memory_utilization`` x the GPU
+  for the policy stage's weights and its KV cache; weights of ``params x 2 B /
+  tensor_model_parallel_size`` per GPU (bf16, verl's rollout dtype) that leave no room for
+  one full sequence's KV cache make vLLM refuse to start (:func:`rollout_memory_problem`,
+  run by the pre-flight). The GPU is the visible one, else :data:`ASSUMED_GPU`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,13 +33,21 @@ from omni_training.memory_plan import (
 from omni_training.model_loading import count_parameters
 
 from omni_trainer.config import Config
-from omni_trainer.settings_builders import lora_settings
+from omni_trainer.settings_builders import adapter_options, lora_settings
 
 
 @dataclass(frozen=True)
 class Gpu:
     name: str
     total_bytes: float
+
+
+ASSUMED_GPU = Gpu("an 80 GB GPU, assumed: none is visible here", 85.0e9)
+"""What the rollout check assumes without a visible GPU: an H100/H800 80GB, whose memory
+torch reports as 85.0e9 bytes (79.2 GiB)."""
+ROLLOUT_DTYPE_BYTES = 2
+"""Bytes per rollout weight and KV value: verl's ``rollout.dtype`` default, bfloat16."""
+GIB = 2**30
 
 
 def visible_gpu() -> Gpu | None:
@@ -108,3 +124,73 @@ def _advice(cfg: Config, chosen: Column) -> str:
     if cfg.trainer.engine == "local":
         tips.append("or trainer.engine=verl across several GPUs")
     return "try " + ", ".join(tips)
+
+
+def model_for_plan(cfg: Config, model_path: str) -> tuple[Any, TrainingAdapter] | None:
+    """The checkpoint's transformers config and training adapter, or None when either cannot
+    be had (the pre-flight's model check reports why)."""
+    from transformers import AutoConfig
+
+    from omni_contracts import OmniContractError, resolve_training_adapter
+
+    try:
+        hf_config = AutoConfig.from_pretrained(model_path)
+        return hf_config, resolve_training_adapter(hf_config, cfg.actor_rollout_ref.model.stage, adapter_options(cfg))
+    except (OSError, ValueError, OmniContractError):
+        return None
+
+
+def rollout_memory_problem(cfg: Config, hf_config: Any, adapter: TrainingAdapter, gpu: Gpu | None) -> str | None:
+    """verl engine: why the rollout's policy stage cannot start on ``gpu`` (None when it can).
+
+    Its weights per GPU plus the KV cache of one full sequence (prompt + response: vLLM
+    admits no request it cannot hold) must fit in ``gpu_memory_utilization x`` the GPU.
+    Necessary, not sufficient: vLLM's activation profile and CUDA graphs take their share
+    too (``uv run trainer plan-memory`` sizes those). The policy stage is taken to hold the
+    whole share, as it does alone on its GPUs (``thinker_only``); where other pipeline stages
+    share them, its part is smaller and the check is optimistic.
+
+    Raises:
+        ValueError: the config lacks a size the check needs (the pre-flight warns instead).
+    """
+    from omni_rollout.memory_planner import MAX_UTILIZATION, kv_bytes_per_token, model_shape_from_mapping
+
+    rollout = cfg.actor_rollout_ref.rollout
+    gpu = gpu or ASSUMED_GPU
+    params = count_parameters(hf_config, adapter, lora_settings(cfg)).total
+    shape = dataclasses.replace(model_shape_from_mapping(hf_config.to_dict(), params),
+                                weight_bytes=ROLLOUT_DTYPE_BYTES, kv_bytes=ROLLOUT_DTYPE_BYTES)
+    sequence = cfg.data.max_prompt_length + cfg.data.max_response_length
+    share = rollout.gpu_memory_utilization * gpu.total_bytes
+
+    def weights(tp: int) -> float:
+        return params * ROLLOUT_DTYPE_BYTES / tp
+
+    def needed(tp: int) -> float:
+        return weights(tp) + kv_bytes_per_token(shape, tp) * sequence
+
+    tp = rollout.tensor_model_parallel_size
+    if needed(tp) < share:
+        return None
+    key = "actor_rollout_ref.rollout"
+    kv = needed(tp) - weights(tp)
+    what = (f"{key}: the rollout's weights take {weights(tp) / GIB:.1f} GiB per GPU ({params / 1e9:.2f}B parameters "
+            f"in bf16 / tensor_model_parallel_size={tp})"
+            + (f", and one {sequence}-token sequence's KV cache {kv / GIB:.2f} GiB more" if weights(tp) < share else "")
+            + f"; their share of the GPU is gpu_memory_utilization={rollout.gpu_memory_utilization} x "
+            f"{gpu.total_bytes / GIB:.1f} GiB = {share / GIB:.1f} GiB ({gpu.name}): no room for a KV cache, and vLLM "
+            "refuses to start.")
+    gpus = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
+    fixes = []
+    larger = [t for t in (2, 4, 8, 16) if t > tp and gpus % t == 0 and needed(t) < share]
+    if larger:
+        fixes.append(f"set {key}.tensor_model_parallel_size={larger[0]} ({weights(larger[0]) / GIB:.1f} GiB of "
+                     "weights per GPU)")
+    lowest = math.floor(needed(tp) / gpu.total_bytes / 0.05 + 1) * 0.05  # the next multiple of 0.05 above
+    if round(lowest, 2) <= MAX_UTILIZATION:
+        fixes.append(f"raise {key}.gpu_memory_utilization to {lowest:.2f} or more, with "
+                     "actor_rollout_ref.actor.fsdp_config.param_offload=true and optimizer_offload=true (the actor "
+                     "leaves the GPU while vLLM holds it)")
+    if not fixes:
+        fixes.append(f"more GPUs (trainer.n_gpus_per_node) and a larger {key}.tensor_model_parallel_size")
+    return what + " Fix: " + "; or ".join(fixes) + ". `uv run trainer plan-memory` sizes the rest."

@@ -30,6 +30,7 @@ from omni_rollout.agent_loops import get_agent_loop
 from omni_rollout.local_engine import LocalEngine, find_policy_module
 from omni_rollout.sampling import SamplingSettings
 from omni_trainer import builtin_task, speech_task
+from omni_trainer.builtin_files import BUILTIN_VALIDATION_ROWS
 from omni_trainer.config import Config, ConfigError, to_yaml
 from omni_trainer.interrupts import StopRequest, workers_ignore_sigint
 from omni_trainer.loggers import build_sinks
@@ -61,8 +62,6 @@ from omni_trainer.step import StepDiscarded, StepParts, train_step
 from omni_training.actor import Actor, Regularizer
 from omni_training.checkpoint import load_checkpoint, save_checkpoint
 from omni_training.distillation import DistillationSettings, Teacher, check_shared_tokenizer
-
-BUILTIN_VALIDATION_ROWS = 16
 
 
 class LocalTrainer:
@@ -169,8 +168,7 @@ class LocalTrainer:
             from omni_trainer.custom_reward import custom_registry
 
             return custom_registry(custom.path, custom.name, self._data_sources(), custom.reward_kwargs)
-        if builtin_task.DATA_SOURCE not in SCORERS:
-            SCORERS.add(builtin_task.DATA_SOURCE, builtin_task.score_digits)
+        builtin_task.register_scorer()
         return SCORERS
 
     def _data_sources(self) -> set[str]:
@@ -261,6 +259,7 @@ class LocalTrainer:
             find_policy_module(self.actor.model, self.rollout_adapter, mode), eos_token_ids=(eos,), pad_token_id=pad,
             stage_id=stage_id,
             suppress_token_ids=(*placeholder_token_ids(self.tokenizer, self.processor), *also_suppressed),
+            autocast_dtype=self.actor.autocast_dtype,  # the actor's compute dtype (full fine-tune: bf16 on fp32)
         )
 
     def _thinker_answer(self, prepared: Prepared) -> str:

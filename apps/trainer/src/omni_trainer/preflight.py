@@ -453,6 +453,13 @@ def _verl_keys_locally(config: Config, found: Findings) -> None:
                 "reads RL parquet through omni_data.RLDataset. Convert the data with `uv run trainer convert` "
                 "(or write the RL parquet columns) and drop data.custom_cls"
             )
+    fsdp = config.actor_rollout_ref.actor.fsdp_config
+    for name in ("param_offload", "optimizer_offload"):
+        if getattr(fsdp, name):
+            found.problems.append(
+                f"actor_rollout_ref.actor.fsdp_config.{name}=true offloads verl's FSDP actor; the local engine keeps "
+                "its actor on its one device. Set it to false, or use trainer.engine=verl"
+            )
     _local_device(config, found)
 
 
@@ -475,12 +482,46 @@ def _local_device(config: Config, found: Findings) -> None:
             )
 
 
+def _rollout_memory(config: Config, found: Findings) -> None:
+    """verl engine: the rollout's tensor-parallel groups tile the GPUs, and on GPUs its weights
+    per GPU leave vLLM room for a KV cache (:func:`omni_trainer.gpu_plan.rollout_memory_problem`)."""
+    rollout, trainer = config.actor_rollout_ref.rollout, config.trainer
+    if trainer.device == "cpu":
+        return  # omni_local: one process per replica, no tensor parallelism, no GPU memory
+    key = "actor_rollout_ref.rollout"
+    gpus = trainer.nnodes * trainer.n_gpus_per_node
+    tp = rollout.tensor_model_parallel_size
+    if tp < 1 or gpus % tp:
+        found.problems.append(
+            f"{key}.tensor_model_parallel_size={tp} does not divide the {gpus} GPUs of trainer.nnodes x "
+            f"trainer.n_gpus_per_node; on one GPU set {key}.tensor_model_parallel_size=1"
+        )
+        return
+    if not 0 < rollout.gpu_memory_utilization <= 1:
+        found.problems.append(f"{key}.gpu_memory_utilization={rollout.gpu_memory_utilization} must be in (0, 1]")
+        return
+    model_path = config.actor_rollout_ref.model.path
+    if rollout.name != "vllm_omni" or model_path is None:
+        return
+    from omni_trainer.gpu_plan import model_for_plan, rollout_memory_problem, visible_gpu
+
+    model = model_for_plan(config, model_path)
+    if model is None:
+        return  # the model check names the problem
+    try:
+        problem = rollout_memory_problem(config, *model, visible_gpu())
+    except ValueError as exc:
+        found.warnings.append(f"the rollout's memory was not checked: {_one_line(exc)}")
+        return
+    if problem:
+        found.problems.append(f"trainer.engine=verl: {problem}")
+
+
 def _verl_engine(config: Config, found: Findings) -> None:
     """The verl engine's part: what verl and our translation refuse, before Ray starts."""
-    if config.trainer.device in ("cpu", "npu"):
+    if config.trainer.device == "npu":
         found.problems.append(
-            f"trainer.device={config.trainer.device}: trainer.engine=verl runs on CUDA GPUs only "
-            "(verl does not run PPO on the CPU); use trainer.engine=local for the CPU"
+            "trainer.device=npu: trainer.engine=verl runs on CUDA GPUs, or on the CPU (trainer.device=cpu)"
         )
     if config.reward.custom_reward_function.path:
         found.problems.append(
@@ -522,6 +563,6 @@ COMMON_CHECKS: tuple[Check, ...] = (
 )
 ENGINE_CHECKS: dict[str, tuple[Check, ...]] = {
     "local": (_local_algorithms, _verl_keys_locally),
-    "verl": (_verl_engine,),
+    "verl": (_rollout_memory, _verl_engine),
 }
 """Each engine's own checks, run after the common ones."""

@@ -13,8 +13,9 @@ DROPPED_KEY = "data/dropped_rows"
 
 
 def step_line(step: int, total: int, m: Mapping[str, float]) -> str:
+    acc = f"acc {m['critic/acc/mean']:.3f} | " if "critic/acc/mean" in m else ""  # verl's training has none
     line = (
-        f"step {step:>4}/{total} | reward {m['critic/score/mean']:.3f} | acc {m['critic/acc/mean']:.3f} | "
+        f"step {step:>4}/{total} | reward {m['critic/score/mean']:.3f} | {acc}"
         f"pearson {m.get('training/rollout_actor_probs_pearson_corr', float('nan')):.4f} | "
         f"grad {m.get('actor/grad_norm', float('nan')):.3f} | {m['timing_s/step']:.1f} s"
     )

@@ -125,7 +125,7 @@ def _doctor_plan(overrides: Sequence[str]) -> int:
 
     from omni_contracts import OmniContractError, resolve_training_adapter
     from omni_trainer.config import ConfigError, load_config
-    from omni_trainer.gpu_plan import run_plan, visible_gpu
+    from omni_trainer.gpu_plan import rollout_memory_problem, run_plan, visible_gpu
     from omni_trainer.settings_builders import adapter_options
 
     try:
@@ -146,6 +146,11 @@ def _doctor_plan(overrides: Sequence[str]) -> int:
         return 2
     print()
     print(run_plan(cfg, model_path, hf_config, adapter, visible_gpu()).text)
+    if cfg.trainer.engine == "verl":
+        rollout = cfg.actor_rollout_ref.rollout
+        problem = rollout_memory_problem(cfg, hf_config, adapter, visible_gpu())
+        print(problem or f"verl rollout: its weights per GPU (tensor_model_parallel_size={rollout.tensor_model_parallel_size}) "
+              f"leave a KV cache in gpu_memory_utilization={rollout.gpu_memory_utilization} of the GPU")
     return 0
 
 

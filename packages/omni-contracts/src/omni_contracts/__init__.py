@@ -19,11 +19,13 @@ from omni_contracts.extra_fields import ExtraFieldSpec, is_namespaced, validate_
 from omni_contracts.plugins import MODEL_ENTRY_POINT_GROUP, ModelPackage, ModelPackageLoader
 from omni_contracts.registry import AdapterRegistry
 from omni_contracts.rollout_adapter import (
+    LogitMask,
     RolloutAdapter,
     check_engine_prompt,
     get_rollout_adapter,
     keep_final_outputs,
     rollout_adapters,
+    select_synced_weights,
 )
 from omni_contracts.sample import RolloutSample, StageOutput, collate_extra_fields
 from omni_contracts.speech_policy import (
@@ -62,6 +64,7 @@ __all__ = [
     "ContractViolation",
     "ExtraFieldError",
     "ExtraFieldSpec",
+    "LogitMask",
     "ModelPackage",
     "ModelPackageImportError",
     "ModelPackageLoader",
@@ -87,6 +90,7 @@ __all__ = [
     "require_omni_processor",
     "resolve_training_adapter",
     "rollout_adapters",
+    "select_synced_weights",
     "strip_submodules",
     "training_adapters",
     "validate_extra_fields",

@@ -8,7 +8,7 @@ from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 from omni_contracts.errors import AdapterNotFoundError, RegistrationError
-from omni_contracts.plugins import ModelPackageLoader
+from omni_contracts.plugins import MODEL_MODULES_ENV, ModelPackageLoader
 
 K = TypeVar("K", bound=Hashable)
 A = TypeVar("A")
@@ -103,5 +103,7 @@ class AdapterRegistry(Generic[K, A]):
             f"Registered: {', '.join(registered) if registered else 'none'}.\n"
             f"Installed model packages (entry-point group '{self.loader.group}'): "
             f"{', '.join(installed) if installed else 'none'}.\n"
-            "Install the model package that provides it, or check the spelling of the key."
+            "Install the model package that provides it, or check the spelling of the key. "
+            f"(From a checkout that is not installed, name its modules in ${MODEL_MODULES_ENV}, e.g. "
+            "omni_qwen3.adapters.)"
         )

@@ -4,8 +4,9 @@ The trainer resolves one adapter per run from the pipeline name
 (``actor_rollout_ref.rollout.engine_kwargs.vllm_omni.pipeline_name``). Engines call
 ``ensure_pipeline_registered`` once at start-up, then ``build_stage_configs``,
 ``rollout_flags`` and the engine-extras hooks when they build their configuration, then
-``prepare_engine_prompt`` per request, ``combine_engine_outputs`` per finished request,
-and ``postprocess_agent_loop_output`` per sample handed to training.
+``policy_logit_mask`` once before the first request, ``prepare_engine_prompt`` per request,
+``combine_engine_outputs`` per finished request, ``postprocess_agent_loop_output`` per sample
+handed to training, and ``weight_sync_prefixes`` at each weight sync.
 
 The defaults describe a single-stage, single-output autoregressive model.
 """
@@ -13,7 +14,8 @@ The defaults describe a single-stage, single-output autoregressive model.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from omni_contracts.errors import RegistrationError, SchemaError, UnknownModeError
@@ -23,7 +25,41 @@ from omni_contracts.sample import RolloutSample, StageOutput
 from omni_contracts.topology import StageConfig
 
 R = TypeVar("R", bound="type[RolloutAdapter]")
+T = TypeVar("T")
 StageFlags = Mapping[int, Mapping[str, object]]
+
+
+@dataclass(frozen=True)
+class LogitMask:
+    """What the policy stage may never sample, in that stage's own vocabulary.
+
+    Attributes:
+        vocab_size: the width of the ids the stage may sample; logits at and past it (the
+            padded tail of an output head) are masked. A text stage: the tokenizer's length;
+            a talker: its codec vocabulary.
+        banned_token_ids: ids inside that width that are masked too (a text policy's media
+            placeholders, a talker's codec control ids).
+
+    Raises:
+        SchemaError: a width below 1, or a banned id outside ``[0, vocab_size)`` -- a ban list
+            built for another stage (on a GPU, masking an id past the logits' width is a
+            device-side assert; inside it, it silently bans a token of this stage).
+    """
+
+    vocab_size: int
+    banned_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "banned_token_ids", tuple(sorted({int(i) for i in self.banned_token_ids})))
+        if self.vocab_size < 1:
+            raise SchemaError(f"A logit mask needs the stage's vocabulary size (>= 1), got {self.vocab_size}.")
+        outside = [i for i in self.banned_token_ids if not 0 <= i < self.vocab_size]
+        if outside:
+            raise SchemaError(
+                f"Banned ids {outside[:5]} lie outside the policy stage's {self.vocab_size} logits: the ban list "
+                "was built for another stage's vocabulary. Build it from the policy stage's own ids "
+                "(RolloutAdapter.policy_logit_mask)."
+            )
 
 
 class RolloutAdapter(abc.ABC):
@@ -81,14 +117,19 @@ class RolloutAdapter(abc.ABC):
         return {}
 
     def get_stage_engine_extras(self, stage_id: int, mode: str) -> dict[str, Any]:
-        """Extra engine arguments for one stage (memory, parallelism, sampling defaults)."""
+        """Extra engine arguments for one stage (batching, sampling defaults, ...); merged last.
+        Not its devices, parallelism or ``gpu_memory_utilization``: the deploy config owns
+        those (it splits the rollout's memory share over the stages on each GPU)."""
         return {}
 
     def upstream_deploy_file(self, mode: str) -> str | None:
         """The engine's own deploy file for this mode's pipeline (a name in vLLM-Omni's
         ``deploy/`` folder, e.g. ``"qwen3_omni_moe.yaml"``). A generated deploy config
-        replaces that file; the stages after the policy keep its ``default_sampling_params``
-        (without them a stage samples with the engine's bare defaults). ``None``: none."""
+        replaces that file, so each stage keeps its settings (CUDA platform section applied)
+        but those the deploy config deliberately changes: placement, memory shares (split in
+        proportion to the file's), sleep mode, the policy's knobs and sampling defaults.
+        Without it a stage runs on the engine's bare defaults (a talker stops after 16
+        tokens). ``None``: none."""
         return None
 
     def policy_stage_id(self, mode: str) -> int:
@@ -98,6 +139,41 @@ class RolloutAdapter(abc.ABC):
     def weight_sync_stage_ids(self, mode: str) -> tuple[int, ...]:
         """The stages that receive the actor's weights after each update."""
         return (self.policy_stage_id(mode),)
+
+    def weight_sync_prefixes(self, mode: str) -> tuple[str, ...] | None:
+        """Name prefixes of the actor parameters the weight-sync stages load, under the
+        names those stages expect (e.g. ``("talker.",)``); the engines send only those.
+
+        Called by the engines at each weight sync (:func:`select_synced_weights`). ``None``
+        (the default): every parameter the actor holds -- right when the actor holds only
+        what the synced stages load. Override when the actor also holds frozen stages that
+        keep their own weights in the engine (a talker's actor holds the thinker).
+        """
+        return None
+
+    def policy_logit_mask(self, mode: str, model_config: Any, text_mask: LogitMask) -> LogitMask:
+        """What the policy stage of ``mode`` must never sample, in its own vocabulary.
+
+        Called once by the vLLM-Omni server at start-up, before any request; the mask is
+        applied on the policy stage only. ``model_config`` is the checkpoint's HF config;
+        ``text_mask`` is the mask of a text policy, built by the engine: the tokenizer's
+        length and the processor's media placeholders. A ban list belongs to the stage it was
+        built for, so the default returns ``text_mask`` only when the policy stage emits
+        text; an adapter whose policy stage samples another vocabulary (a talker's codec ids)
+        overrides this with that stage's width and bans.
+
+        Raises:
+            NotImplementedError: the policy stage does not emit text and the adapter does
+                not override this method.
+        """
+        stage = next(s for s in self.build_stage_configs(mode) if s.stage_id == self.policy_stage_id(mode))
+        if stage.output_type != "text":
+            raise NotImplementedError(
+                f"{type(self).__name__}: the policy stage of mode {mode!r} (stage {stage.stage_id}) emits "
+                f"{stage.output_type!r}, not text; the tokenizer's vocabulary and the media placeholders do not "
+                "apply to it. Override policy_logit_mask to return that stage's LogitMask(vocab_size, banned ids)."
+            )
+        return text_mask
 
     def prepare_engine_prompt(
         self,
@@ -145,6 +221,38 @@ def keep_final_outputs(
     final_ids = {stage.stage_id for stage in stages if stage.final_output}
     kept = [output for output in outputs if output.stage_id in final_ids]
     return tuple(sorted(kept, key=lambda output: output.stage_id))
+
+
+def select_synced_weights(
+    weights: Iterable[tuple[str, T]], prefixes: Sequence[str] | None
+) -> Iterator[tuple[str, T]]:
+    """The ``(name, tensor)`` pairs of ``weights`` a sync sends: those whose name starts with
+    one of ``prefixes`` (all of them when ``None``), lazily and in order.
+
+    The input is always consumed to its end (a distributed actor's stream gathers each
+    tensor with a collective, which every rank must run in the same order).
+
+    Raises:
+        SchemaError: ``prefixes`` is given and no name starts with one of them (the actor's
+            names and the stage's differ; a sync that sends nothing would go unnoticed).
+    """
+    if prefixes is None:
+        yield from weights
+        return
+    wanted = tuple(prefixes)
+    sent = 0
+    seen: list[str] = []  # a few names that were not sent, for the error
+    for name, tensor in weights:
+        if name.startswith(wanted):
+            sent += 1
+            yield name, tensor
+        elif len(seen) < 3:
+            seen.append(name)
+    if not sent:
+        raise SchemaError(
+            f"No actor parameter is named under {list(wanted)} (the weight-sync stages' prefixes), e.g. {seen}; "
+            "the actor's names must be the checkpoint's, as the stage loads them."
+        )
 
 
 def check_engine_prompt(

@@ -247,6 +247,15 @@ def check_rollout_modes(adapter: RolloutAdapter) -> None:
                 f"mode {mode!r}: weight_sync_stage_ids {synced} must be a non-empty subset "
                 f"of the stages {sorted(ids)}.",
             )
+        prefixes = adapter.weight_sync_prefixes(mode)
+        if prefixes is not None and (
+            not isinstance(prefixes, tuple) or not prefixes or not all(isinstance(p, str) and p for p in prefixes)
+        ):
+            raise _fail(
+                adapter,
+                f"weight_sync_prefixes({mode!r}) returned {prefixes!r}; return None (send every parameter) "
+                "or a non-empty tuple of name prefixes such as ('talker.',).",
+            )
     _check_unknown_mode(adapter)
 
 

@@ -7,7 +7,9 @@ registered by this package, see ``omni_qwen3.vllm_pipeline``), ``full`` (stages 
 waveform out; ``qwen3_omni_moe``) and ``talker``: stages 0-2 with the talker (stage 1) as
 the trained policy, the stage that takes the actor's weights, and a final stage besides the
 thinker and code2wav (``qwen3_omni_moe_talker_rl``, registered by this package); its samples
-are mapped to the talker's codec-0 sequence by :mod:`omni_qwen3.talker_outputs`. The topology is this package's own definition below, so
+are mapped to the talker's codec-0 sequence by :mod:`omni_qwen3.talker_outputs`; its policy stage masks the
+talker's own codec control ids (never the thinker's placeholders: they lie outside the talker's
+logits) and takes only the actor's ``talker.*`` weights. The topology is this package's own definition below, so
 the local engine never imports vLLM-Omni (its import takes ~20 s and patches torch); a
 gpu-extra test checks that it agrees with vLLM-Omni's pipeline definitions.
 """
@@ -18,7 +20,7 @@ import importlib.util
 from collections.abc import Sequence
 from typing import Any
 
-from omni_contracts import RolloutAdapter, RolloutSample, StageConfig, StageOutput, keep_final_outputs
+from omni_contracts import LogitMask, RolloutAdapter, RolloutSample, StageConfig, StageOutput, keep_final_outputs
 
 from omni_qwen3.vllm_pipeline import (
     TALKER_RL_PIPELINE,
@@ -43,6 +45,22 @@ PIPELINE_IDS = {
 }
 TALKER_MODE = "talker"
 TALKER_STAGE_ID = 1
+TALKER_WEIGHT_PREFIX = "talker."
+"""The checkpoint names of the talker stage's parameters (vLLM-Omni's stage model loads
+``talker.*`` and warns on, or ignores, the rest)."""
+
+
+def suppressed_codec_ids(config: Any) -> list[int]:
+    """Codec-0 ids the talker must never emit: control tokens and ids past the codebook,
+    all but the end-of-speech token (``config``: the checkpoint's ``Qwen3OmniMoeConfig``)."""
+    talker = config.talker_config
+    vocab = talker.text_config.vocab_size
+    codebook = config.code2wav_config.codebook_size
+    controls = {
+        talker.codec_pad_id, talker.codec_bos_id, talker.codec_nothink_id,
+        talker.codec_think_bos_id, talker.codec_think_eos_id,
+    }
+    return sorted((set(range(codebook, vocab)) | controls) - {talker.codec_eos_token_id})
 
 
 def builtin_stage_configs(mode: str) -> tuple[StageConfig, ...]:
@@ -128,6 +146,21 @@ class Qwen3OmniRolloutAdapter(RolloutAdapter):
     def policy_stage_id(self, mode: str) -> int:
         self.check_mode(mode)
         return TALKER_STAGE_ID if mode == TALKER_MODE else 0
+
+    def weight_sync_prefixes(self, mode: str) -> tuple[str, ...] | None:
+        """Mode ``talker``: the talker's parameters only (the actor also holds the frozen
+        thinker and code2wav, whose weights the engine keeps); the other modes: all."""
+        self.check_mode(mode)
+        return (TALKER_WEIGHT_PREFIX,) if mode == TALKER_MODE else None
+
+    def policy_logit_mask(self, mode: str, model_config: Any, text_mask: LogitMask) -> LogitMask:
+        """The thinker's modes: ``text_mask`` (the tokenizer's vocabulary, the media
+        placeholders). Mode ``talker``: the talker's codec vocabulary with the ids its actor
+        suppresses too (:func:`suppressed_codec_ids`), so both sample one distribution."""
+        self.check_mode(mode)
+        if mode != TALKER_MODE:
+            return text_mask
+        return LogitMask(model_config.talker_config.text_config.vocab_size, tuple(suppressed_codec_ids(model_config)))
 
     def combine_engine_outputs(self, outputs: Sequence[StageOutput], mode: str) -> tuple[StageOutput, ...]:
         """Mode ``talker`` keeps every final stage: the thinker text the talker spoke, the

@@ -18,10 +18,20 @@ The talker's conditioning (prefill embeddings, text stream) stays inside vLLM-Om
 so the sample stores its source, the thinker sequence, and the actor rebuilds it (see
 :mod:`omni_qwen3.talker_fields`). The codes are located by their codec-0 column, which must
 repeat the sampled tokens: a layout other than the one above is refused, never guessed.
+
+A thinker answer cut at its length limit cannot be trained on: vLLM-Omni 0.28's
+``thinker2talker_full_payload`` drops the last row of the thinker's states unconditionally,
+taking it for the end-of-turn token's (its Qwen2.5-Omni twin drops it only after a stop: a
+length cut leaves no such row). The talker is then conditioned on one text row fewer than
+the stored source (prompt + answer[:-1]) holds, so the actor would recompute the log-probs on
+other conditioning, silently. Such a sample (the thinker's ``finish_reason`` is ``"length"``) keeps
+its tokens and waveform for the reward, but its ``response_mask`` is all 0 (no token is
+trained) and :data:`SOURCE_TRUNCATED` flags it, for the trainer to count.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,12 +41,18 @@ from torch import Tensor
 from omni_contracts import RolloutSample, SchemaError, StageOutput
 from omni_qwen3.talker_fields import RESIDUAL_CODES, SOURCE_IDS
 
+logger = logging.getLogger(__name__)
+
 NOT_SAMPLED = -1
 WAVEFORM = "waveform"
 SAMPLE_RATE = "sample_rate"
 SPOKEN_IDS = "spoken_ids"
 """Engine-side extra fields (not namespaced: the actor does not read them) for the reward:
 the waveform, its rate, and the thinker's tokens the talker spoke."""
+SOURCE_TRUNCATED = "source_truncated"
+"""Engine-side flag: the thinker's answer was cut at its length limit, so the sample is masked
+out of training (see the module docstring)."""
+LENGTH = "length"
 
 
 def engine_codes(multimodal_output: Mapping[str, Any] | None) -> Tensor | None:
@@ -126,9 +142,10 @@ def talker_sample(
     """``sample`` (the talker's tokens and log-probs after the thinker's prompt) as the talker's
     sample: prompt = the talker's prefill placeholder, response = codec-0 tokens, extra fields
     = the residual codes and the thinker sequence the talker spoke from, the spoken tokens
-    (``spoken_ids``), and (from ``code2wav_stage``) the engine's ``waveform`` and
-    ``sample_rate`` (``None`` when that stage returned no audio: its reward then fails,
-    counted). Aborted: unchanged.
+    (``spoken_ids``), :data:`SOURCE_TRUNCATED`, and (from ``code2wav_stage``) the engine's
+    ``waveform`` and ``sample_rate`` (``None`` when that stage returned no audio: its reward
+    then fails, counted). A thinker cut at its length limit: the response mask is all 0 and
+    the flag is set (see the module docstring). Aborted: unchanged.
 
     Raises:
         SchemaError: a stage's output is missing, the thinker gave no text to speak, or the
@@ -167,7 +184,17 @@ def talker_sample(
         SOURCE_IDS: torch.tensor(prompt + spoken, dtype=torch.long),
         RESIDUAL_CODES: residual_codes(codes, sample.response_ids, len(placeholder)),
         SPOKEN_IDS: spoken,
+        SOURCE_TRUNCATED: thinker.data.get("finish_reason") == LENGTH,
     }
+    mask = sample.response_mask
+    if extra[SOURCE_TRUNCATED]:
+        logger.warning(
+            "The thinker's answer (%d tokens) hit its length limit: vLLM-Omni's talker was conditioned one text "
+            "row short of the stored source, so this speech sample is masked out of training (counted as "
+            "source_truncated).",
+            len(thinker.token_ids),
+        )
+        mask = (0,) * len(sample.response_ids)
     if code2wav_stage is not None:
         vocoder = _stage(outputs, code2wav_stage)
         audio = None if vocoder is None or vocoder.aborted else engine_waveform(
@@ -176,7 +203,7 @@ def talker_sample(
     return RolloutSample(
         prompt_ids=placeholder,
         response_ids=sample.response_ids,
-        response_mask=sample.response_mask,
+        response_mask=mask,
         response_logprobs=sample.response_logprobs,
         extra_fields=extra,
     )

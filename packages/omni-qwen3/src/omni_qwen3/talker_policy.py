@@ -14,7 +14,8 @@ under the checkpoint's parameter names) with two methods of its own:
 
 Codec ids that are never audio (the codec's control tokens; ids at or past the codebook
 in the real checkpoint) are suppressed in both, except the end-of-speech token, so the
-sampling distribution and the recomputed one are the same distribution.
+sampling distribution and the recomputed one are the same distribution (vLLM-Omni's talker
+stage masks the same ids: ``Qwen3OmniRolloutAdapter.policy_logit_mask``).
 
 Importing this module imports transformers' Qwen3-Omni modelling code: the talker
 adapter imports it only when a model is loaded.
@@ -33,6 +34,7 @@ from transformers.modeling_outputs import CausalLMOutput
 from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import Qwen3OmniMoeForConditionalGeneration
 
 from omni_contracts import SpeechRollout
+from omni_qwen3.rollout_adapter import suppressed_codec_ids
 from omni_qwen3.talker_fields import PREFILL_EMBEDS, PREFILL_POSITIONS, RESIDUAL_CODES, TRAILING_TEXT, TTS_PAD_EMBED
 
 TALKER_DECODER_LAYER = "Qwen3OmniMoeTalkerDecoderLayer"
@@ -42,19 +44,6 @@ REBUILT_CONDITIONING_CACHE = 64
 """Sources whose rebuilt conditioning is kept (on the model's device; up to a few MB each for
 the 30B talker): enough for the n samples of a GRPO group, which sit together in a batch."""
 ROPE_MEDIA_KEYS = ("image_grid_thw", "video_grid_thw", "video_second_per_grid", "audio_feature_lengths")
-
-
-def suppressed_codec_ids(config: Any) -> list[int]:
-    """Codec-0 ids the talker must never emit: control tokens and ids past the codebook,
-    all but the end-of-speech token."""
-    talker = config.talker_config
-    vocab = talker.text_config.vocab_size
-    codebook = config.code2wav_config.codebook_size
-    controls = {
-        talker.codec_pad_id, talker.codec_bos_id, talker.codec_nothink_id,
-        talker.codec_think_bos_id, talker.codec_think_eos_id,
-    }
-    return sorted((set(range(codebook, vocab)) | controls) - {talker.codec_eos_token_id})
 
 
 def with_audio_lengths(media: Mapping[str, Any]) -> dict[str, Any]:

@@ -164,6 +164,9 @@ class LocalEngine:
             ``<|audio_pad|>`` in a response would be read as an audio slot by the actor).
         prompts_per_call: the most prompts one ``generate`` call batches (``None``: all of
             them); bounds the memory of a call (``prompts_per_call * n`` rows and their media).
+        autocast_dtype: the dtype ``generate`` computes in under ``torch.autocast``, for a
+            module whose weights are wider (a full fine-tune's float32 master weights compute
+            in bf16, as the actor's forward does); ``None``: in the weights' own dtype.
     """
 
     module: Any
@@ -172,6 +175,7 @@ class LocalEngine:
     stage_id: int = 0
     suppress_token_ids: tuple[int, ...] = ()
     prompts_per_call: int | None = None
+    autocast_dtype: torch.dtype | None = None
     stats: GenerationStats = field(default_factory=GenerationStats)
 
     def __post_init__(self) -> None:
@@ -238,7 +242,9 @@ class LocalEngine:
         head = self.module.get_output_embeddings()
         last_only = head.register_forward_pre_hook(_last_position_only) if head is not None else None
         try:
-            with torch.random.fork_rng(devices=rng_devices), torch.no_grad():
+            with torch.random.fork_rng(devices=rng_devices), torch.no_grad(), torch.autocast(
+                device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None
+            ):
                 if sampling.seed is not None:
                     torch.manual_seed(sampling.seed + seed_index)
                 out = self.module.generate(**inputs, **options)

@@ -15,7 +15,10 @@ Estimation model (every quantity per GPU, GiB = 2**30 bytes):
 
     weights      = params x weight_bytes / tp
     kv_per_token = 2 (K and V) x layers x ceil(kv_heads / tp) x head_dim x kv_bytes
-    kv_pool      = u x total - weights                      (u = gpu_memory_utilization)
+    kv_pool      = u x s x total - weights                  (u = gpu_memory_utilization,
+                   s = policy_share: the policy stage's part of u when other pipeline stages
+                   share its GPU; the deploy config splits u over them, see
+                   ``omni_rollout.vllm_omni.deploy_config.stage_memory_shares``; 1 when alone)
     graph_pool   = max(cudagraph_capture_sizes) x graph_mib_per_seq
     envelope     = max_num_seqs x sum_m(fraction_m x encoder_mib_m)   (m = audio/image/video)
     headroom     = reserved + remap_margin x total + graph_pool + envelope
@@ -84,7 +87,8 @@ class Workload:
 
     ``*_fraction`` is the share of requests carrying that modality (independent: an
     audio+image request counts in both); ``*_mib`` is what one such request keeps in
-    flight (encoder outputs plus processed inputs).
+    flight (encoder outputs plus processed inputs). ``policy_share`` is the policy stage's
+    part of the replica's ``gpu_memory_utilization`` when other stages share its GPU.
     """
 
     gpu_gib: float
@@ -102,9 +106,12 @@ class Workload:
     graph_mib_per_seq: float = 2.0
     envelope_budget: float = 0.15
     max_num_seqs_cap: int = 1024
+    policy_share: float = 1.0
 
     def __post_init__(self) -> None:
         errors = []
+        if not 0.0 < self.policy_share <= 1.0:
+            errors.append(f"policy_share must be in (0, 1], got {self.policy_share}")
         for name in ("gpu_gib", "prompt_length", "response_length", "tensor_parallel_size"):
             if getattr(self, name) <= 0:
                 errors.append(f"{name} must be > 0, got {getattr(self, name)}")
@@ -219,11 +226,12 @@ def plan(model: ModelShape, work: Workload) -> Plan:
     )
 
     weights = model.params * model.weight_bytes / tp / GIB
-    kv_pool = utilization * total - weights
+    kv_pool = utilization * work.policy_share * total - weights
     if kv_pool <= 0:
         raise PlannerError(
             f"The weights need {weights:.1f} GiB per GPU but the pool is only "
-            f"{utilization * total:.1f} GiB (utilization {utilization:.2f} of {total:g} GiB); "
+            f"{utilization * work.policy_share * total:.1f} GiB (utilization {utilization:.2f} x policy share "
+            f"{work.policy_share:g} of {total:g} GiB); "
             "raise tensor_parallel_size, use a GPU with more memory, or cut the transients "
             "(smaller max_num_seqs_cap)."
         )
@@ -276,19 +284,24 @@ def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def model_shape_from_config(path: str | Path, params: float) -> ModelShape:
     """Read layers, KV heads, head dim and dtype from an HF ``config.json``."""
-    config = json.loads(Path(path).read_text())
+    return model_shape_from_mapping(json.loads(Path(path).read_text()), params, source=str(path))
+
+
+def model_shape_from_mapping(config: Mapping[str, Any], params: float, source: str = "config") -> ModelShape:
+    """:func:`model_shape_from_config` for a config already read (``PretrainedConfig.to_dict()``);
+    ``source`` names it in errors."""
     text = _text_config(config)
     heads = text.get("num_attention_heads")
     head_dim = text.get("head_dim") or (text["hidden_size"] // heads if heads else None)
     if head_dim is None:
-        raise PlannerError(f"{path}: cannot work out head_dim; pass --head-dim.")
+        raise PlannerError(f"{source}: cannot work out head_dim; pass --head-dim.")
     kv_heads = text.get("num_key_value_heads") or heads
     if kv_heads is None:
-        raise PlannerError(f"{path}: no num_key_value_heads or num_attention_heads; pass --kv-heads.")
+        raise PlannerError(f"{source}: no num_key_value_heads or num_attention_heads; pass --kv-heads.")
     dtype = str(text.get("torch_dtype") or text.get("dtype") or config.get("torch_dtype") or "bfloat16")
     if dtype not in DTYPE_BYTES:
         raise PlannerError(
-            f"{path}: unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}. "
+            f"{source}: unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}. "
             "Pass --layers/--kv-heads/--head-dim/--dtype-bytes instead of --config."
         )
     size = DTYPE_BYTES[dtype]
@@ -332,6 +345,9 @@ WORKLOAD_FLAGS = {
     "graph_mib_per_seq": "CUDA-graph pool MiB per captured sequence (largest capture size)",
     "envelope_budget": "share of the GPU the in-flight encoder outputs may take",
     "max_num_seqs_cap": "the highest max_num_seqs to consider",
+    "policy_share": "the policy stage's part of gpu_memory_utilization when other pipeline stages share "
+                    "its GPU (the deploy config's split, e.g. a Qwen3-Omni talker beside thinker and code2wav "
+                    "on one GPU: 0.6 / (0.9 + 0.6 + 0.1) = 0.375)",
 }
 
 

@@ -30,7 +30,7 @@ from omni_training.batching import MicroBatch, adapter_model_inputs
 from omni_training.distillation import distillation_loss
 from omni_training.kl import kl_estimate
 from omni_training.logprobs import ResponseLogProbs, response_log_probs
-from omni_training.model_loading import load_policy
+from omni_training.model_loading import load_policy, precision
 from omni_training.policy_loss import BatchCounts, get_policy_loss
 from omni_training.settings import ActorSettings, LoraSettings, OptimizerSettings
 
@@ -65,6 +65,9 @@ class Actor:
         self.optim_settings = optim
         self.loss_fn = get_policy_loss(settings.loss_mode)
         self.uses_lora = hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
+        # A full fine-tune's weights are float32 (master weights); its forward computes in
+        # ``settings.dtype`` under autocast (``None``: in the weights' own dtype).
+        self.autocast_dtype = precision(settings.dtype, lora=self.uses_lora).autocast
         self.trainable = [p for p in model.parameters() if p.requires_grad]
         if not self.trainable:
             raise ValueError("The policy has no trainable parameters; check LoRA targets and freezing.")
@@ -121,11 +124,19 @@ class Actor:
     def _forward(
         self, module: Any, batch: MicroBatch, *, with_entropy: bool, gather_ids: Tensor | None = None
     ) -> ResponseLogProbs:
-        return response_log_probs(
-            module, adapter_model_inputs(batch, self.adapter, self.model_config), batch.responses,
-            temperature=self.settings.temperature, with_entropy=with_entropy,
-            entropy_grad=bool(self.settings.entropy_coeff), gather_ids=gather_ids,
-        )
+        with self.autocast():
+            return response_log_probs(
+                module, adapter_model_inputs(batch, self.adapter, self.model_config), batch.responses,
+                temperature=self.settings.temperature, with_entropy=with_entropy,
+                entropy_grad=bool(self.settings.entropy_coeff), gather_ids=gather_ids,
+            )
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """The policy's compute precision for a forward on its module (the actor's own, and
+        the local rollout's): autocast to ``autocast_dtype`` when set, else nothing."""
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
     @contextlib.contextmanager
     def _reference_module(self) -> Iterator[Any]:
@@ -235,7 +246,8 @@ class Actor:
             totals["clipfrac_lower"] += float(pg.clipfrac_lower.detach()) * share
         regularized: dict[str, float] = {}
         for regularizer in self.regularizers:
-            value = regularizer.loss(self.model)
+            with self.autocast():
+                value = regularizer.loss(self.model)
             (regularizer.coef * value).backward()
             regularized[f"actor/{regularizer.name}"] = float(value.detach())
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable, self.optim_settings.grad_clip))

@@ -176,7 +176,7 @@ class Teacher:
         device: str | torch.device = "cpu",
         offload: bool = False,
     ) -> Teacher:
-        model, config = load_policy(model_path, adapter, LoraSettings(rank=0), dtype=dtype)
+        model, config = load_policy(model_path, adapter, LoraSettings(rank=0), dtype=dtype, frozen=True)
         return cls(model, adapter, config, device=device, offload=offload)
 
     @contextlib.contextmanager

@@ -117,12 +117,14 @@ COLUMNS = (Column("LoRA", True, False), Column("LoRA + ckpt", True, True), Colum
 
 
 def memory_plan(counts: ParamCounts, text: TextShape, work: Workload, *, lora: bool, checkpointing: bool) -> dict[str, float]:
-    """Bytes per item on one GPU with bf16 weights; ``"peak"`` = resident + the larger phase."""
+    """Bytes per item on one GPU computing in bf16; ``"peak"`` = resident + the larger phase."""
     h, layers, vocab = text.hidden_size, text.num_layers, text.vocab_size
     trainable = counts.lora if lora else counts.trainable_full
-    # PEFT keeps LoRA weights in fp32 on a bf16 model (autocast_adapter_dtype); their grads and
-    # AdamW moments follow. Full fine-tuning in bf16: grads and AdamW moments in bf16.
-    state_bytes = 4 if lora else 2
+    # LoRA: a bf16 base; PEFT keeps the adapter in fp32 on it (autocast_adapter_dtype), and its
+    # grads and AdamW moments follow. Full fine-tuning: the model loads in fp32 (master weights,
+    # the forward autocasts to bf16: model_loading.precision), grads and moments in fp32.
+    weight_bytes = 2 if lora else 4
+    state_bytes = 4
     rows = work.prompts * work.n
     seq = work.prompt_tokens + work.response_tokens
     tokens = work.micro_batch * seq
@@ -135,7 +137,7 @@ def memory_plan(counts: ParamCounts, text: TextShape, work: Workload, *, lora: b
     kv = rows * seq * 2 * layers * text.kv_dim * 2  # k and v, bf16
     prefill_logits = rows * vocab * 2  # the local engine projects the last position only
     plan = {
-        "weights (bf16)": counts.total * 2.0,
+        "weights (LoRA bf16, full FT fp32)": counts.total * float(weight_bytes),
         "trainable weights (extra, LoRA fp32)": trainable * 4.0 if lora else 0.0,
         "gradients": trainable * float(state_bytes),
         "AdamW moments": trainable * 2.0 * state_bytes,

@@ -1,14 +1,15 @@
 """Build the trainable policy from a checkpoint through its training adapter.
 
 Order (the contract's): register auto classes -> load (the adapter's ``policy_class`` when
-it names one, else an auto class; onto the run's device, in its dtype) -> ``configure_model``
-(strip, freeze) -> gradient checkpointing -> LoRA injection. FSDP wrapping, when an engine
-does it, comes after (verl's FSDP engine keeps the same order).
+it names one, else an auto class; onto the run's device, in the dtype :func:`precision`
+picks) -> ``configure_model`` (strip, freeze) -> gradient checkpointing -> LoRA injection.
+FSDP wrapping, when an engine does it, comes after (verl's FSDP engine keeps the same order).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,6 +23,35 @@ FALLBACK_AUTO_CLASS = "AutoModelForCausalLM"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
+@dataclass(frozen=True)
+class Precision:
+    """The dtype the policy's weights are stored in, and the one its forward computes in."""
+
+    weights: str  # the dtype the checkpoint loads in
+    compute: str  # ``actor.dtype``
+
+    @property
+    def autocast(self) -> torch.dtype | None:
+        """What the forward autocasts to: the compute dtype where the weights are wider."""
+        return None if self.compute == self.weights else DTYPES[self.compute]
+
+
+def precision(dtype: str, *, lora: bool) -> Precision:
+    """The precision of a policy whose ``actor.dtype`` is ``dtype``: trained weights and their
+    AdamW state are always float32.
+
+    With LoRA the frozen base loads in ``dtype``; PEFT creates the adapter in float32 on a
+    bf16 base (``autocast_adapter_dtype``), and its gradients and AdamW moments follow. A full
+    fine-tune trains every weight, so the model loads in float32 (master weights) and the
+    forward autocasts to ``dtype``, as verl's FSDP engine keeps fp32 parameters and computes
+    in bf16. AdamW on bf16 weights would drop every step under half a bf16 ulp: a 3e-6 step
+    on a weight of 0.01 (ulp 2**-14 = 6.1e-5) rounds back to 0.01, and the run does not learn.
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"Unknown dtype {dtype!r}; valid: {', '.join(DTYPES)}.")
+    return Precision(weights=dtype if lora else "float32", compute=dtype)
+
+
 def load_policy(
     model_path: str,
     adapter: TrainingAdapter,
@@ -30,15 +60,19 @@ def load_policy(
     dtype: str = "float32",
     device: str = "cpu",
     gradient_checkpointing: bool = False,
+    frozen: bool = False,
 ) -> tuple[Any, Any]:
     """``(model, model_config)``: the configured model on ``device``, LoRA-wrapped when
     ``lora.rank > 0``; with ``gradient_checkpointing`` its decoder layers recompute their
-    forward in the backward pass instead of keeping their activations."""
+    forward in the backward pass instead of keeping their activations. ``dtype`` is the
+    compute dtype: a trained policy's weights load in ``precision(dtype, lora=...).weights``;
+    a ``frozen`` model's (a distillation teacher's) in ``dtype``."""
     import transformers
 
     adapter.register_auto_classes()
     config = transformers.AutoConfig.from_pretrained(model_path)
-    model = _from_pretrained(model_path, adapter, config, dtype, device)
+    weights = dtype if frozen else precision(dtype, lora=lora.rank > 0).weights
+    model = _from_pretrained(model_path, adapter, config, weights, device)
     adapter.configure_model(model, config)
     if gradient_checkpointing:
         enable_gradient_checkpointing(model, lora=lora.rank > 0)
@@ -186,4 +220,6 @@ def apply_lora(model: Any, adapter: TrainingAdapter, lora: LoraSettings) -> Any:
         target_modules=list(targets) if not isinstance(targets, str) else targets,
         exclude_modules=lora.exclude_modules or adapter.lora_exclude_modules,
     )
-    return peft.get_peft_model(model, config)
+    # The adapter in float32 on a bf16 base (PEFT's default, stated: AdamW steps on bf16
+    # adapter weights would round to nothing; see precision()).
+    return peft.get_peft_model(model, config, autocast_adapter_dtype=True)

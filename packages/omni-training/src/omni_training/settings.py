@@ -57,7 +57,7 @@ class ActorSettings:
     kl_loss_type: str = "low_var_kl"
     entropy_coeff: float = 0.0
     temperature: float = 1.0  # the rollout's sampling temperature: log-probs must use it too
-    dtype: Literal["float32", "bfloat16"] = "float32"
+    dtype: Literal["float32", "bfloat16"] = "float32"  # compute dtype; trained weights stay fp32 (precision())
     device: str = "cpu"  # where the model lives ("cpu", "cuda", "cuda:1"); micro-batches move there
     gradient_checkpointing: bool = False  # recompute decoder layers in the backward pass
     distillation: DistillationSettings | None = None  # on-policy distillation, when enabled

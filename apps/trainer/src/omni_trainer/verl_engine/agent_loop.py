@@ -31,7 +31,7 @@ from omni_rewards.audio import WeightedAudioReward
 from omni_trainer.verl_engine.compat import ray_actor_class
 from omni_trainer.verl_engine.processor import adapter_processor
 from omni_trainer.verl_engine.settings import SPEECH_AGENT_LOOP, VerlSettings
-from omni_trainer.verl_engine.speech_sample import SPEECH_SAMPLE, score_speech
+from omni_trainer.verl_engine.speech_sample import SOURCE_TRUNCATED, SPEECH_SAMPLE, score_speech
 
 
 class AdapterProcessorMixin:
@@ -75,7 +75,10 @@ class OmniSpeechAgentLoop(AgentLoopBase):
     ``extra_fields``, which verl batches as non-tensor entries for the actor's forward. The
     loop scores the waveform with ``reward.audio_rewards`` against the text spoken and the
     row's ground truth (``reward_score``; the per-reward values and the ``reward_<status>``
-    counts as ``reward_extra_info``), so verl's text reward function never sees the row.
+    counts as ``reward_extra_info``), so verl's text reward function never sees the row. The
+    response mask is the rollout adapter's: a sample it keeps out of training (the text it
+    spoke was cut at the length limit) has every token masked and counts in
+    ``reward_extra_info["source_truncated"]``.
     Text prompts only: the talker's conditioning is rebuilt from the thinker sequence.
     """
 
@@ -135,10 +138,11 @@ class OmniSpeechAgentLoop(AgentLoopBase):
             score_speech, rewards, sample["waveform"], sample["sample_rate"], text,
             None if ground_truth is None else str(ground_truth),
         )
+        info[SOURCE_TRUNCATED] = float(sample[SOURCE_TRUNCATED])
         return AgentLoopOutput(
             prompt_ids=list(sample["prompt_ids"]),
             response_ids=response,
-            response_mask=[1] * len(response),
+            response_mask=list(sample["response_mask"]),
             response_logprobs=list(output.log_probs) if output.log_probs is not None else None,
             reward_score=score,
             num_turns=2,

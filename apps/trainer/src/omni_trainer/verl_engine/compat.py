@@ -13,6 +13,18 @@ changes it. Nothing outside this module touches these names.
 - ``as_language_model``: verl's FSDP ``_build_module`` loads a causal LM only when the
   model type is ``language_model``; our engine has its own type (verl's registry refuses a
   second ``language_model`` engine).
+- ``gloo_process_group_on_cpu``: verl's worker module's ``initialize_global_process_group_ray``
+  (it builds the backend ``cpu:gloo,<device>:<backend>``, which torch refuses for the CPU
+  device; no verl setting changes it), wrapped on CPU runs only.
+- ``empty_weights_for_transformers``: verl's FSDP engine module's ``get_init_weight_context_manager``,
+  wrapped while our engine builds its module: accelerate 1.12 (pinned by vLLM-Omni 0.28) cannot
+  build empty weights under transformers 5 (huggingface/transformers#44291), which every rank
+  but the first uses to load a model with untied embeddings (Qwen3-Omni).
+- ``equal_length_position_ids``: verl's ``maybe_fix_3d_position_ids``, as its training worker and
+  engine modules import it. torch lays out a batch of mrope ``position_ids`` rows ``[4, L]`` that
+  all have one length as ragged along the rope axis; verl's fix then marks the sequence axis
+  ragged, and the next ``unbind`` fails (every rank whose rows are one length: n samples of one
+  prompt that all reach the response limit). Replaced, in all runs, by :func:`repair_3d_position_ids`.
 - ``reserve_server_port``: verl's vLLM server's ``_server_address`` / ``_server_port``
   (``get_server_address`` reports them; verl's load balancer keys replicas by ``ip:port``),
   set without the HTTP app verl would start.
@@ -68,3 +80,112 @@ def reserve_server_port(server: Any) -> None:
     port, reservation = get_free_port(server._server_address, with_alive_sock=True)
     server._server_port = port
     server._port_reservation = reservation  # closing the socket would free the port for reuse
+
+
+CPU_BACKEND = "cpu:gloo"
+
+
+def gloo_process_group_on_cpu() -> None:
+    """On a CPU run, make verl's training workers start their process group as ``cpu:gloo``.
+
+    verl's ``initialize_global_process_group_ray`` defaults its backend to
+    ``f"cpu:gloo,{device}:{backend}"``; with verl's device being the CPU that names the CPU
+    twice and ``torch.distributed`` raises "Duplicate device type cpu". Idempotent.
+    """
+    import verl.workers.engine_workers as workers
+
+    current = workers.initialize_global_process_group_ray
+    if getattr(current, "omni_rl_cpu", False):
+        return
+
+    def initialize_on_cpu(timeout_second: int | None = None, backend: str | None = None) -> Any:
+        return current(timeout_second=timeout_second, backend=backend or CPU_BACKEND)
+
+    initialize_on_cpu.omni_rl_cpu = True  # type: ignore[attr-defined]
+    workers.initialize_global_process_group_ray = initialize_on_cpu
+
+
+@contextmanager
+def empty_weights() -> Iterator[None]:
+    """Parameters registered inside are created on the meta device, keeping the attributes
+    transformers sets on them (what accelerate's ``init_empty_weights`` does, without passing
+    those attributes to the parameter's constructor, which raises under transformers 5)."""
+    import torch
+
+    register = torch.nn.Module.register_parameter
+
+    def register_empty(module: torch.nn.Module, name: str, param: Any) -> None:
+        register(module, name, param)
+        if param is not None:
+            current = module._parameters[name]
+            assert current is not None
+            empty = type(current)(current.to("meta"), requires_grad=current.requires_grad)
+            empty.__dict__.update({k: v for k, v in current.__dict__.items() if k != "requires_grad"})
+            module._parameters[name] = empty
+
+    torch.nn.Module.register_parameter = register_empty  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = register  # type: ignore[method-assign]
+
+
+@contextmanager
+def empty_weights_for_transformers() -> Iterator[None]:
+    """While verl's FSDP engine builds a module: where verl would load with accelerate's
+    ``init_empty_weights`` (every rank but the first, untied embeddings), use :func:`empty_weights`."""
+    from accelerate import init_empty_weights  # type: ignore[import-untyped]
+    from verl.workers.engine.fsdp import transformer_impl
+
+    choose = transformer_impl.get_init_weight_context_manager
+
+    def choose_working(*args: Any, **kwargs: Any) -> Any:
+        context = choose(*args, **kwargs)
+        return empty_weights if context is init_empty_weights else context
+
+    transformer_impl.get_init_weight_context_manager = choose_working
+    try:
+        yield
+    finally:
+        transformer_impl.get_init_weight_context_manager = choose
+
+
+POSITION_IDS = "position_ids"
+
+
+def repair_3d_position_ids(data: Any) -> None:
+    """Make a batch's nested mrope ``position_ids`` (rows ``[4, L_i]``) ragged along the
+    sequence (``_ragged_idx`` 2), whichever axis torch or a pickle round trip left ragged.
+
+    Raises:
+        ValueError: the nested tensor's values fit neither layout.
+    """
+    import torch
+
+    if POSITION_IDS not in data.keys():
+        return
+    positions: Any = data[POSITION_IDS]  # a jagged NestedTensor (values(), offsets(), _ragged_idx)
+    if not (getattr(positions, "is_nested", False) and positions.dim() == 3):
+        return
+    values, offsets = positions.values(), positions.offsets()
+    total = int(offsets[-1])
+    if values.shape[-1] == total:  # laid out along the sequence: only the index was lost
+        positions._ragged_idx = 2
+        return
+    if values.shape[0] != total:
+        raise ValueError(f"position_ids: values {tuple(values.shape)} fit neither ragged axis (offsets end at {total}).")
+    rows = values.split(torch.diff(offsets).tolist(), dim=0)  # each [4, L]: one length for all
+    lengths = torch.tensor([0, *(int(row.shape[1]) for row in rows)], dtype=offsets.dtype)
+    data[POSITION_IDS] = torch.nested.nested_tensor_from_jagged(
+        torch.cat(rows, dim=1), lengths.cumsum(0), jagged_dim=2
+    )
+
+
+def equal_length_position_ids() -> None:
+    """Use :func:`repair_3d_position_ids` where verl's training worker and engine call
+    ``maybe_fix_3d_position_ids`` (idempotent)."""
+    from verl.workers import engine_workers
+    from verl.workers.engine import base
+
+    for module in (engine_workers, base):
+        module.maybe_fix_3d_position_ids = repair_3d_position_ids  # type: ignore[attr-defined]

@@ -34,9 +34,13 @@ class OmniRLHFDataset(Dataset):
         processor: Any = None,
         max_samples: int = -1,
     ) -> None:
+        # verl's own processor is None for Qwen3-Omni (see verl_engine.processor): templating
+        # needs the adapter's, which carries the chat template.
+        if processor is None:
+            processor = adapter_processor(VerlSettings.from_env())
         self.dataset = RLDataset(
             list(data_files) if not isinstance(data_files, (str, os.PathLike)) else data_files,
-            processor if processor is not None else tokenizer,
+            processor,
             DatasetConfig(
                 max_prompt_length=int(config.get("max_prompt_length", 1024)),
                 filter_overlong_prompts=bool(config.get("filter_overlong_prompts", True)),

@@ -25,8 +25,14 @@ import torch
 from verl.workers.engine.base import EngineRegistry
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
-from omni_trainer.verl_engine.adapters import training_adapter
-from omni_trainer.verl_engine.compat import as_language_model, auto_class_owns, model_class_for
+from omni_contracts import select_synced_weights
+from omni_trainer.verl_engine.adapters import rollout_adapter, training_adapter
+from omni_trainer.verl_engine.compat import (
+    as_language_model,
+    auto_class_owns,
+    empty_weights_for_transformers,
+    model_class_for,
+)
 from omni_trainer.verl_engine.settings import OMNI_MODEL_TYPE, VerlSettings
 from omni_training.model_loading import DEFAULT_AUTO_CLASS  # what the local engine loads
 
@@ -69,6 +75,12 @@ def ensure_auto_class(hf_config: Any, adapter: Any) -> None:
             "the model class in its register_auto_classes()."
         )
     verl_auto.register(config_cls, model_class_for(ours, config_cls), exist_ok=True)
+
+
+def synced_weight_prefixes(settings: VerlSettings) -> tuple[str, ...] | None:
+    """The name prefixes of the parameters the run's weight-sync stages load (the rollout
+    adapter's ``weight_sync_prefixes``); ``None``: all of them."""
+    return rollout_adapter(settings).weight_sync_prefixes(settings.pipeline_mode)
 
 
 def configure_for_training(module: Any, hf_config: Any, settings: VerlSettings) -> None:
@@ -126,7 +138,7 @@ def adapter_model_inputs(adapter: Any, hf_config: Any, model_inputs: dict[str, A
     return adapter.prepare_model_inputs(model_inputs, fields, hf_config)
 
 
-@EngineRegistry.register(model_type=OMNI_MODEL_TYPE, backend=["fsdp", "fsdp2"], device=["cuda", "npu"])
+@EngineRegistry.register(model_type=OMNI_MODEL_TYPE, backend=["fsdp", "fsdp2"], device=["cuda", "npu", "cpu"])
 class OmniFSDPEngine(FSDPEngineWithLMHead):
     """verl's FSDP engine with the omni-rl training adapter applied before LoRA and FSDP, and
     the adapter's extra fields (a talker's codes and conditioning) passed to the forward."""
@@ -135,6 +147,14 @@ class OmniFSDPEngine(FSDPEngineWithLMHead):
         model_inputs, output_args = super().prepare_model_inputs(micro_batch)
         return adapter_model_inputs(self.omni_adapter, self.model_config.hf_config, model_inputs, micro_batch), output_args
 
+    def get_per_tensor_param(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        """verl's stream of the actor's weights for the rollout (``update_weights`` and the
+        checkpoint engines read it), cut to what the weight-sync stages load
+        (:func:`synced_weight_prefixes`): a talker run sends ``talker.*``, not the frozen 30B
+        thinker the talker stage would throw away; a thinker run, everything, as before."""
+        weights, peft_config = super().get_per_tensor_param(*args, **kwargs)
+        return select_synced_weights(weights, synced_weight_prefixes(VerlSettings.from_env())), peft_config
+
     def _build_module(self) -> Any:
         settings = VerlSettings.from_env()
         adapter = training_adapter(self.model_config.hf_config, settings)
@@ -142,7 +162,7 @@ class OmniFSDPEngine(FSDPEngineWithLMHead):
         adapter.register_auto_classes()
         ensure_auto_class(self.model_config.hf_config, adapter)
         ensure_tie_word_embeddings(self.model_config.hf_config)
-        with as_language_model(self.model_config):
+        with as_language_model(self.model_config), empty_weights_for_transformers():
             module = super()._build_module()
         configure_for_training(module, self.model_config.hf_config, settings)
         return module

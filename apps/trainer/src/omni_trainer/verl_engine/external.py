@@ -7,7 +7,8 @@ Importing it registers omni-rl with verl's extension points:
 - the agent-loop workers: verl loads :class:`~omni_trainer.verl_engine.agent_loop.OmniAgentLoopManager`
   from ``actor_rollout_ref.rollout.agent.agent_loop_manager_class`` (no registration);
 - the rollout replica registry (driver side) and the worker-side rollout registry, both
-  under ``vllm_omni``: a rollout backend must be in both;
+  under ``vllm_omni`` and ``omni_local`` (the CPU backend): a rollout backend must be in both;
+- verl's platform registry: ``cpu`` (:mod:`cpu_platform`), chosen by ``VERL_PLATFORM=cpu``;
 - policy losses and advantage estimators: verl implements every name omni-training
   registers; :func:`check_algorithms` fails the launch for a name verl lacks.
 
@@ -17,11 +18,21 @@ The reward function and dataset class are loaded by verl from config paths
 
 from __future__ import annotations
 
+import os
+
+# The CPU platform first: VERL_PLATFORM=cpu makes verl resolve it at its first device query,
+# which the imports below may make.
+from omni_trainer.verl_engine import cpu_platform as _cpu_platform  # noqa: F401,I001  (registers "cpu")
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry
 
 from omni_trainer.verl_engine import engine as _engine  # noqa: F401  (registers the engine)
-from omni_trainer.verl_engine.compat import register_worker_rollout
-from omni_trainer.verl_engine.settings import ROLLOUT_NAME
+from omni_trainer.verl_engine.compat import (
+    equal_length_position_ids,
+    gloo_process_group_on_cpu,
+    register_worker_rollout,
+)
+from omni_trainer.verl_engine.cpu_platform import CPU_PLATFORM
+from omni_trainer.verl_engine.settings import CPU_PLATFORM_ENV, LOCAL_ROLLOUT_NAME, ROLLOUT_NAME
 
 WORKER_ROLLOUT = "verl.workers.rollout.vllm_rollout.ServerAdapter"
 """verl's vLLM worker-side adapter; it addresses the server as ``<rollout.name>_server_...``."""
@@ -33,10 +44,22 @@ def _load_replica() -> type[RolloutReplica]:
     return VllmOmniReplica
 
 
+LOCAL_WORKER_ROLLOUT = "omni_trainer.verl_engine.local_rollout.LocalRolloutWorkerAdapter"
+
+
+def _load_local_replica() -> type[RolloutReplica]:
+    from omni_trainer.verl_engine.local_rollout import LocalRolloutReplica
+
+    return LocalRolloutReplica
+
+
 def register_rollout() -> None:
-    """Register ``vllm_omni`` in both of verl's rollout registries (idempotent)."""
+    """Register ``vllm_omni`` and ``omni_local`` (the CPU backend) in both of verl's rollout
+    registries (idempotent)."""
     RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_replica)
     register_worker_rollout(ROLLOUT_NAME, "async", WORKER_ROLLOUT)
+    RolloutReplicaRegistry.register(LOCAL_ROLLOUT_NAME, _load_local_replica)
+    register_worker_rollout(LOCAL_ROLLOUT_NAME, "async", LOCAL_WORKER_ROLLOUT)
 
 
 def check_algorithms(loss_mode: str, adv_estimator: str) -> None:
@@ -53,3 +76,6 @@ def check_algorithms(loss_mode: str, adv_estimator: str) -> None:
 
 
 register_rollout()
+equal_length_position_ids()
+if os.environ.get(CPU_PLATFORM_ENV) == CPU_PLATFORM:
+    gloo_process_group_on_cpu()

@@ -11,16 +11,24 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import datetime, timezone
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from omni_trainer.config import Config, ConfigError
 from omni_trainer.verl_engine.distillation import check_teacher_tokenizer, validate_with_verl
 from omni_trainer.verl_engine.errors import GpuRequiredError, require_extras
-from omni_trainer.verl_engine.settings import EXTERNAL_MODULE, EXTERNAL_MODULES_ENV, SETTINGS_ENV, VerlSettings
+from omni_trainer.verl_engine.progress import StepReporter
+from omni_trainer.verl_engine.settings import (
+    CPU_PLATFORM_ENV,
+    EXTERNAL_MODULE,
+    EXTERNAL_MODULES_ENV,
+    SETTINGS_ENV,
+    VerlSettings,
+)
 from omni_trainer.verl_engine.translate import check_config, settings_for, to_verl_config
 
 
@@ -83,17 +91,27 @@ def verl_problems(config: Config) -> list[str]:
     return problems
 
 
-def check_data(verl_config: DictConfig) -> None:
+def check_data(verl_config: DictConfig) -> int:
     """Load the train and validation files through the dataset class verl will use, with the
-    adapter's processor: every row parsed, every medium decoded, drops counted and printed."""
+    adapter's processor: every row parsed, every medium decoded, drops counted and printed.
+    Returns the number of training rows kept."""
     from omni_trainer.verl_engine.dataset import OmniRLHFDataset
     from omni_trainer.verl_engine.processor import adapter_processor
 
     processor = adapter_processor(VerlSettings.from_env())
     tokenizer = getattr(processor, "tokenizer", processor)
+    sizes = {}
     for key in ("train_files", "val_files"):
         print(f"data.{key}: ", end="", flush=True)
-        OmniRLHFDataset(list(verl_config.data[key]), tokenizer, verl_config.data, processor)
+        sizes[key] = len(OmniRLHFDataset(list(verl_config.data[key]), tokenizer, verl_config.data, processor))
+    return sizes["train_files"]
+
+
+def total_steps(config: Config, train_rows: int) -> int:
+    """The run's steps, as verl counts them (full batches per epoch, dropping the last)."""
+    if config.trainer.total_training_steps is not None:
+        return config.trainer.total_training_steps
+    return train_rows // config.data.train_batch_size * config.trainer.total_epochs
 
 
 def require_gpu(run_dir: Path, cuda_available: Callable[[], bool] | None = None) -> None:
@@ -110,6 +128,19 @@ def require_gpu(run_dir: Path, cuda_available: Callable[[], bool] | None = None)
     )
 
 
+METRICS_FILE_ENV = "VERL_FILE_LOGGER_PATH"
+"""Where verl's ``file`` logger writes (it truncates an existing file: one per launch)."""
+
+
+def metrics_file(run_dir: Path) -> Path:
+    """This launch's metrics file: ``<run_dir>/metrics/verl-<UTC time>.jsonl``, one JSON line
+    per step (``{"step": N, "data": {...}}``, verl's metric names)."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    path = run_dir / "metrics" / f"verl-{stamp}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def run(config: Config) -> int:
     """Run ``config`` on verl; returns the process exit code."""
     require_extras()
@@ -120,6 +151,12 @@ def run(config: Config) -> int:
     # The driver imports verl below: it must see the same external modules as the workers.
     os.environ[EXTERNAL_MODULES_ENV] = EXTERNAL_MODULE
     os.environ[SETTINGS_ENV] = settings_for(config, verl_config.actor_rollout_ref.model.path).to_env()
+    on_cpu = verl_config.trainer.device == "cpu"
+    if on_cpu:
+        from omni_trainer.verl_engine.cpu_platform import use_cpu_platform
+
+        os.environ[CPU_PLATFORM_ENV] = "cpu"
+        use_cpu_platform()  # the pre-flight may already have resolved verl's platform here
 
     import ray
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
@@ -133,13 +170,19 @@ def run(config: Config) -> int:
     )
     run_dir = Path(config.trainer.default_local_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    with open_dict(verl_config):
+        verl_config.ray_kwargs.ray_init.runtime_env.env_vars[METRICS_FILE_ENV] = str(metrics_file(run_dir))
     (run_dir / "verl_config.yaml").write_text(OmegaConf.to_yaml(verl_config))
-    check_data(verl_config)
-    require_gpu(run_dir)
+    train_rows = check_data(verl_config)
+    if not on_cpu:
+        require_gpu(run_dir)
     if not ray.is_initialized():
         ray.init(**ray_init_kwargs(verl_config))
+    metrics = Path(verl_config.ray_kwargs.ray_init.runtime_env.env_vars[METRICS_FILE_ENV])
+    reporter = StepReporter(run_dir, metrics, config, total_steps(config, train_rows)).start()
     try:
         run_ppo(verl_config, task_runner_class=TaskRunnerV1)
     finally:
         ray.shutdown()
+    print(reporter.finish(uses_lora=config.actor_rollout_ref.model.lora_rank > 0))
     return 0

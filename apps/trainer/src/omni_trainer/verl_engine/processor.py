@@ -13,7 +13,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from omni_contracts import require_omni_processor
+from omni_contracts import LogitMask, RolloutAdapter, require_omni_processor
 from omni_trainer.placeholders import placeholder_token_ids
 from omni_trainer.verl_engine.adapters import training_adapter
 from omni_trainer.verl_engine.settings import VerlSettings
@@ -35,3 +35,11 @@ def banned_token_ids(processor: Any) -> list[int]:
     """Every multimodal placeholder the policy must never sample (image, video, audio pads
     and media delimiters), where verl bans only image and video pads."""
     return list(placeholder_token_ids(processor))
+
+
+def policy_logit_mask(adapter: RolloutAdapter, mode: str, hf_config: Any, processor: Any, tokenizer: Any) -> LogitMask:
+    """What vLLM-Omni's policy stage masks: the rollout adapter's answer for ``mode``, given
+    the mask of a text policy (the tokenizer's length, :func:`banned_token_ids`). A talker
+    policy gets its own codec vocabulary and bans, never the thinker's placeholders."""
+    text = LogitMask(len(tokenizer), tuple(banned_token_ids(processor)))
+    return adapter.policy_logit_mask(mode, hf_config, text)

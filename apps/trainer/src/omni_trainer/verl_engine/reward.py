@@ -18,8 +18,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from omni_rewards import RewardManager, RewardManagerConfig
+from omni_trainer import builtin_task
 
 STATUS_KEYS = ("ok", "timeout", "error", "skipped")
+builtin_task.register_scorer()  # the embedded default's rows (omni_trainer.builtin_files)
 _managers: dict[tuple[Any, ...], RewardManager] = {}
 _lock = threading.Lock()
 

@@ -44,6 +44,7 @@ from verl.workers.rollout.replica import TokenOutput
 from verl.workers.rollout.vllm_rollout.utils import get_vllm_max_lora_rank
 from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica
 
+from omni_contracts import LogitMask
 from omni_rollout.vllm_omni import (
     DeployOptions,
     ReplicaLayout,
@@ -55,7 +56,7 @@ from omni_rollout.vllm_omni import (
 )
 from omni_trainer.verl_engine.adapters import rollout_adapter, training_adapter
 from omni_trainer.verl_engine.compat import reserve_server_port
-from omni_trainer.verl_engine.processor import adapter_processor, banned_token_ids
+from omni_trainer.verl_engine.processor import adapter_processor, policy_logit_mask
 from omni_trainer.verl_engine.settings import ROLLOUT_NAME, VerlSettings
 from omni_trainer.verl_engine.speech_sample import SPEECH_SAMPLE, speech_sample
 
@@ -64,7 +65,9 @@ logger = logging.getLogger(__name__)
 
 
 def deploy_options(rollout: Any, *, lora_rank: int, seed: int) -> DeployOptions:
-    """verl's rollout config (``RolloutConfig``-shaped) -> the policy stage's deploy options."""
+    """verl's rollout config (``RolloutConfig``-shaped) -> the replica's deploy options: the policy
+    stage's knobs, and the memory share (split over the stages on a GPU), sleep mode
+    (``free_cache_engine``) and prefix caching of every stage."""
     sizes = rollout.cudagraph_capture_sizes
     return DeployOptions(
         gpu_memory_utilization=rollout.gpu_memory_utilization,
@@ -160,21 +163,29 @@ class VllmOmniHttpServer(vLLMHttpServer):
         )
         self.engine = driver  # type: ignore[assignment]  # verl types it as vLLM's AsyncLLM
         await driver.reset_mm_cache()
-        # As verl's vLLM server does: mask the out-of-vocabulary tail and the placeholders on
-        # the policy stage -- every one the adapter's processor declares (audio too; verl's own
-        # list has image and video only, and its processor is None for Qwen3-Omni).
-        await driver.collective_rpc(
-            "monkey_patch_model",
-            kwargs={
-                "vocab_size": len(self.model_config.tokenizer),
-                "banned_token_ids": banned_token_ids(self.processor),
-            },
-            stage_ids=[driver.policy_stage],
-        )
+        await self.mask_policy_logits(driver)
         # No HTTP app: verl's agent loop reaches this server through its Ray handle. verl keys
         # its load balancer by "ip:port", so each replica needs a port of its own (a constant
         # would merge the replicas of a node into one): a free one, held open as a reservation.
         reserve_server_port(self)
+
+    async def mask_policy_logits(self, driver: VllmOmniDriver) -> LogitMask:
+        """As verl's vLLM server does at start-up (``monkey_patch_model``, which also patches
+        the MoE weight loader): mask the policy stage's out-of-vocabulary tail and the ids it
+        must never sample, in that stage's own vocabulary (:func:`policy_logit_mask`). A text
+        policy: every placeholder the adapter's processor declares (audio too; verl's own list
+        has image and video only, and its processor is None for Qwen3-Omni). A talker: its
+        codec control ids; the thinker's placeholders lie past its logits (on a GPU, verl's
+        ``index_fill_`` with them is a device-side assert)."""
+        mask = policy_logit_mask(
+            self.rollout_adapter, self.mode, self.model_config.hf_config, self.processor, self.model_config.tokenizer
+        )
+        await driver.collective_rpc(
+            "monkey_patch_model",
+            kwargs={"vocab_size": mask.vocab_size, "banned_token_ids": list(mask.banned_token_ids)},
+            stage_ids=[driver.policy_stage],
+        )
+        return mask
 
     async def abort_request(self, request_id: str, reset_prefix_cache: bool = True) -> dict[str, Any]:
         """Abort one request through the driver (verl's writes into vLLM's output processor).

@@ -19,6 +19,11 @@ EXTERNAL_MODULE = "omni_trainer.verl_engine.external"
 OMNI_MODEL_TYPE = "omni_language_model"
 """verl ``model_type`` our training engine is registered under (verl's own is ``language_model``)."""
 ROLLOUT_NAME = "vllm_omni"
+CPU_PLATFORM_ENV = "VERL_PLATFORM"
+"""verl reads its platform's name from this variable (``cpu``: :mod:`cpu_platform`)."""
+LOCAL_ROLLOUT_NAME = "omni_local"
+"""The CPU rollout backend (:mod:`omni_trainer.verl_engine.local_rollout`): the local engine's
+sampler behind verl's server interface."""
 AGENT_LOOP_MANAGER = "omni_trainer.verl_engine.agent_loop.OmniAgentLoopManager"
 """``actor_rollout_ref.rollout.agent.agent_loop_manager_class``: verl's hook for the class that
 starts the agent-loop workers."""

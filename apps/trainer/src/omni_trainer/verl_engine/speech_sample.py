@@ -32,6 +32,11 @@ SPEECH_SAMPLE = "omni_rl_speech_sample"
 ENGINE_KEYS = ("waveform", "sample_rate", "spoken_ids")
 SPEECH_STATUSES = ("ok", "error")
 """The rollout adapter's engine-side fields a speech sample carries for its reward."""
+SOURCE_TRUNCATED = "source_truncated"
+"""The rollout adapter's flag on a speech sample it masked out of training because the text it
+spoke was cut at the length limit (omni_qwen3: the thinker's answer; see
+``omni_qwen3.talker_outputs``); reported per sample in ``reward_extra_info``, so each step
+counts them."""
 
 
 def speech_sample(
@@ -42,9 +47,11 @@ def speech_sample(
     specs: Mapping[str, ExtraFieldSpec],
     token_ids: Sequence[int],
 ) -> dict[str, Any] | None:
-    """``{"prompt_ids": [...], "fields": {namespaced key: value}, "waveform": ..., "sample_rate":
-    ..., "spoken_ids": [...]}`` for one request (the last three: what the adapter stored for
-    the reward, ``None`` where it stored nothing); ``None`` when the request was aborted.
+    """``{"prompt_ids": [...], "response_mask": [...], "fields": {namespaced key: value},
+    "source_truncated": bool, "waveform": ..., "sample_rate": ..., "spoken_ids": [...]}`` for one
+    request (the last three: what the adapter stored for the reward, ``None`` where it stored
+    nothing; the mask is the adapter's: all 0 for a sample it keeps out of training, which
+    :data:`SOURCE_TRUNCATED` flags); ``None`` when the request was aborted.
 
     Raises:
         SchemaError: the adapter's sample is not the policy stage's ``token_ids`` verl
@@ -62,7 +69,10 @@ def speech_sample(
         )
     fields = {key: value for key, value in sample.extra_fields.items() if is_namespaced(key)}
     engine = {key: sample.extra_fields.get(key) for key in ENGINE_KEYS}
-    return {"prompt_ids": list(sample.prompt_ids), "fields": fields, **engine}
+    return {
+        "prompt_ids": list(sample.prompt_ids), "response_mask": list(sample.response_mask), "fields": fields,
+        SOURCE_TRUNCATED: bool(sample.extra_fields.get(SOURCE_TRUNCATED, False)), **engine,
+    }
 
 
 def score_speech(

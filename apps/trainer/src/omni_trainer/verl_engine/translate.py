@@ -25,7 +25,9 @@ from omni_trainer.verl_engine.errors import EXTRAS_COMMAND, MissingExtrasError
 from omni_trainer.verl_engine.settings import (
     AGENT_LOOP_MANAGER,
     AGENT_LOOPS,
+    CPU_PLATFORM_ENV,
     EXTERNAL_MODULE,
+    LOCAL_ROLLOUT_NAME,
     EXTERNAL_MODULES_ENV,
     OMNI_MODEL_TYPE,
     SETTINGS_ENV,
@@ -183,9 +185,11 @@ def _values(
     }
     micro = actor.ppo_micro_batch_size_per_gpu
     lora = model.lora_rank > 0
-    # LoRA: the frozen base is loaded in bf16 (verl casts the adapter to match); full
-    # fine-tuning keeps verl's fp32 master weights.
-    model_dtype = "bf16" if lora else "fp32"
+    # fp32 parameters, LoRA or not; FSDP's mixed precision (param_dtype bf16, verl's default)
+    # computes in bf16. verl 0.9.1's FSDP engine casts a LoRA adapter to its base's dtype
+    # (_build_lora_module; no key keeps them apart: lora.dtype is Megatron's), so a bf16 base
+    # would train a bf16 adapter whose 3e-6 AdamW steps round to nothing.
+    model_dtype = "fp32"
     values: dict[str, Any] = {
         "data.train_files": list(data.train_files or []),
         "data.val_files": list(data.val_files or data.train_files or []),
@@ -217,6 +221,8 @@ def _values(
         "actor_rollout_ref.actor.strategy": actor.strategy,
         "actor_rollout_ref.actor.fsdp_config.model_dtype": model_dtype,
         "actor_rollout_ref.ref.fsdp_config.model_dtype": model_dtype,
+        "actor_rollout_ref.actor.fsdp_config.param_offload": actor.fsdp_config.param_offload,
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload": actor.fsdp_config.optimizer_offload,
         "actor_rollout_ref.actor.freeze_vision_tower": model.freeze_vision_tower,
         "actor_rollout_ref.actor.policy_loss.loss_mode": actor.policy_loss.loss_mode,
         "actor_rollout_ref.actor.clip_ratio": actor.clip_ratio,
@@ -259,6 +265,7 @@ def _values(
         "actor_rollout_ref.rollout.cudagraph_capture_sizes": rollout.cudagraph_capture_sizes,
         "actor_rollout_ref.rollout.enforce_eager": rollout.enforce_eager,
         "actor_rollout_ref.rollout.free_cache_engine": rollout.free_cache_engine,
+        "actor_rollout_ref.rollout.enable_prefix_caching": rollout.enable_prefix_caching,
         # Sized for this run: left empty, vLLM reserves the model's 65,536-token context and
         # leaves little KV cache at this gpu_memory_utilization.
         "actor_rollout_ref.rollout.max_model_len": data.max_prompt_length + data.max_response_length,
@@ -283,7 +290,12 @@ def _values(
             "timeout_s": config.reward.timeout_s,
             "on_unknown_data_source": config.reward.on_unknown_data_source,
         },
-        "trainer.total_epochs": trainer.total_epochs,
+        # Our total_training_steps bounds the run on its own (epochs repeat, as on the local
+        # engine); verl also stops at total_epochs, so give it enough epochs to reach the steps.
+        "trainer.total_epochs": (
+            trainer.total_epochs if trainer.total_training_steps is None
+            else max(trainer.total_epochs, trainer.total_training_steps)
+        ),
         "trainer.total_training_steps": trainer.total_training_steps,
         "trainer.save_freq": trainer.save_freq or -1,
         "trainer.test_freq": trainer.test_freq or -1,
@@ -293,7 +305,9 @@ def _values(
         "trainer.default_local_dir": trainer.default_local_dir,
         "trainer.project_name": trainer.project_name,
         "trainer.experiment_name": trainer.experiment_name,
-        "trainer.logger": list(trainer.logger),
+        # verl's "file" logger too: each launch's metrics as JSON lines in the run directory
+        # (the path is set per launch, launch.metrics_file).
+        "trainer.logger": list(dict.fromkeys([*trainer.logger, "file"])),
         "trainer.nnodes": trainer.nnodes,
         "trainer.n_gpus_per_node": trainer.n_gpus_per_node,
         "trainer.device": "cuda",
@@ -306,6 +320,44 @@ def _values(
     if ray_init.num_gpus is not None:
         values["ray_kwargs.ray_init.num_gpus"] = ray_init.num_gpus
     values.update(distillation_values(config))
+    if trainer.device == "cpu":
+        values.update(cpu_values(config, env_vars))
+    return values
+
+
+CPU_RUN_RAY_CPUS = 64
+"""The local Ray's CPU count on a CPU run: scheduling slots for verl's actors (task runner,
+TransferQueue, agent-loop, reward and rollout servers, one bundle per rank), not cores."""
+FP32_MIXED_PRECISION = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
+
+
+def cpu_values(config: Config, env_vars: dict[str, str]) -> dict[str, Any]:
+    """What ``trainer.device=cpu`` changes: verl's CPU platform in every process, the
+    ``omni_local`` rollout, fp32 throughout (the CPU has no fast bf16; the run is the local
+    engine's numerics), one agent-loop and one reward worker (each is a process), and on a
+    local Ray one logical rank slot per rank (:mod:`cpu_platform`)."""
+    trainer, ray_init = config.trainer, config.ray_kwargs.ray_init
+    values: dict[str, Any] = {
+        "trainer.device": "cpu",
+        "actor_rollout_ref.rollout.name": LOCAL_ROLLOUT_NAME,
+        # One process per replica: the GPU recipes' tensor parallelism does not apply.
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,
+        "actor_rollout_ref.actor.fsdp_config.model_dtype": "fp32",
+        "actor_rollout_ref.ref.fsdp_config.model_dtype": "fp32",
+        "actor_rollout_ref.actor.fsdp_config.mixed_precision": dict(FP32_MIXED_PRECISION),
+        "actor_rollout_ref.ref.fsdp_config.mixed_precision": dict(FP32_MIXED_PRECISION),
+        "actor_rollout_ref.rollout.agent.num_workers": 1,
+        "reward.num_workers": 1,
+        "data.dataloader_num_workers": 0,
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units": 1,
+        "ray_kwargs.ray_init.runtime_env.env_vars": {**env_vars, CPU_PLATFORM_ENV: "cpu"},
+    }
+    if ray_init.address is None:
+        if ray_init.num_gpus is None:
+            values["ray_kwargs.ray_init.num_gpus"] = trainer.nnodes * trainer.n_gpus_per_node
+        if ray_init.num_cpus is None:
+            # Also logical: verl's actors and placement bundles each hold CPUs, more than a laptop has.
+            values["ray_kwargs.ray_init.num_cpus"] = CPU_RUN_RAY_CPUS
     return values
 
 

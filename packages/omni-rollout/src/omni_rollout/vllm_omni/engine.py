@@ -50,6 +50,7 @@ from omni_rollout.vllm_omni.weight_payloads import (
     LoraWeights,
     stage_full,
     stage_lora,
+    synced_only,
 )
 from omni_rollout.vllm_omni.weight_sync import SyncStep, WeightSyncError, WeightSyncPlan
 
@@ -357,7 +358,9 @@ class VllmOmniEngine:
 
         Every call takes a new version number (also after a failure). The payload is
         staged on disk first (``work_dir/weights/v<version>``; see
-        ``weight_payloads`` for why), then the steps map to vLLM-Omni 0.28 as:
+        ``weight_payloads`` for why); full weights are cut to the names the adapter's
+        ``weight_sync_prefixes`` gives (a talker's sync stages ``talker.*`` only, not the
+        frozen thinker). Then the steps map to vLLM-Omni 0.28 as:
 
         - ``pause_generation`` -> ``AsyncOmni.pause_generation(mode="abort")``;
         - ``sleep`` -> ``AsyncOmni.sleep(level=...)`` (whole pipeline);
@@ -394,7 +397,7 @@ class VllmOmniEngine:
         if isinstance(weights, LoraWeights):
             staged = stage_lora(weights, directory)
         else:
-            staged = stage_full(weights, directory)
+            staged = stage_full(synced_only(weights, self.adapter.weight_sync_prefixes(self.mode)), directory)
         try:
             runner.run(self._execute(driver, plan.after_train, (staged, version)))
         except BaseException:

@@ -4,8 +4,8 @@ vLLM-Omni yields one ``RequestOutput``-shaped object per finished stage (``stage
 ``outputs: list[CompletionOutput]``); each completion has ``token_ids``, ``logprobs``
 (per position a mapping token id -> object with ``.logprob``, when requested) and
 ``finish_reason``, and may carry ``multimodal_output`` (a talker's codes). These are first
-made engine-neutral (:class:`StageOutput`; the stage's prompt ids and multimodal output go
-to its ``data``), then the adapter's ``combine_engine_outputs`` chooses what is kept, and
+made engine-neutral (:class:`StageOutput`; the stage's prompt ids, multimodal output and
+finish reason go to its ``data``), then the adapter's ``combine_engine_outputs`` chooses what is kept, and
 the policy stage's kept output becomes the sample's response.
 
 Aborts arrive as ``finish_reason == "abort"`` with empty token ids, or (pending
@@ -104,13 +104,18 @@ def stage_output_from_engine(
     reason = str(getattr(completion, "finish_reason", None) or "")
     logprobs = _sampled_logprobs(token_ids, getattr(completion, "logprobs", None), stage_id)
     aborted = reason == ABORT
+    data = _stage_data(engine_output, completion)
+    if reason:
+        # Why the stage stopped ("stop", "length"), as the local engine records it: a later
+        # stage may have consumed the output differently after a cut (see omni_qwen3's talker).
+        data["finish_reason"] = reason
     output = StageOutput(
         stage_id,
         token_ids,
         logprobs,
         finished=bool(getattr(engine_output, "finished", True)),
         aborted=aborted,
-        data=_stage_data(engine_output, completion),
+        data=data,
     )
     return output, reason or ("stop" if output.finished else "")
 

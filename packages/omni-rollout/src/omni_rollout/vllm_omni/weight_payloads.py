@@ -8,7 +8,8 @@ therefore travel through the file system, in the formats vLLM already reads:
 - ``lora``: a PEFT adapter directory (``adapter_config.json`` +
   ``adapter_model.safetensors``), served through a ``LoRARequest(lora_path=...)``;
 - ``full``: a ``model.safetensors`` with checkpoint-format names, loaded in place by the
-  worker's ``reload_weights(weights_path=...)``.
+  worker's ``reload_weights(weights_path=...)``; only the names the synced stages load
+  (:func:`synced_only`).
 
 Only the directory path (a string) crosses the process boundary. Torch and safetensors are
 imported inside the functions.
@@ -18,10 +19,12 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from omni_contracts import select_synced_weights
 
 if TYPE_CHECKING:
     import torch
@@ -57,10 +60,25 @@ class FullWeights:
 
     Names are those of the Hugging Face checkpoint the engine loaded (for Qwen3-Omni:
     ``thinker.model.layers.0.mlp.gate.weight``, ...); each stage's model loads the names it
-    owns and ignores the rest. A subset of the weights is fine (only those are replaced).
+    owns and ignores the rest. A subset of the weights is fine (only those are replaced); the
+    engine stages only the names under the adapter's ``weight_sync_prefixes``, so a whole
+    state dict may be passed without writing out the frozen stages' weights.
     """
 
     tensors: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]
+
+
+def synced_only(weights: FullWeights, prefixes: Sequence[str] | None) -> FullWeights:
+    """``weights`` cut to the names under ``prefixes`` (the rollout adapter's
+    ``weight_sync_prefixes``: what the synced stages load); unchanged when ``None``.
+
+    Raises:
+        SchemaError: prefixes are given and no name is under one (when staged).
+    """
+    if prefixes is None:
+        return weights
+    tensors = weights.tensors
+    return FullWeights(select_synced_weights(tensors.items() if isinstance(tensors, Mapping) else tensors, prefixes))
 
 
 def _json_safe(value: Any) -> Any:

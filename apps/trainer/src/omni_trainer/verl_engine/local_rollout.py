@@ -1,0 +1,461 @@
+"""A CPU rollout backend for verl: ``actor_rollout_ref.rollout.name=omni_local``.
+
+verl's trainer samples through rollout replicas (``RolloutReplicaRegistry``), each a
+server reached by token-in/token-out ``generate`` calls from verl's agent loops, and it
+updates their weights from the actor every step (``CheckpointEngineManager.update_weights``
+-> each actor rank's ``update_weights`` -> the worker-side rollout's ``update_weights``).
+This module is such a backend, with the local engine's generation instead of vLLM's:
+
+- :class:`LocalRolloutServer`: one Ray actor per replica holding the policy (loaded as the
+  actor loads it), sampling with :class:`~omni_rollout.local_engine.LocalEngine` -- the same
+  sampler, the same banned placeholders, log-probs of the processed distribution. Requests
+  that arrive together are batched into one ``generate`` call per sampling setting.
+- :class:`LocalRolloutReplica`: places that server on the node of its training rank.
+- :class:`LocalRolloutWorkerAdapter`: the worker-side half verl builds in every actor
+  rank; it sends the actor's weights (verl's ``get_per_tensor_param`` stream, LoRA merged)
+  to its replica's server through Ray's object store.
+
+Media: verl's agent loop sends the prompt's decoded images, videos and audios with the
+token ids; the server computes their features with the adapter's processor exactly as
+verl's agent-loop worker computes the actor's (``_compute_multi_modal_inputs``), so the
+rollout and the actor see the same features.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import ray
+import torch
+from verl.workers.rollout.base import BaseRollout
+from verl.workers.rollout.replica import RolloutReplica, TokenOutput
+
+from omni_rollout.local_engine import LocalEngine, find_policy_module
+from omni_rollout.sampling import SamplingSettings
+from omni_trainer.verl_engine.adapters import rollout_adapter, training_adapter
+from omni_trainer.verl_engine.processor import adapter_processor, banned_token_ids
+from omni_trainer.verl_engine.settings import LOCAL_ROLLOUT_NAME, VerlSettings
+
+logger = logging.getLogger(__name__)
+
+BATCH_WINDOW_S = 0.05
+"""How long the server waits after a request for others to join its ``generate`` call
+(verl's agent loop sends each sample as its own request, all at once)."""
+UNSUPPORTED_SAMPLING = {"repetition_penalty": 1.0, "ignore_eos": False, "prompt_logprobs": None}
+"""verl sampling options the local engine takes at their neutral value only: anything else
+would change what is sampled without the actor knowing (or ask for what it cannot return)."""
+
+
+@dataclass
+class _Request:
+    inputs: dict[str, Any]
+    settings: SamplingSettings
+    done: asyncio.Future[Any] = field(repr=False)
+
+
+def sampling_settings(sampling_params: dict[str, Any], max_tokens: int) -> SamplingSettings:
+    """verl's per-request sampling dict -> the local engine's settings (one sample).
+
+    Raises:
+        ValueError: an option the local engine cannot honour is set (named, with its value).
+    """
+    params = dict(sampling_params)
+    for key, neutral in UNSUPPORTED_SAMPLING.items():
+        value = params.pop(key, neutral)
+        if value != neutral and not (key == "prompt_logprobs" and value in (0, False)):
+            raise ValueError(
+                f"rollout.name={LOCAL_ROLLOUT_NAME} samples with {key}={neutral!r} only (got {value!r}): the "
+                "actor's log-probs would no longer be the policy's that sampled."
+            )
+    top_k = int(params.get("top_k", -1) or -1)
+    return SamplingSettings(
+        n=1,
+        temperature=float(params.get("temperature", 1.0)),
+        top_p=float(params.get("top_p", 1.0)),
+        top_k=top_k if top_k > 0 else -1,
+        max_new_tokens=max_tokens,
+        stop_token_ids=tuple(int(t) for t in params.get("stop_token_ids") or ()),
+        seed=None,
+    )
+
+
+def media_inputs(
+    processor: Any,
+    prompt_ids: list[int],
+    images: list[Any] | None,
+    videos: list[Any] | None,
+    audios: list[Any] | None,
+    mm_processor_kwargs: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The local engine's inputs for one prompt: ``input_ids`` ``[1, L]``, its mask, and the
+    media features the adapter's processor computes from the prompt's decoded text and media,
+    exactly as verl's agent-loop worker computes the actor's (``_compute_multi_modal_inputs``).
+    """
+    ids = torch.tensor([prompt_ids], dtype=torch.long)
+    inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if not (images or videos or audios):
+        return inputs
+    from verl.utils.tokenizer import build_multimodal_processor_inputs, get_processor_token_id
+
+    collapse = {t for t in (get_processor_token_id(processor, "image"), get_processor_token_id(processor, "video")) if t is not None}
+    collapsed: list[int] = []
+    for token in prompt_ids:
+        if not (token in collapse and collapsed and collapsed[-1] == token):
+            collapsed.append(token)
+    text = processor.tokenizer.decode(collapsed, skip_special_tokens=True)
+    features = dict(
+        build_multimodal_processor_inputs(
+            processor, text=[text], images=images, videos=videos, audio=audios, mm_processor_kwargs=mm_processor_kwargs
+        ).convert_to_tensors("pt")
+    )
+    # The ids verl sent stay the prompt (the decoded text lost its special placeholders); the
+    # model checks its placeholder count against these features in the forward.
+    features.pop("input_ids")
+    features.pop("attention_mask", None)
+    return {**inputs, **features}
+
+
+EXPERT_KEY = re.compile(r"^(?P<base>.+\.mlp\.experts)\.(?P<expert>\d+)\.(?P<proj>gate_proj|up_proj|down_proj)\.weight$")
+
+
+def pack_experts(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """verl streams transformers 5's packed MoE experts as vLLM's per-expert keys
+    (``unfuse_moe_params``); the local engine's model holds them packed
+    (``experts.gate_up_proj [E, 2I, H]``, ``experts.down_proj [E, H, I]``). Pack them back.
+
+    Raises:
+        ValueError: an expert's projection is missing (a partial stream).
+    """
+    packed: dict[str, torch.Tensor] = {}
+    experts: dict[str, dict[str, dict[int, torch.Tensor]]] = {}
+    for name, tensor in weights.items():
+        match = EXPERT_KEY.match(name)
+        if match is None:
+            packed[name] = tensor
+            continue
+        experts.setdefault(match["base"], {}).setdefault(match["proj"], {})[int(match["expert"])] = tensor
+    for base, projections in experts.items():
+        counts = {proj: len(rows) for proj, rows in projections.items()}
+        count = max(counts.values())
+        if set(counts) != {"gate_proj", "up_proj", "down_proj"} or any(
+            sorted(rows) != list(range(count)) for rows in projections.values()
+        ):
+            raise ValueError(f"{base}: incomplete expert weights in the sync ({counts} of {count} experts).")
+        stack = {proj: torch.stack([rows[i] for i in range(count)]) for proj, rows in projections.items()}
+        packed[f"{base}.gate_up_proj"] = torch.cat([stack["gate_proj"], stack["up_proj"]], dim=1)
+        packed[f"{base}.down_proj"] = stack["down_proj"]
+    return packed
+
+
+MEDIA_CACHE_PROMPTS = 256
+"""Prompts whose media features the server keeps (the most recent; a step's prompts fit)."""
+
+
+def media_key(prompt_ids: list[int], *media: Any) -> str:
+    """A digest of a request's prompt and media (their values, not their objects: each request
+    arrives deserialized anew)."""
+    digest = hashlib.sha256(repr(prompt_ids).encode())
+    for value in media:
+        _digest_into(digest, value)
+    return digest.hexdigest()
+
+
+def _digest_into(digest: Any, value: Any) -> None:
+    if isinstance(value, (list, tuple)):
+        digest.update(f"[{len(value)}".encode())
+        for item in value:
+            _digest_into(digest, item)
+    elif isinstance(value, dict):
+        for key in sorted(value):
+            digest.update(repr(key).encode())
+            _digest_into(digest, value[key])
+    elif hasattr(value, "tobytes"):  # numpy arrays, PIL images
+        digest.update(repr(getattr(value, "shape", getattr(value, "size", None))).encode())
+        digest.update(value.tobytes())
+    elif isinstance(value, torch.Tensor):
+        digest.update(value.detach().cpu().numpy().tobytes())
+    else:
+        digest.update(repr(value).encode())
+
+
+class LocalRolloutServer:
+    """One replica's sampler: the policy in this process, batched ``generate`` calls.
+
+    Constructed by :class:`LocalRolloutReplica` with the keyword arguments verl gives its
+    vLLM servers; the model loads in :meth:`launch_server`.
+    """
+
+    def __init__(self, config: Any, model_config: Any, replica_rank: int, **_: Any) -> None:
+        self.config = config
+        self.model_config = model_config
+        self.replica_rank = replica_rank
+        self.global_steps: int | None = None
+        self.weight_syncs = 0
+        self._pending: list[_Request] = []
+        self._arrived: asyncio.Event | None = None
+        self._batches: asyncio.Task[None] | None = None
+        self._calls = 0
+        self._port_reservation: Any = None
+        self._media: dict[str, dict[str, Any]] = {}
+
+    def get_master_address(self) -> tuple[str, int, int]:
+        return ray.util.get_node_ip_address(), 0, 0
+
+    async def launch_server(self, **_: Any) -> None:
+        """Load the policy and the processor; start the batching loop."""
+        from transformers import AutoConfig
+
+        from omni_training.model_loading import load_policy
+        from omni_training.settings import LoraSettings
+
+        settings = VerlSettings.from_env()
+        hf_config = AutoConfig.from_pretrained(settings.model_path)
+        adapter = training_adapter(hf_config, settings)
+        self.model, _ = load_policy(settings.model_path, adapter, LoraSettings(), dtype="float32")
+        self.model.eval()
+        pipeline = rollout_adapter(settings)
+        self.processor = adapter_processor(settings)
+        tokenizer = getattr(self.processor, "tokenizer", self.processor)
+        eos = tokenizer.eos_token_id
+        self.engine = LocalEngine(
+            find_policy_module(self.model, pipeline, settings.pipeline_mode),
+            eos_token_ids=(eos,),
+            pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos,
+            stage_id=pipeline.policy_stage_id(settings.pipeline_mode),
+            suppress_token_ids=tuple(banned_token_ids(self.processor)),
+            prompts_per_call=int(self.config.max_num_seqs) if self.config.max_num_seqs else None,
+        )
+        self._arrived = asyncio.Event()
+        self._batches = asyncio.create_task(self._batch_loop())
+
+    def get_server_address(self) -> tuple[str, int]:
+        """``(ip, port)``: verl's load balancer keys replicas by it (a free port, held)."""
+        from verl.utils.net_utils import get_free_port
+
+        address = ray.util.get_node_ip_address()
+        if self._port_reservation is None:
+            self._port, self._port_reservation = get_free_port(address, with_alive_sock=True)
+        return address, self._port
+
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        request_id: str,
+        image_data: list[Any] | None = None,
+        video_data: list[Any] | None = None,
+        audio_data: list[Any] | None = None,
+        mm_processor_kwargs: dict[str, Any] | None = None,
+        **_: Any,
+    ) -> TokenOutput:
+        """One sample for ``prompt_ids``, with its log-probs (verl's server signature)."""
+        prompt_ids = [int(t) for t in prompt_ids]
+        room = int(self.config.max_model_len) - len(prompt_ids)
+        if room < 1:
+            raise ValueError(f"Prompt length {len(prompt_ids)} leaves no room within max_model_len={self.config.max_model_len}.")
+        params = dict(sampling_params)
+        params.pop("logprobs", None)  # always returned
+        max_tokens = params.pop("max_tokens", params.pop("max_new_tokens", None))
+        if max_tokens is None:
+            max_tokens = min(self.config.response_length, self.config.prompt_length + self.config.response_length - len(prompt_ids))
+        settings = sampling_settings(params, max(1, min(int(max_tokens), room)))
+        key = media_key(prompt_ids, image_data, video_data, audio_data, mm_processor_kwargs)
+        inputs = self._media.get(key)
+        if inputs is None:  # a GRPO group's n requests share their prompt's features
+            inputs = await asyncio.to_thread(
+                media_inputs, self.processor, prompt_ids, image_data, video_data, audio_data, mm_processor_kwargs
+            )
+            self._media[key] = inputs
+            while len(self._media) > MEDIA_CACHE_PROMPTS:
+                self._media.pop(next(iter(self._media)))
+        assert self._arrived is not None, "generate before launch_server"
+        request = _Request(inputs, settings, asyncio.get_running_loop().create_future())
+        self._pending.append(request)
+        self._arrived.set()
+        rollout = await request.done
+        sample = rollout.outputs[0]
+        return TokenOutput(
+            token_ids=list(sample.token_ids),
+            log_probs=list(sample.logprobs),
+            stop_reason="completed",
+            extra_fields={"global_steps": self.global_steps, "finish_reason": sample.data["finish_reason"]},
+        )
+
+    async def _batch_loop(self) -> None:
+        assert self._arrived is not None
+        while True:
+            await self._arrived.wait()
+            await asyncio.sleep(BATCH_WINDOW_S)
+            self._arrived.clear()
+            pending, self._pending = self._pending, []
+            groups: dict[SamplingSettings, list[_Request]] = {}
+            for request in pending:
+                groups.setdefault(request.settings, []).append(request)
+            for settings, requests in groups.items():
+                await self._run(settings, requests)
+
+    async def _run(self, settings: SamplingSettings, requests: list[_Request]) -> None:
+        self._calls += 1
+        seeded = replace(settings, seed=self._seed())
+        try:
+            rollouts = await asyncio.to_thread(self.engine.generate, [r.inputs for r in requests], seeded)
+        except Exception as exc:  # each waiting request gets the failure, none is left hanging
+            for request in requests:
+                request.done.set_exception(exc)
+            return
+        for request, rollout in zip(requests, rollouts, strict=True):
+            request.done.set_result(rollout)
+
+    def _seed(self) -> int:
+        return int(self.config.seed) * 1_000_003 + self.replica_rank * 10_007 + self._calls
+
+    def load_weights(self, weights: dict[str, torch.Tensor], global_steps: int | None) -> int:
+        """Copy the actor's weights into the policy; returns how many tensors were loaded.
+
+        Raises:
+            KeyError: a name the policy does not have (the two sides loaded different models).
+        """
+        weights = pack_experts(weights)
+        state = self.model.state_dict()
+        unknown = sorted(set(weights) - set(state))
+        if unknown:
+            raise KeyError(
+                f"rollout.name={LOCAL_ROLLOUT_NAME} received {len(unknown)} weights its policy does not have, e.g. "
+                f"{unknown[:3]}; the actor and the rollout loaded different models."
+            )
+        with torch.no_grad():
+            for name, value in weights.items():
+                if state[name].shape != value.shape:
+                    raise ValueError(f"{name}: the actor sent {tuple(value.shape)}, the policy has {tuple(state[name].shape)}.")
+                state[name].copy_(value)
+        self.global_steps = global_steps
+        self.weight_syncs += 1
+        return len(weights)
+
+    def get_weight_syncs(self) -> int:
+        return self.weight_syncs
+
+    async def wake_up(self, tags: list[str] | None = None) -> None:
+        return None  # nothing is released on the CPU
+
+    async def sleep(self) -> None:
+        return None
+
+    async def clear_kv_cache(self) -> None:
+        return None  # the local engine keeps no cache between calls
+
+    async def release_kv_cache(self) -> None:
+        return None
+
+    async def resume_kv_cache(self) -> None:
+        return None
+
+    async def set_global_steps(self, global_steps: int) -> None:
+        self.global_steps = global_steps
+
+    async def wait_for_requests_to_drain(self) -> None:
+        while self._pending:
+            await asyncio.sleep(BATCH_WINDOW_S)
+
+    async def abort_all_requests(self, reset_prefix_cache: bool = True, reject_request: bool = False) -> dict[str, Any]:
+        # Synchronous rollouts never abort; a running generate call is not interruptible.
+        return {"aborted_count": 0, "request_ids": []}
+
+    async def resume_generation(self) -> None:
+        return None
+
+    async def abort_request(self, request_id: str, reset_prefix_cache: bool = True) -> dict[str, Any]:
+        return {"aborted": False, "error": f"{LOCAL_ROLLOUT_NAME} does not abort requests"}
+
+    async def start_profile(self, **_: Any) -> None:
+        return None
+
+    async def stop_profile(self) -> None:
+        return None
+
+
+class LocalRolloutReplica(RolloutReplica):
+    """One :class:`LocalRolloutServer`, on the node of the training rank it serves."""
+
+    def rollout_worker_use_gpu(self) -> bool:
+        return False
+
+    async def launch_servers(self) -> None:
+        if self.world_size != 1:
+            raise ValueError(
+                f"rollout.name={LOCAL_ROLLOUT_NAME} runs one process per replica: set "
+                "actor_rollout_ref.rollout.tensor_model_parallel_size=1 (and data/pipeline parallel size 1)."
+            )
+        if self.workers:
+            node_id = await self.workers[0].__ray_call__.remote(lambda _: ray.get_runtime_context().get_node_id())
+        else:
+            node_id = ray.get_runtime_context().get_node_id()
+        role = "reward_" if self.is_reward_model else "teacher_" if self.is_teacher_model else ""
+        server: Any = (
+            ray.remote(LocalRolloutServer)
+            .options(
+                scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+                name=f"{LOCAL_ROLLOUT_NAME}_server_{role}{self.replica_rank}_0{self.name_suffix}",
+                max_concurrency=self.max_concurrency,
+                num_cpus=0,
+            )
+            .remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
+        )
+        await server.launch_server.remote()
+        self.servers = [server]
+        self._server_handle = server
+        address, port = await server.get_server_address.remote()
+        self._server_address = f"{address}:{port}"
+
+
+class LocalRolloutWorkerAdapter(BaseRollout):
+    """The rollout half verl builds inside each actor rank: sends the rank's weights to its
+    replica's server (the first rank of each replica; every rank walks the stream, since
+    gathering a sharded tensor is a collective)."""
+
+    def __init__(self, config: Any, model_config: Any, device_mesh: Any, replica_rank: int = -1) -> None:
+        super().__init__(config, model_config, device_mesh)
+        rank = int(os.environ["RANK"])
+        per_replica = (
+            self.config.tensor_model_parallel_size * self.config.data_parallel_size * self.config.pipeline_model_parallel_size
+        )
+        self.replica_rank = rank // per_replica if replica_rank == -1 else replica_rank
+        self.sends = rank % per_replica == 0
+        self._server: Any = None
+
+    def _server_handle(self) -> Any:
+        if self._server is None:
+            self._server = ray.get_actor(f"{LOCAL_ROLLOUT_NAME}_server_{self.replica_rank}_0")
+        return self._server
+
+    async def resume(self, tags: list[str]) -> None:
+        return None  # the server releases nothing between steps
+
+    async def release(self) -> None:
+        return None
+
+    async def update_weights(
+        self,
+        weights: Iterable[tuple[str, torch.Tensor]],
+        wire_format: str = "named_tensors",
+        global_steps: int | None = None,
+        peft_config: Any = None,
+        **_: Any,
+    ) -> None:
+        if wire_format != "named_tensors":
+            raise ValueError(f"rollout.name={LOCAL_ROLLOUT_NAME} takes full tensors (wire_format=named_tensors), got {wire_format!r}.")
+        if peft_config is not None:
+            raise ValueError(
+                f"rollout.name={LOCAL_ROLLOUT_NAME} loads merged weights; set actor_rollout_ref.model.lora.merge=true."
+            )
+        collected = {name: tensor.detach().to("cpu").clone() for name, tensor in weights}
+        if self.sends:
+            loaded = await self._server_handle().load_weights.remote(collected, global_steps)
+            logger.info("omni_local: %d tensors to replica %d (step %s)", loaded, self.replica_rank, global_steps)

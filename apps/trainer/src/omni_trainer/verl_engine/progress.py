@@ -1,0 +1,90 @@
+"""What a verl run shows and leaves in its run directory, as a local-engine run does.
+
+verl's trainer loop runs in its task-runner actor and logs through its own ``Tracking``
+(no backend can be added); its ``file`` logger writes each step to this launch's metrics
+file (:func:`omni_trainer.verl_engine.launch.metrics_file`). :class:`StepReporter` follows
+that file from the driver: for each step it prints the local engine's step line, appends
+the step to ``metrics.jsonl`` and redraws ``curve.png``; at the end :meth:`finish` writes
+``summary.txt``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from omni_trainer.config import Config
+from omni_trainer.reporting import report_step, validation_line, write_summary
+from omni_trainer.run_dir import MetricsLog
+
+POLL_S = 0.5
+STEP_KEY = "training/global_step"
+
+
+def checkpointed_step(run_dir: Path) -> int:
+    """The step of verl's newest complete checkpoint in ``run_dir`` (0: none)."""
+    latest = run_dir / "latest_checkpointed_iteration.txt"
+    return int(latest.read_text().strip() or 0) if latest.is_file() else 0
+
+
+class StepReporter:
+    """Follows verl's metrics file of this launch (started before the run, finished after)."""
+
+    def __init__(self, run_dir: Path, metrics_path: Path, config: Config, total_steps: int) -> None:
+        self.run_dir, self.metrics_path, self.config, self.total = run_dir, metrics_path, config, total_steps
+        self.start_step = checkpointed_step(run_dir)
+        self.log = MetricsLog(run_dir / "metrics.jsonl", resume_after=self.start_step)
+        self.validation: dict[str, float] = {}
+        self.last_step = self.start_step
+        self._offset = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._follow, name="verl-step-reporter", daemon=True)
+        self._started = time.monotonic()
+
+    def start(self) -> StepReporter:
+        self._thread.start()
+        return self
+
+    def finish(self, *, uses_lora: bool) -> str:
+        """Stop following (reading what is left) and write ``summary.txt``; returns it."""
+        self._stop.set()
+        self._thread.join()
+        self._read()
+        checkpoint = self.run_dir / f"global_step_{checkpointed_step(self.run_dir)}"
+        return write_summary(
+            self.run_dir, self.config, step=self.last_step, steps_this_session=self.last_step - self.start_step,
+            elapsed=time.monotonic() - self._started, log=self.log, final=self.validation,
+            checkpoint=checkpoint if checkpoint.is_dir() else None, uses_lora=uses_lora, dropped=0,
+        )
+
+    def _follow(self) -> None:
+        while not self._stop.wait(POLL_S):
+            self._read()
+
+    def _read(self) -> None:
+        if not self.metrics_path.is_file():
+            return
+        with self.metrics_path.open("rb") as handle:
+            handle.seek(self._offset)
+            chunk = handle.read()
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        self._offset += len(complete)
+        for line in complete.decode().splitlines():
+            if line.strip():
+                self._record(json.loads(line))
+
+    def _record(self, record: dict[str, Any]) -> None:
+        step, data = int(record["step"]), record["data"]
+        numbers = {k: float(v) for k, v in data.items() if isinstance(v, int | float)}
+        validation = {k: v for k, v in numbers.items() if k.startswith("val-core/")}
+        if validation:
+            self.validation = validation
+            print(validation_line(step, validation), flush=True)
+        if STEP_KEY in data:
+            self.last_step = step
+            row = {"step": float(step), **numbers}
+            self.log.append(row)
+            report_step(self.run_dir, self.log, self.config, step, self.total, row)

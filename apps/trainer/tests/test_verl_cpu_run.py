@@ -1,0 +1,97 @@
+"""verl's own trainer loop on the CPU (``trainer.engine=verl trainer.device=cpu``), whole runs.
+
+What runs is ``uv run trainer``'s code path in a process of its own: verl 0.9.1's task
+runner on a local Ray, its FSDP2 actor on two gloo ranks, the ``omni_local`` rollout (one
+replica per rank) taking the actor's weights every step through verl's weight sync,
+TransferQueue, verl's reward loop with our scorer, verl-format checkpoints, and
+``resume_mode=auto`` after the run is killed. The data is the built-in task's image+audio
+rows. Metrics are read from the run's verl ``file`` logger.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+PEARSON = "training/rollout_actor_probs_pearson_corr"
+
+
+def trainer_command(tiny: str, train: Path, val: Path, run_dir: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "omni_trainer.cli",
+        "trainer.engine=verl", "trainer.device=cpu", "trainer.n_gpus_per_node=2",
+        f"actor_rollout_ref.model.path={tiny}", f"data.train_files=[{train}]", f"data.val_files=[{val}]",
+        "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.rollout.n=2",
+        "data.max_response_length=4", "actor_rollout_ref.model.lora_rank=0", "actor_rollout_ref.actor.optim.lr=1e-3",
+        "trainer.total_training_steps=3", "trainer.save_freq=1", "trainer.val_before_train=false",
+        "trainer.test_freq=-1", f"trainer.default_local_dir={run_dir}", *extra,
+    ]
+
+
+def launches(run_dir: Path) -> list[list[dict[str, Any]]]:
+    """Per launch into ``run_dir`` (oldest first), the steps verl's file logger recorded."""
+    runs = []
+    for path in sorted((run_dir / "metrics").glob("verl-*.jsonl")):
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        runs.append([{"step": r["step"], **r["data"]} for r in records if "training/global_step" in r["data"]])
+    return runs
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, Path]:
+    from omni_qwen3.tiny import build_tiny_qwen3_omni
+    from omni_trainer.builtin_files import write_builtin_task
+
+    tiny = str(build_tiny_qwen3_omni())  # the embedded default's cached build
+    train, val = write_builtin_task(tmp_path_factory.mktemp("data"), train_rows=8, val_rows=4, seed=0)
+    return tiny, train, val
+
+
+def test_two_ranks_train_save_and_resume_after_a_kill(inputs: tuple[str, Path, Path], tmp_path: Path) -> None:
+    tiny, train, val = inputs
+    run_dir = tmp_path / "run"
+    command = trainer_command(tiny, train, val, run_dir)
+    log = (tmp_path / "first.log").open("w")
+    first = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    latest = run_dir / "latest_checkpointed_iteration.txt"
+    deadline = time.monotonic() + 600
+    try:
+        while not (latest.is_file() and latest.read_text().strip() == "2"):
+            assert first.poll() is None, f"the run ended before its second checkpoint:\n{_tail(tmp_path / 'first.log')}"
+            assert time.monotonic() < deadline, "no second checkpoint within 10 minutes"
+            time.sleep(0.5)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(first.pid, signal.SIGKILL)  # the driver and the local Ray it started
+        first.wait()
+    assert (run_dir / "global_step_2" / "actor").is_dir()
+
+    second = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
+    killed, resumed = launches(run_dir)
+    # Killed after its second checkpoint (its step-2 line may not have been written yet).
+    assert [row["step"] for row in killed] in ([1], [1, 2])
+    # The rerun starts at the step after the newest checkpoint, from that checkpoint's weights.
+    assert [row["step"] for row in resumed] == [3]
+    assert "global_step_2" in second.stdout + second.stderr
+    assert (run_dir / "global_step_3" / "actor").is_dir()
+    assert latest.read_text().strip() == "3"
+    # The rollout samples with the actor's weights at every step, before and after the resume.
+    for row in killed + resumed:
+        assert row[PEARSON] >= 0.999, (row["step"], row[PEARSON])
+
+
+def _tail(path: Path, lines: int = 60) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
