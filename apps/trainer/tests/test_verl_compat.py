@@ -240,14 +240,6 @@ def test_empty_weights_for_transformers_swaps_only_accelerates_context() -> None
     assert holder.weight.is_meta and holder.weight._is_hf_initialized and not holder.weight.requires_grad
 
 
-def _equal_length_positions(rows: int, length: int) -> Any:
-    import torch
-    from tensordict import TensorDict
-
-    positions = [torch.arange(4 * length).reshape(4, length) + 1000 * i for i in range(rows)]
-    return positions, TensorDict({"position_ids": torch.nested.as_nested_tensor(positions, layout=torch.jagged)}, batch_size=[rows])
-
-
 def test_verls_position_fix_still_breaks_rows_of_one_length() -> None:
     """``equal_length_position_ids`` exists because this raises (a rank's rows all one length);
     when it stops raising, verl fixed it."""
@@ -256,8 +248,11 @@ def test_verls_position_fix_still_breaks_rows_of_one_length() -> None:
     from verl.workers import engine_workers
     from verl.workers.engine import base
 
+    from tensordict import TensorDict
+
     assert "maybe_fix_3d_position_ids" in vars(engine_workers) and "maybe_fix_3d_position_ids" in vars(base)
-    _, batch = _equal_length_positions(2, 37)
+    rows = [torch.arange(4 * 37).reshape(4, 37) + 1000 * i for i in range(2)]  # [4, L] mrope rows, one length
+    batch = TensorDict({"position_ids": torch.nested.as_nested_tensor(rows, layout=torch.jagged)}, batch_size=[2])
     tu.maybe_fix_3d_position_ids(batch)
     with pytest.raises(RuntimeError, match="split_with_sizes"):
         tu.index_select_tensor_dict(batch, torch.tensor([0, 1]))

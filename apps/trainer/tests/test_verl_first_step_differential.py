@@ -25,15 +25,12 @@ while the step itself moves them by over 1e-2) and one weight matrix's change (w
 of lr: Adam's first step is ``lr * g / (|g| + eps)``, so an element whose gradient is near
 eps = 1e-8 takes a step that fp32 rounding of ``g`` can move by a fraction of lr).
 
-Known disagreement (strict xfail, so a fix shows): ``seq-mean-token-sum-norm`` (Dr.GRPO)
-divides by a horizon that our translation leaves to verl (``loss_scale_factor`` unset: the
-loss mask's padded width). Here, with the batch layout of verl's ``RayPPOTrainer``, that is
-``data.max_response_length`` (10); the local engine takes the mini-batch's longest response
-(``omni_training.actor._counts``: 9), so verl's loss and gradient are 9/10 of ours. (verl's
-V1 trainer, which ``trainer.engine=verl`` launches, hands the worker unpadded rows, and the
-width becomes each micro-batch's longest response: 9 and 6 here.) Adam's first step does
-not see a gradient's scale, so the step itself still agrees. A constant horizon on both
-engines (``loss_scale_factor = data.max_response_length``) would remove all three.
+``seq-mean-token-sum-norm`` (Dr.GRPO) divides by a constant on both engines,
+``data.max_response_length`` (10 here; ``actor_rollout_ref.actor.loss_scale_factor``, passed
+to verl under that name). Left to verl, it would divide by the padded width of the rows
+reaching its loss (unpadded rows in its V1 trainer: each micro-batch's longest response),
+and the local engine by the mini-batch's longest response (9): losses and gradients 9/10 of
+each other, which this test showed before the constant was set.
 
 The layout otherwise does not enter: token-mean and the seq-mean modes other than ``-norm``
 sum over the response mask, whatever its padding.
@@ -63,14 +60,8 @@ LR = 1e-4
 # seq-mean-token-mean: the mean over rows of -A = -(1 - 0.5 + 0.25 - 1.5) / 4 = 0.1875.
 # token-mean: -(9*1 - 3*0.5 + 6*0.25 - 4*1.5) / (9 + 3 + 6 + 4) = -3 / 22.
 # seq-mean-token-sum-norm: -(9*1 - 3*0.5 + 6*0.25 - 4*1.5) / 4 rows / horizon 10 = -3 / 40
-# (verl's horizon, data.max_response_length; the local engine's is 9: -3 / 36).
+# (the horizon is data.max_response_length on both engines).
 EXPECTED_LOSS = {"seq-mean-token-mean": 0.1875, "token-mean": -3 / 22, "seq-mean-token-sum-norm": -3 / 40}
-HORIZON_DISAGREEMENT = (
-    "seq-mean-token-sum-norm: verl divides by the loss mask's padded width (here data.max_response_length, 10), "
-    "the local engine by the mini-batch's longest response (9)"
-)
-
-
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return run_harness(tmp_path_factory.mktemp("verl-first-step"), harness=HARNESS)
@@ -81,11 +72,6 @@ def variant(request: pytest.FixtureRequest, report: dict[str, Any]) -> dict[str,
     loss_mode, loss_agg_mode = request.param
     (found,) = [v for v in report["variants"] if (v["loss_mode"], v["loss_agg_mode"]) == (loss_mode, loss_agg_mode)]
     return found
-
-
-def known_disagreement(request: pytest.FixtureRequest, variant: dict[str, Any]) -> None:
-    if variant["loss_agg_mode"] == "seq-mean-token-sum-norm":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=HORIZON_DISAGREEMENT))
 
 
 def max_abs_diff(a: list[list[float]], b: list[list[float]]) -> float:
@@ -100,7 +86,7 @@ def test_both_engines_run_the_same_configured_step(report: dict[str, Any], varia
     assert translated["mixed_precision"] == {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
     assert (translated["micro_batch"], translated["mini_batch"], translated["lr"]) == (2, 4, LR)
     assert translated["entropy_coeff"] == 0
-    assert (translated["loss_scale_factor"], translated["max_response_length"]) == (None, 10)
+    assert (translated["loss_scale_factor"], translated["max_response_length"]) == (10, 10)  # Dr.GRPO constant
     verl, local = variant["verl"], variant["local"]
     # The same parameters train (full fine-tuning, the adapter's freezing on both sides).
     assert verl["trainable"] == local["trainable"] > 0
@@ -122,14 +108,12 @@ def test_verl_policy_loss_is_the_worked_value(variant: dict[str, Any]) -> None:
     assert verl["actor/pg_clipfrac"] == variant["local"]["metrics"]["actor/pg_clipfrac"] == 0.0
 
 
-def test_policy_loss_agrees(request: pytest.FixtureRequest, variant: dict[str, Any]) -> None:
-    known_disagreement(request, variant)
+def test_policy_loss_agrees(variant: dict[str, Any]) -> None:
     verl, local = variant["verl"]["metrics"], variant["local"]["metrics"]
     assert local["actor/pg_loss"] == pytest.approx(verl["actor/pg_loss"], abs=TOLERANCE)
 
 
-def test_grad_norm_before_clipping_agrees(request: pytest.FixtureRequest, variant: dict[str, Any]) -> None:
-    known_disagreement(request, variant)
+def test_grad_norm_before_clipping_agrees(variant: dict[str, Any]) -> None:
     verl, local = variant["verl"]["metrics"], variant["local"]["metrics"]
     # Above clip_grad = 1: the step compared below is a clipped one on both sides.
     assert verl["actor/grad_norm"] > variant["verl_config"]["clip_grad"]

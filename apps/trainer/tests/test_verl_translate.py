@@ -151,3 +151,38 @@ def test_deploy_options_serve_no_lora_when_verl_merges() -> None:
                           lora_target_modules=None, lora_exclude_modules=None)
     model = verl.actor_rollout_ref.model
     assert _lora_rank(model) == 0
+
+
+def test_the_cpu_run_is_the_omni_local_rollout_in_fp32_on_one_process_per_rank(tmp_path: Path) -> None:
+    from omni_trainer.config import load_config
+    from omni_trainer.verl_engine.translate import to_verl_config
+
+    config = load_config([
+        "trainer.engine=verl", "trainer.device=cpu", "trainer.n_gpus_per_node=2", f"actor_rollout_ref.model.path={tmp_path}",
+        f"data.train_files=[{tmp_path / 'train.parquet'}]", "trainer.total_training_steps=7",
+        "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe",
+    ])
+    verl = to_verl_config(config, lora_target_modules=None, lora_exclude_modules=None)
+    assert verl.trainer.device == "cpu" and verl.actor_rollout_ref.rollout.name == "omni_local"
+    assert verl.actor_rollout_ref.rollout.tensor_model_parallel_size == 1
+    assert dict(verl.actor_rollout_ref.actor.fsdp_config.mixed_precision) == {
+        "param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32",
+    }
+    assert verl.ray_kwargs.ray_init.runtime_env.env_vars["VERL_PLATFORM"] == "cpu"
+    assert verl.ray_kwargs.ray_init.num_gpus == 2  # one logical rank slot per rank
+    assert verl.trainer.total_epochs >= 7  # verl stops at total_epochs too: enough to reach the steps
+
+
+@pytest.mark.parametrize(("override", "named"), [
+    ("actor_rollout_ref.model.stage=talker", "stage=talker"), ("distillation.enabled=true", "distillation.enabled"),
+])
+def test_what_the_cpu_run_does_not_serve_is_refused_by_name(tmp_path: Path, override: str, named: str) -> None:
+    from omni_trainer.config import load_config
+    from omni_trainer.verl_engine.translate import config_problems
+
+    config = load_config([
+        "trainer.engine=verl", "trainer.device=cpu", f"actor_rollout_ref.model.path={tmp_path}",
+        f"data.train_files=[{tmp_path / 'train.parquet'}]", override,
+        "distillation.teacher_models.teacher_model.model_path=/t",
+    ])
+    assert any(named in problem and "trainer.device=cpu" in problem for problem in config_problems(config))

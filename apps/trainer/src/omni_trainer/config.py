@@ -107,6 +107,8 @@ class ActorConfig:
     clip_ratio_high: float | None = None
     clip_ratio_c: float = 3.0
     loss_agg_mode: str = "seq-mean-token-mean"
+    # seq-mean-token-sum-norm (Dr.GRPO) divides by this constant; None: data.max_response_length.
+    loss_scale_factor: int | None = None
     ppo_mini_batch_size: int = 8  # prompts per optimizer step
     ppo_micro_batch_size_per_gpu: int = 16  # samples per forward/backward
     use_dynamic_bsz: bool = False

@@ -49,6 +49,7 @@ def actor_settings(
         policy_loss=PolicyLossConfig(
             clip_ratio=actor.clip_ratio, clip_ratio_low=actor.clip_ratio_low, clip_ratio_high=actor.clip_ratio_high,
             clip_ratio_c=actor.clip_ratio_c, loss_agg_mode=actor.loss_agg_mode,
+            loss_scale_factor=actor.loss_scale_factor or cfg.data.max_response_length,
         ),
         use_kl_loss=actor.use_kl_loss, kl_loss_coef=actor.kl_loss_coef, kl_loss_type=actor.kl_loss_type,
         entropy_coeff=actor.entropy_coeff, temperature=cfg.actor_rollout_ref.rollout.temperature or 1.0,

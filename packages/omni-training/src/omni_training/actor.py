@@ -180,7 +180,7 @@ class Actor:
         ``None`` on entry.
         """
         settings = self.settings
-        counts = _counts(batches)
+        counts = _counts(batches, settings.policy_loss.loss_scale_factor)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         distill = settings.distillation
@@ -283,8 +283,8 @@ def model_float_dtype(model: Any) -> torch.dtype:
     return dtype
 
 
-def _counts(batches: Sequence[MicroBatch]) -> BatchCounts:
+def _counts(batches: Sequence[MicroBatch], loss_scale_factor: int | None = None) -> BatchCounts:
     tokens = sum(b.num_tokens for b in batches)
     sequences = sum(int((b.response_mask.sum(dim=-1) > 0).sum()) for b in batches)
-    horizon = max(int(b.responses.shape[1]) for b in batches)
+    horizon = loss_scale_factor or max(int(b.responses.shape[1]) for b in batches)
     return BatchCounts(num_tokens=float(tokens), num_sequences=float(sequences), horizon=float(horizon))

@@ -37,6 +37,9 @@ class PolicyLossConfig:
     clip_ratio_high: float | None = None
     clip_ratio_c: float = 3.0
     loss_agg_mode: str = "token-mean"
+    # The constant ``seq-mean-token-sum-norm`` (Dr.GRPO) divides by; None: the longest response
+    # of the mini-batch. The trainer sets the run's response limit, as it gives verl (verl's name).
+    loss_scale_factor: int | None = None
     tau_pos: float = 1.0
     tau_neg: float = 1.05
 

@@ -20,7 +20,7 @@ from torch.utils.data import Dataset
 
 from omni_data import DatasetConfig, RLDataset, decode_all, media_in_messages, settings_from_processor
 from omni_trainer.verl_engine.processor import adapter_processor
-from omni_trainer.verl_engine.settings import VerlSettings
+from omni_trainer.verl_engine.settings import SETTINGS_ENV, VerlSettings
 
 
 class OmniRLHFDataset(Dataset):
@@ -34,13 +34,13 @@ class OmniRLHFDataset(Dataset):
         processor: Any = None,
         max_samples: int = -1,
     ) -> None:
-        # verl's own processor is None for Qwen3-Omni (see verl_engine.processor): templating
-        # needs the adapter's, which carries the chat template.
-        if processor is None:
+        # verl's own processor is None for Qwen3-Omni (see verl_engine.processor): inside a
+        # verl run, templating needs the adapter's, which carries the chat template.
+        if processor is None and os.environ.get(SETTINGS_ENV):
             processor = adapter_processor(VerlSettings.from_env())
         self.dataset = RLDataset(
             list(data_files) if not isinstance(data_files, (str, os.PathLike)) else data_files,
-            processor,
+            processor if processor is not None else tokenizer,
             DatasetConfig(
                 max_prompt_length=int(config.get("max_prompt_length", 1024)),
                 filter_overlong_prompts=bool(config.get("filter_overlong_prompts", True)),

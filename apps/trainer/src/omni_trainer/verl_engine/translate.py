@@ -118,9 +118,34 @@ def config_problems(config: Config) -> list[str]:
             f"actor_rollout_ref.rollout.agent.default_agent_loop={loop!r} has no verl agent loop; "
             f"valid: {', '.join(AGENT_LOOPS)}"
         )
-    if config.actor_rollout_ref.model.stage == "talker":
+    if config.trainer.device == "cpu":
+        problems.extend(cpu_problems(config))
+    elif config.actor_rollout_ref.model.stage == "talker":
         problems.extend(speech_problems(config))
     problems.extend(distillation_problems(config))
+    return problems
+
+
+def cpu_problems(config: Config) -> list[str]:
+    """What ``trainer.device=cpu`` does not run yet: its rollout (``omni_local``) samples a text
+    policy, and verl's distillation teacher is a server on a GPU pool of its own."""
+    problems = []
+    if config.actor_rollout_ref.model.stage != "thinker":
+        problems.append(
+            f"trainer.device=cpu: actor_rollout_ref.model.stage={config.actor_rollout_ref.model.stage} is not "
+            "served by the CPU rollout (omni_local samples a thinker's text); train the talker with "
+            "trainer.engine=local, or on verl with vLLM-Omni on GPUs"
+        )
+    if config.distillation.enabled:
+        problems.append(
+            "trainer.device=cpu: distillation.enabled=true needs verl's teacher server on a GPU pool; "
+            "use trainer.engine=local for on-policy distillation on the CPU"
+        )
+    if config.actor_rollout_ref.rollout.name not in ("vllm_omni", LOCAL_ROLLOUT_NAME):
+        problems.append(
+            f"trainer.device=cpu: actor_rollout_ref.rollout.name={config.actor_rollout_ref.rollout.name} has no "
+            f"CPU server; the CPU rollout is {LOCAL_ROLLOUT_NAME}"
+        )
     return problems
 
 
@@ -230,6 +255,9 @@ def _values(
         "actor_rollout_ref.actor.clip_ratio_high": _or(actor.clip_ratio_high, actor.clip_ratio),
         "actor_rollout_ref.actor.clip_ratio_c": actor.clip_ratio_c,
         "actor_rollout_ref.actor.loss_agg_mode": actor.loss_agg_mode,
+        # Dr.GRPO's constant: the response limit on both engines (verl's default is the padded
+        # width of whatever rows reach its loss, which its V1 trainer does not pad).
+        "actor_rollout_ref.actor.loss_scale_factor": actor.loss_scale_factor or data.max_response_length,
         "actor_rollout_ref.actor.ppo_mini_batch_size": actor.ppo_mini_batch_size,
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": micro,
         "actor_rollout_ref.actor.use_dynamic_bsz": actor.use_dynamic_bsz,
