@@ -17,11 +17,24 @@
 # - actor: LoRA leaves the base frozen (no optimizer state for it; ~20M trainable parameters),
 #   gradient checkpointing on, 2 sequences per micro-batch (<= 10.2k tokens; their fp32 logits
 #   over the 152k vocabulary take ~6.2 GB).
+# ENGINE=local runs it on the local engine (the tiny model on a CPU), without the verl-only keys
+# below (the local engine refuses a verl-engine key it cannot honour).
 # Any key can be overridden after the script, e.g.: bash examples/<this script> trainer.total_epochs=2
 set -euo pipefail
+ENGINE=${ENGINE:-verl}
 MODEL_PATH=${MODEL_PATH:-$HOME/models/Qwen/Qwen2.5-Omni-7B}
 TRAIN_FILE=${TRAIN_FILE:-$HOME/data/mmk12/train.parquet}
 VAL_FILE=${VAL_FILE:-$HOME/data/mmk12/test.parquet}
+
+verl_only=(
+    actor_rollout_ref.rollout.tensor_model_parallel_size=1
+    actor_rollout_ref.rollout.gpu_memory_utilization=0.55
+    actor_rollout_ref.rollout.max_num_seqs=256
+    "actor_rollout_ref.rollout.cudagraph_capture_sizes=[1,2,4,8,16,32,64,128,256]"
+    trainer.nnodes=1
+    trainer.n_gpus_per_node=1
+)
+if [ "$ENGINE" != verl ]; then verl_only=(); fi
 
 exec uv run trainer \
     actor_rollout_ref.model.path="$MODEL_PATH" \
@@ -41,14 +54,9 @@ exec uv run trainer \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2 \
     actor_rollout_ref.rollout.n=16 \
     actor_rollout_ref.rollout.pipeline_name=qwen2_5_omni \
-    actor_rollout_ref.rollout.tensor_model_parallel_size=1 \
-    actor_rollout_ref.rollout.gpu_memory_utilization=0.55 \
-    actor_rollout_ref.rollout.max_num_seqs=256 \
-    "actor_rollout_ref.rollout.cudagraph_capture_sizes=[1,2,4,8,16,32,64,128,256]" \
     algorithm.adv_estimator=grpo \
-    trainer.engine=verl \
-    trainer.nnodes=1 \
-    trainer.n_gpus_per_node=1 \
+    trainer.engine="$ENGINE" \
     trainer.experiment_name=qwen2_5_omni_mmk12_gspo_lora \
     trainer.test_freq=10 \
+    "${verl_only[@]}" \
     "$@"

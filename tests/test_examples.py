@@ -29,12 +29,11 @@ TINY_MODE = [
     "data.max_response_length=4", "data.max_prompt_length=4096", "actor_rollout_ref.model.lora_rank=4",
     "trainer.total_training_steps=2", "trainer.test_freq=0", "trainer.save_freq=0", "reward.num_workers=1",
 ]
-LOCAL_ON_CPU = (
-    "trainer.engine=local", "actor_rollout_ref.actor.fsdp_config.param_offload=false",
-    "actor_rollout_ref.actor.fsdp_config.optimizer_offload=false",
-)
-"""After a Qwen3-Omni script (verl on 4 x 80 GB GPUs, the actor offloaded): the local engine,
-which keeps its actor on its one device ("$@" wins)."""
+LOCAL_ON_CPU = {"ENGINE": "local"}
+"""The scripts target verl on GPUs; ENGINE=local runs them on the local engine, leaving out
+their verl-only keys (which the local engine would refuse)."""
+SCRIPTS = ("gsm8k_gspo_lora.sh", "mmk12_gspo_lora.sh", "avqa_gspo_lora.sh", "mmk12_opd_lora.sh",
+           "qwen25_mmk12_gspo_lora.sh", "qwen25_avqa_gspo_lora.sh")
 
 
 def png(seed: int) -> bytes:
@@ -79,8 +78,8 @@ def raw_avqa(directory: Path) -> None:
     for k, split in enumerate(("train", "validation")):
         records = []
         for i in range(4):
-            # Distinct media per row: the converter's strict split drops train rows whose
-            # picture or sound also appears in validation.
+            # Distinct media per row, so the rows stay apart also under the converter's
+            # --strict-split (train rows whose picture or sound appears in validation).
             (media / f"{split}{i}.png").write_bytes(png(100 * k + i))
             wav(media / f"{split}{i}.wav", hz=220.0 + 40 * (4 * k + i))
             records.append({
@@ -90,6 +89,36 @@ def raw_avqa(directory: Path) -> None:
                 "problem_id": f"{split}{i}", "problem_type": "which",
             })
         (directory / f"{split}.json").write_text(json.dumps(records))
+
+
+def script_overrides(script: str, tmp_path: Path, **env: str) -> list[str]:
+    """What ``script`` passes to ``uv run trainer`` (a stand-in ``uv`` on PATH prints it)."""
+    fake = tmp_path / "bin"
+    fake.mkdir(exist_ok=True)
+    (fake / "uv").write_text('#!/usr/bin/env bash\nshift 2\nprintf "%s\\n" "$@"\n')
+    (fake / "uv").chmod(0o755)
+    environment = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "MODEL_PATH": "/m", "TEACHER_PATH": "/t",
+                   "TRAIN_FILE": "/d/train.parquet", "VAL_FILE": "/d/val.parquet", **env}
+    if "ENGINE" not in env:
+        environment.pop("ENGINE", None)
+    done = subprocess.run(["bash", str(ROOT / "examples" / script)], env=environment, capture_output=True, text=True,
+                          check=True)
+    return done.stdout.splitlines()
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_engine_local_leaves_out_the_keys_the_local_engine_refuses(script: str, tmp_path: Path) -> None:
+    """A script's verl-only keys (placement, offload, vLLM-Omni sizing) are left out with
+    ENGINE=local, so nothing is refused; by default the script runs the verl engine with them."""
+    from omni_trainer.config import load_config
+    from omni_trainer.verl_keys import local_refusals, verl_key
+
+    local = load_config(script_overrides(script, tmp_path, **LOCAL_ON_CPU))
+    assert local.trainer.engine == "local"
+    assert local_refusals(local) == []
+    verl = load_config(script_overrides(script, tmp_path))
+    assert verl.trainer.engine == "verl"
+    assert {key for key in verl.given_keys if verl_key(key)} - set(local.given_keys)  # the sizing is there
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +137,6 @@ def tiny_qwen25(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def run_recipe(
     tmp_path: Path, model: Path, script: str, recipe: str, make_raw: object, val_split: str, scorer_metric: str,
-    extra: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Convert synthetic raw files, run the script for two steps and check its metrics;
     returns the run's resolved config."""
@@ -119,9 +147,9 @@ def run_recipe(
     uv = shutil.which("uv")
     assert uv is not None, "the example scripts run through uv"
     env = {**os.environ, "MODEL_PATH": str(model), "TRAIN_FILE": str(data / "train.parquet"),
-           "VAL_FILE": str(data / f"{val_split}.parquet"), "UV_PYTHON_DOWNLOADS": "never"}
+           "VAL_FILE": str(data / f"{val_split}.parquet"), "UV_PYTHON_DOWNLOADS": "never", **LOCAL_ON_CPU}
     done = subprocess.run(
-        ["bash", str(ROOT / "examples" / script), *TINY_MODE, *extra, f"trainer.default_local_dir={run}"],
+        ["bash", str(ROOT / "examples" / script), *TINY_MODE, f"trainer.default_local_dir={run}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -155,9 +183,9 @@ def run_recipe(
 def test_recipe_runs_in_tiny_cpu_mode(
     tmp_path: Path, tiny: Path, script: str, recipe: str, make_raw: object, val_split: str, scorer_metric: str
 ) -> None:
-    config = run_recipe(tmp_path, tiny, script, recipe, make_raw, val_split, scorer_metric, extra=LOCAL_ON_CPU)
+    config = run_recipe(tmp_path, tiny, script, recipe, make_raw, val_split, scorer_metric)
     assert config["trainer"]["experiment_name"] == f"qwen3_omni_{recipe}_gspo_lora"  # the script's setting
-    assert config["actor_rollout_ref"]["rollout"]["tensor_model_parallel_size"] == 2  # verl's settings kept
+    assert config["trainer"]["engine"] == "local"
 
 
 @pytest.mark.slow
@@ -172,11 +200,9 @@ def test_qwen25_recipe_runs_in_tiny_cpu_mode(
     tmp_path: Path, tiny_qwen25: Path, script: str, recipe: str, make_raw: object, val_split: str,
     scorer_metric: str,
 ) -> None:
-    """The Qwen2.5-Omni scripts target verl on one GPU; trainer.engine=local after them ("$@"
-    wins) runs the same recipe here on the tiny Qwen2.5-Omni."""
-    config = run_recipe(
-        tmp_path, tiny_qwen25, script, recipe, make_raw, val_split, scorer_metric, extra=("trainer.engine=local",)
-    )
+    """The Qwen2.5-Omni scripts target verl on one GPU; ENGINE=local runs the same recipe here
+    on the tiny Qwen2.5-Omni."""
+    config = run_recipe(tmp_path, tiny_qwen25, script, recipe, make_raw, val_split, scorer_metric)
     assert config["trainer"]["experiment_name"] == f"qwen2_5_omni_{recipe}_gspo_lora"  # the script's setting
     assert config["actor_rollout_ref"]["rollout"]["pipeline_name"] == "qwen2_5_omni"
     assert config["trainer"]["engine"] == "local"
@@ -184,8 +210,8 @@ def test_qwen25_recipe_runs_in_tiny_cpu_mode(
 
 @pytest.mark.slow
 def test_opd_recipe_runs_in_tiny_cpu_mode(tmp_path: Path, tiny: Path) -> None:
-    """examples/mmk12_opd_lora.sh targets verl on two nodes; with trainer.engine=local after
-    it ("$@" wins) the same recipe runs here: the tiny model teaches its noised copy."""
+    """examples/mmk12_opd_lora.sh targets verl on two nodes; with ENGINE=local the same recipe
+    runs here: the tiny model teaches its noised copy."""
     from omni_training.noise import main as noise
 
     raw, data, run, student = tmp_path / "raw", tmp_path / "data", tmp_path / "run", tmp_path / "student"
@@ -194,10 +220,9 @@ def test_opd_recipe_runs_in_tiny_cpu_mode(tmp_path: Path, tiny: Path) -> None:
     assert convert(["mmk12", "--input", str(raw), "--output-dir", str(data)]) == 0
     assert noise(["--src", str(tiny), "--out", str(student), "--fraction", "0.25", "--seed", "0"]) == 0
     env = {**os.environ, "MODEL_PATH": str(student), "TEACHER_PATH": str(tiny), "UV_PYTHON_DOWNLOADS": "never",
-           "TRAIN_FILE": str(data / "train.parquet"), "VAL_FILE": str(data / "test.parquet")}
+           "TRAIN_FILE": str(data / "train.parquet"), "VAL_FILE": str(data / "test.parquet"), **LOCAL_ON_CPU}
     done = subprocess.run(
-        ["bash", str(ROOT / "examples" / "mmk12_opd_lora.sh"), *TINY_MODE, *LOCAL_ON_CPU,
-         f"trainer.default_local_dir={run}"],
+        ["bash", str(ROOT / "examples" / "mmk12_opd_lora.sh"), *TINY_MODE, f"trainer.default_local_dir={run}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -98,3 +98,58 @@ def test_verl_spellings_carry_over() -> None:
     message = str(info.value)
     assert "engine_kwargs.vllm_omni.pipeline_name='other' contradicts actor_rollout_ref.rollout.pipeline_name" in message
     assert "output_mode='diffusion'; valid: ar" in message
+
+
+@pytest.mark.parametrize(("typed", "meant"), [
+    ("actor_rollout_ref.actor.param_offload", "actor_rollout_ref.actor.fsdp_config.param_offload"),  # was clip_ratio_low
+    ("actor_rollout_ref.actor.fsdp_config.param_ofload", "actor_rollout_ref.actor.fsdp_config.param_offload"),
+    ("actor_rollout_ref.rollout.nn", "actor_rollout_ref.rollout.n"),
+    ("trainer.total_epoch", "trainer.total_epochs"),
+    ("data.train_file", "data.train_files"),
+    ("actor_rollout_ref.actor.use_kl", "actor_rollout_ref.actor.use_kl_loss"),
+    ("actor_rollout_ref.rolout.temprature", "actor_rollout_ref.rollout.temperature"),
+    ("ray_kwarg.ray_init.adress", "ray_kwargs.ray_init.address"),
+])
+def test_a_typo_is_matched_on_its_last_segment_and_section(typed: str, meant: str) -> None:
+    from omni_trainer.config import closest_keys
+
+    assert closest_keys(typed) == [meant]
+
+
+@pytest.mark.parametrize("typed", [
+    "actor_rollout_ref.actor.optim.learning_rate", "actor_rollout_ref.rollout.gpu_mem_util", "trainer.foo", "x",
+])
+def test_a_key_close_to_none_gets_no_suggestion(typed: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config([f"{typed}=1"])
+    (problem,) = info.value.problems
+    assert problem == (f"unknown key {typed!r} (in overrides); no known key is close "
+                       "(`uv run trainer --print-config` prints every key)")
+
+
+def test_a_bare_segment_lists_every_place_it_is_a_key() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(["param_offload=true"])
+    assert ("did you mean one of 'actor_rollout_ref.actor.fsdp_config.param_offload', "
+            "'actor_rollout_ref.ref.fsdp_config.param_offload', "
+            "'distillation.teacher_models.teacher_model.param_offload'?") in str(info.value)
+
+
+def test_the_given_keys_are_recorded_not_settable_and_not_written() -> None:
+    config = load_config(["trainer.nnodes=1"], ["+data.mm_processor_kwargs.sampling_rate=16000", "trainer.nnodes=1"])
+    assert config.given_keys == ["trainer.nnodes", "data.mm_processor_kwargs.sampling_rate"]
+    assert load_config([]).given_keys == []  # the packaged defaults and presets are not the user's
+    assert "given_keys" not in to_yaml(config)
+    with pytest.raises(ConfigError, match="given_keys is recorded by the loader"):
+        load_config(["given_keys=[trainer.nnodes]"])
+
+
+def test_verls_spellings_fold_into_ours() -> None:
+    config = load_config(["actor_rollout_ref.actor.optim.clip_grad=0.5", "actor_rollout_ref.actor.freeze_vision_tower=false",
+                          "trainer.logger=console"])
+    assert config.actor_rollout_ref.actor.grad_clip == 0.5
+    assert config.actor_rollout_ref.model.freeze_vision_tower is False
+    assert config.trainer.logger == ["console"]  # verl takes one logger as a list of one
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref.actor.optim.clip_grad=0.5 contradicts "
+                                          r"actor_rollout_ref.actor.grad_clip=2.0; set one of them"):
+        load_config(["actor_rollout_ref.actor.optim.clip_grad=0.5", "actor_rollout_ref.actor.grad_clip=2.0"])

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import json
+import importlib.util
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,15 +14,14 @@ from omni_trainer.cli import main
 from omni_trainer.config import ConfigError, load_config
 from omni_trainer.preflight import preflight
 
-QWEN3 = "Qwen3OmniMoeForConditionalGeneration"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from model_folders import QWEN3, minimal_checkpoint  # noqa: E402
 
 
 def checkpoint_dir(tmp_path: Path, architecture: str = QWEN3) -> Path:
-    """Enough of a checkpoint for the pre-flight (it reads config.json, loads no weights)."""
-    directory = tmp_path / "Qwen3-Omni-30B-A3B-Instruct"
-    directory.mkdir(exist_ok=True)
-    (directory / "config.json").write_text(json.dumps({"architectures": [architecture]}))
-    return directory
+    """Enough of a checkpoint for the pre-flight (it reads config.json, the tokenizer, the
+    chat template and the weights' headers; it loads nothing)."""
+    return minimal_checkpoint(tmp_path / "Qwen3-Omni-30B-A3B-Instruct", architecture)
 
 
 def rl_parquet(path: Path, sources: list[str]) -> Path:
@@ -196,9 +196,12 @@ def test_custom_reward_function_file_is_loaded_and_checked(tmp_path: Path) -> No
         preflight(load_config([f"reward.custom_reward_function.path={scorer}", "reward.custom_reward_function.name=score"]))
 
 
-def test_seed_v1_run_script_overrides_pass_print_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_seed_v1_run_script_overrides_pass_print_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The V1 run script of the seeds (integrating an omni model, section 5), unchanged but
-    for the pipeline name, with $HOME/$MODEL_PATH pointing at files that exist."""
+    for the pipeline name, with $HOME/$MODEL_PATH pointing at files that exist: it passes on
+    the verl engine; the local engine names the verl-engine keys it cannot honour."""
     home, model = tmp_path, checkpoint_dir(tmp_path)
     rl_parquet(home / "data" / "train.parquet", ["openai/gsm8k"] * 8)
     rl_parquet(home / "data" / "test.parquet", ["openai/gsm8k"] * 8)
@@ -218,7 +221,17 @@ def test_seed_v1_run_script_overrides_pass_print_config(tmp_path: Path, capsys: 
         "actor_rollout_ref.rollout.cudagraph_capture_sizes=[1,2,4,8,16,32,64,128,256]",
         "+data.mm_processor_kwargs.sampling_rate=16000",
     ]
-    assert main(["--print-config", *v1]) == 0, capsys.readouterr().err
+    assert main(["--print-config", *v1]) == 2
+    refused = [line.split("=", 1)[0].removeprefix("  - ") for line in capsys.readouterr().err.splitlines()
+               if "is a verl-engine setting" in line]
+    assert refused == ["actor_rollout_ref.actor.strategy", "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.max_num_seqs",
+                       "actor_rollout_ref.rollout.cudagraph_capture_sizes", "trainer.n_gpus_per_node"]
+    if importlib.util.find_spec("verl") is None:
+        return
+    from omni_trainer.verl_engine import launch
+
+    monkeypatch.setattr(launch, "verl_problems", lambda config: [])  # verl's own checks import verl (~25 s)
+    assert main(["--print-config", *v1, "trainer.engine=verl"]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert f"- {home}/data/train.parquet" in out and "max_num_seqs: 256" in out and "sampling_rate: 16000" in out
 

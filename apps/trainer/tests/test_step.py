@@ -11,7 +11,18 @@ import torch
 from omni_contracts import RolloutSample
 from omni_trainer.config import load_config
 from omni_trainer.prompts import Prepared
-from omni_trainer.step import StepDiscarded, StepParts, TrainBatch, advantage_phase, rollout_phase, train_step
+from omni_rewards.metrics import batch_metrics
+from omni_rewards.outcomes import BatchResult, SampleOutcome
+from omni_trainer.reward_guard import RewardFailureError, check_reward_failures
+from omni_trainer.step import (
+    StepDiscarded,
+    StepParts,
+    TrainBatch,
+    advantage_phase,
+    rollout_phase,
+    score_phase,
+    train_step,
+)
 
 
 class FakeEngine:
@@ -80,6 +91,51 @@ def test_a_stop_before_the_update_discards_the_step() -> None:
         train_step(step_parts, 7, [prompt(0)], stop_requested=lambda: True)
     assert step_parts.engine.calls == 1  # type: ignore[attr-defined]
 
+
+class FakeRewards:
+    """Answers each batch with the given statuses, as the reward manager reports them."""
+
+    def __init__(self, statuses: list[str]) -> None:
+        self.statuses = statuses
+
+    def score_batch(self, sources: list[str], *_: Any) -> BatchResult:
+        outcomes = [
+            SampleOutcome(source, status, {"score": 1.0 if status == "ok" else 0.0},  # type: ignore[arg-type]
+                          None if status == "ok" else f"ValueError: scorer broke on sample {i}")
+            for i, (source, status) in enumerate(zip(sources, self.statuses, strict=True))
+        ]
+        errors = [f"sample {i} (d) {o.status}, scored 0: {o.error}" for i, o in enumerate(outcomes) if o.error]
+        return BatchResult(outcomes, batch_metrics(outcomes), errors)
+
+
+def scored_parts(statuses: list[str]) -> StepParts:
+    step_parts = parts(n=2)
+    step_parts.rewards = FakeRewards(statuses)  # type: ignore[assignment]
+    step_parts.tokenizer = SimpleNamespace(decode=lambda ids, skip_special_tokens: "7")
+    return step_parts
+
+
+def test_a_step_whose_scorer_fails_on_most_samples_stops_before_training() -> None:
+    """Before, the step trained on the failed samples' zeros (reward.max_error_rate, default 0.5)."""
+    step_parts = scored_parts(["error", "timeout", "error", "ok"])
+    with pytest.raises(RewardFailureError) as info:
+        train_step(step_parts, 3, [prompt(0), prompt(1)])  # NoUpdateActor: nothing after scoring may run
+    message = str(info.value)
+    assert "step 3: the reward scorer failed (error or timeout) on 3 of 4 samples (75%)" in message
+    assert "reward.max_error_rate=0.5" in message
+    assert "sample 0 (d) error, scored 0: ValueError: scorer broke" in message
+    assert "resumes from the newest checkpoint in runs/tiny-default" in message
+
+
+def test_skipped_samples_do_not_count_and_the_rate_is_a_strict_bound() -> None:
+    rollouts = rollout_phase(parts(n=2), [prompt(0), prompt(1)], 1)
+    scores = score_phase(scored_parts(["skipped", "skipped", "error", "ok"]), rollouts)
+    assert scores.failed == 1  # skipped on purpose (on_unknown_data_source=skip): not a failure
+    check_reward_failures(1, 2, 4, 0.5)  # half: not more than 0.5
+    check_reward_failures(1, 4, 4, 1.0)  # 1.0 never stops
+    check_reward_failures(1, 0, 0, 0.0)  # an empty step
+    with pytest.raises(RewardFailureError, match="on 1 of 4 samples"):
+        check_reward_failures(1, 1, 4, 0.0)
 
 
 @pytest.mark.parametrize(

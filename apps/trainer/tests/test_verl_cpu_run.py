@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,6 +26,19 @@ import pytest
 pytestmark = pytest.mark.slow
 
 PEARSON = "training/rollout_actor_probs_pearson_corr"
+SYNC_LINE = re.compile(r"omni_local replica (\d+): weights of step (\d+) loaded \(\d+ tensors, sha256 ([0-9a-f]{16})\)")
+
+
+RUN_ENV = {**os.environ, "RAY_DEDUP_LOGS": "0"}
+"""Ray folds log lines that differ only in numbers across processes; each replica's sync line is read."""
+
+
+def weight_syncs(log: str) -> dict[tuple[int, int], str]:
+    """``(replica, step) -> digest`` of every weight sync the ``omni_local`` servers logged."""
+    syncs: dict[tuple[int, int], str] = {}
+    for replica, step, digest in SYNC_LINE.findall(log):
+        syncs.setdefault((int(replica), int(step)), digest)
+    return syncs
 
 
 def trainer_command(tiny: str, train: Path, val: Path, run_dir: Path, *extra: str) -> list[str]:
@@ -64,11 +78,15 @@ def test_two_ranks_train_save_and_resume_after_a_kill(inputs: tuple[str, Path, P
     run_dir = tmp_path / "run"
     command = trainer_command(tiny, train, val, run_dir)
     log = (tmp_path / "first.log").open("w")
-    first = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    first = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=RUN_ENV)
     latest = run_dir / "latest_checkpointed_iteration.txt"
     deadline = time.monotonic() + 600
     try:
-        while not (latest.is_file() and latest.read_text().strip() == "2"):
+        # Killed once the second checkpoint is written and both replicas hold step 2's weights.
+        while not (
+            latest.is_file() and latest.read_text().strip() == "2"
+            and {(0, 2), (1, 2)} <= weight_syncs((tmp_path / "first.log").read_text(errors="replace")).keys()
+        ):
             assert first.poll() is None, f"the run ended before its second checkpoint:\n{_tail(tmp_path / 'first.log')}"
             assert time.monotonic() < deadline, "no second checkpoint within 10 minutes"
             time.sleep(0.5)
@@ -78,7 +96,7 @@ def test_two_ranks_train_save_and_resume_after_a_kill(inputs: tuple[str, Path, P
         first.wait()
     assert (run_dir / "global_step_2" / "actor").is_dir()
 
-    second = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    second = subprocess.run(command, capture_output=True, text=True, timeout=600, env=RUN_ENV)
     assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
     killed, resumed = launches(run_dir)
     # Killed after its second checkpoint (its step-2 line may not have been written yet).
@@ -88,6 +106,13 @@ def test_two_ranks_train_save_and_resume_after_a_kill(inputs: tuple[str, Path, P
     assert "global_step_2" in second.stdout + second.stderr
     assert (run_dir / "global_step_3" / "actor").is_dir()
     assert latest.read_text().strip() == "3"
+    # Same weights after the resume, bit for bit: the resumed actor's first sync (labelled with
+    # the checkpoint's step) equals what the killed actor synced after its second update.
+    before = weight_syncs((tmp_path / "first.log").read_text(errors="replace"))
+    after = weight_syncs(second.stdout + second.stderr)
+    assert before[0, 2] == before[1, 2] != before[0, 1] != before[0, 0]  # the weights moved every step
+    assert (0, 0) not in after and after[0, 2] == after[1, 2] == before[0, 2]
+    assert after[0, 3] != after[0, 2]
     # The rollout samples with the actor's weights at every step, before and after the resume.
     for row in killed + resumed:
         assert row[PEARSON] >= 0.999, (row["step"], row[PEARSON])
@@ -95,3 +120,32 @@ def test_two_ranks_train_save_and_resume_after_a_kill(inputs: tuple[str, Path, P
 
 def _tail(path: Path, lines: int = 60) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def test_distillation_with_an_omni_local_teacher(inputs: tuple[str, Path, Path], tmp_path: Path) -> None:
+    """On-policy distillation: verl's teacher manager starts an ``omni_local`` teacher replica
+    on a rank slot of its own, and every sample's prompt + response (with its picture and
+    tone) is scored there. The teacher is the student's checkpoint, so before the first
+    update the per-token divergence verl computes is zero to fp32 noise; a teacher answer
+    one token off, or without the media, would not be."""
+    tiny, train, val = inputs
+    run_dir = tmp_path / "run"
+    command = trainer_command(
+        tiny, train, val, run_dir,
+        "distillation.enabled=true", f"distillation.teacher_models.teacher_model.model_path={tiny}",
+        "distillation.nnodes=1", "distillation.n_gpus_per_node=1",
+        "distillation.distillation_loss.loss_mode=kl", "distillation.distillation_loss.use_policy_gradient=true",
+    )
+    command = [arg for arg in command if arg not in ("trainer.n_gpus_per_node=2", "trainer.total_training_steps=3", "trainer.save_freq=1")]
+    command += ["trainer.n_gpus_per_node=1", "trainer.total_training_steps=2", "trainer.save_freq=-1"]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=900, env=RUN_ENV)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    assert "omni_local teacher replica 0" in run.stdout + run.stderr
+    (steps,) = launches(run_dir)
+    assert [row["step"] for row in steps] == [1, 2]
+    first, second = steps
+    assert abs(first["actor/distillation/loss_min"]) < 1e-4 and abs(first["actor/distillation/loss_max"]) < 1e-4, first
+    # After an update at lr 1e-3 the student has moved away from its teacher.
+    assert max(abs(second["actor/distillation/loss_min"]), abs(second["actor/distillation/loss_max"])) > 1e-4, second
+    for row in steps:
+        assert row[PEARSON] >= 0.999, (row["step"], row[PEARSON])

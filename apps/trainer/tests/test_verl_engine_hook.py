@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -100,6 +101,25 @@ def test_build_module_applies_adapter_before_lora_and_fsdp(
     assert all(policy(module=layer, recurse=False, nonwrapped_numel=0) for layer in layers)
     # and not an arbitrary leaf (the lm_head), which rides with its parent's unit
     assert not policy(module=module.base_model.model.thinker.lm_head, recurse=False, nonwrapped_numel=0)
+
+
+@pytest.mark.parametrize(("lora_dtype", "adapter_dtype"), [(None, torch.bfloat16), ("float32", torch.float32)])
+def test_lora_dtype_keeps_the_adapter_apart_from_a_bf16_base(
+    tiny_path: str, process_group: object, monkeypatch: pytest.MonkeyPatch, lora_dtype: str | None,
+    adapter_dtype: torch.dtype,
+) -> None:
+    """verl-omni's launchers load the base in bf16 with ``lora_dtype=float32``: verl casts the
+    adapter to the base's dtype, our engine casts it back (and PEFT stops casting its input)."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    monkeypatch.setenv(SETTINGS_ENV, VerlSettings(model_path=tiny_path, lora_dtype=lora_dtype).to_env())
+    engine: Any = _engine(tiny_path)
+    engine.engine_config.model_dtype = "bf16"
+    module = engine._build_lora_module(engine._build_module())
+    assert {p.dtype for p in module.parameters() if p.requires_grad} == {adapter_dtype}
+    assert {p.dtype for p in module.parameters() if not p.requires_grad} == {torch.bfloat16}
+    layers = [m for m in module.modules() if isinstance(m, BaseTunerLayer)]
+    assert layers and all(getattr(m, "cast_input_dtype_enabled", True) is (lora_dtype is None) for m in layers)
 
 
 def test_build_module_without_settings_explains(tiny_path: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -59,3 +59,64 @@ def test_the_media_cache_keys_on_values_not_objects() -> None:
     assert key != media_key([1, 2, 3], [Image.new("RGB", (8, 8), (10, 20, 31))], None, [tone], None)
     assert key != media_key([1, 2, 4], [picture], None, [tone], None)
     assert key != media_key([1, 2, 3], [picture], None, [tone * 2], None)
+
+
+def test_the_weights_digest_sees_one_bit_and_ignores_order() -> None:
+    import torch
+
+    from omni_trainer.verl_engine.local_rollout import weights_digest
+
+    weights = {"b": torch.arange(6, dtype=torch.float32).reshape(2, 3), "a": torch.tensor(1.5), "c": torch.ones(2, dtype=torch.bfloat16)}
+    digest = weights_digest(weights)
+    assert digest == weights_digest(dict(reversed(list(weights.items()))))
+    flipped = weights["b"].clone()
+    flipped.view(torch.int32)[0, 0] ^= 1  # the lowest mantissa bit of one element
+    assert weights_digest({**weights, "b": flipped}) != digest
+    assert weights_digest({**weights, "b": weights["b"].reshape(3, 2)}) != digest  # same bytes, other shape
+    assert weights_digest({**weights, "a": torch.tensor(1.5, dtype=torch.float64)}) != digest
+
+
+@pytest.mark.parametrize("num", [0, 3])
+def test_teacher_scores_come_in_the_layout_verl_reads_from_vllm(num: int) -> None:
+    """The teacher's answer equals what verl's ``extract_prompt_logprobs`` makes of a vLLM
+    ``RequestOutput`` holding the same model's prompt log-probs (row i: token i + 1)."""
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import AutoConfig
+    from verl.workers.rollout.vllm_rollout.utils import extract_prompt_logprobs
+    from vllm.logprobs import Logprob
+
+    from omni_contracts import resolve_training_adapter
+    from omni_qwen3.tiny import build_tiny_qwen3_omni
+    from omni_training.distillation import Teacher
+    from omni_trainer.verl_engine.local_rollout import prompt_log_probs
+
+    tiny = str(build_tiny_qwen3_omni())
+    teacher = Teacher.from_pretrained(tiny, resolve_training_adapter(AutoConfig.from_pretrained(tiny), "thinker"))
+    from transformers import AutoTokenizer
+
+    ids = AutoTokenizer.from_pretrained(tiny)("What is two plus two? The answer is 4.", return_tensors="pt")["input_ids"]
+    assert ids.shape[1] >= 8
+    ours = prompt_log_probs(teacher, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, num)
+
+    with torch.no_grad():
+        reference = teacher.model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0].float().log_softmax(-1)
+    rows: list[dict[int, Logprob] | None] = [None]  # vLLM gives the first prompt token no log-prob
+    for position, token in enumerate(ids[0, 1:].tolist()):
+        dist = reference[position]
+        ranks = (dist > dist[token]).sum().item() + 1
+        row = {token: Logprob(float(dist[token]), rank=int(ranks))}
+        if num:
+            top = dist.topk(num)
+            row = {**{int(t): Logprob(float(v), rank=r + 1) for r, (v, t) in enumerate(zip(top.values, top.indices))},
+                   **({} if ranks <= num else row)}
+        rows.append(row)
+    theirs: dict[str, list[list[float]]] = {}
+    extract_prompt_logprobs(SimpleNamespace(prompt_logprobs=rows), num, theirs)
+
+    assert ours[0] == theirs["prompt_ids"]
+    assert len(ours[1]) == ids.shape[1]
+    np.testing.assert_allclose(np.array(ours[1]), np.array(theirs["prompt_logprobs"]), atol=1e-5)
+    with pytest.raises(ValueError, match="2 tokens or more"):
+        prompt_log_probs(teacher, {"input_ids": ids[:, :1], "attention_mask": torch.ones_like(ids[:, :1])}, num)

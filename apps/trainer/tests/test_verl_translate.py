@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from omegaconf import OmegaConf
@@ -173,16 +174,119 @@ def test_the_cpu_run_is_the_omni_local_rollout_in_fp32_on_one_process_per_rank(t
     assert verl.trainer.total_epochs >= 7  # verl stops at total_epochs too: enough to reach the steps
 
 
-@pytest.mark.parametrize(("override", "named"), [
-    ("actor_rollout_ref.model.stage=talker", "stage=talker"), ("distillation.enabled=true", "distillation.enabled"),
-])
-def test_what_the_cpu_run_does_not_serve_is_refused_by_name(tmp_path: Path, override: str, named: str) -> None:
+def test_a_cpu_distillation_run_serves_its_teacher_on_omni_local(tmp_path: Path) -> None:
     from omni_trainer.config import load_config
     from omni_trainer.verl_engine.translate import config_problems
 
     config = load_config([
         "trainer.engine=verl", "trainer.device=cpu", f"actor_rollout_ref.model.path={tmp_path}",
-        f"data.train_files=[{tmp_path / 'train.parquet'}]", override,
-        "distillation.teacher_models.teacher_model.model_path=/t",
+        f"data.train_files=[{tmp_path / 'train.parquet'}]", "trainer.n_gpus_per_node=2", "distillation.enabled=true",
+        "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe",
+        "distillation.teacher_models.teacher_model.model_path=/t", "distillation.n_gpus_per_node=1",
     ])
-    assert any(named in problem and "trainer.device=cpu" in problem for problem in config_problems(config))
+    assert not [p for p in config_problems(config) if "trainer.device=cpu" in p]
+    verl = to_verl_config(config, lora_target_modules=None, lora_exclude_modules=None)
+    inference = verl.distillation.teacher_models.teacher_model.inference
+    assert (inference.name, inference.tensor_model_parallel_size) == ("omni_local", 1)
+    assert verl.ray_kwargs.ray_init.num_gpus == 3  # two student ranks and the teacher's slot
+
+
+def test_what_the_cpu_run_does_not_serve_is_refused_by_name(tmp_path: Path) -> None:
+    from omni_trainer.config import load_config
+    from omni_trainer.verl_engine.translate import config_problems
+
+    config = load_config([
+        "trainer.engine=verl", "trainer.device=cpu", f"actor_rollout_ref.model.path={tmp_path}",
+        f"data.train_files=[{tmp_path / 'train.parquet'}]", "actor_rollout_ref.model.stage=talker",
+    ])
+    assert any("stage=talker" in problem and "trainer.device=cpu" in problem for problem in config_problems(config))
+
+
+VERL_BASE = ["actor_rollout_ref.model.path=/m", "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe",
+             "data.train_files=[/d.parquet]", "trainer.engine=verl", "actor_rollout_ref.model.lora_rank=32"]
+
+
+def _verl(*extra: str) -> Any:
+    return to_verl_config(load_config([*VERL_BASE, *extra]), lora_target_modules=None, lora_exclude_modules=None)
+
+
+def test_what_we_set_by_default_follows_the_users_value() -> None:
+    """Our defaults differ from verl's for a few keys (fp32 parameters, the overlong filter,
+    sdpa attention, LoRA merging, the log-prob passes sized as the actor); a value given wins."""
+    default = _verl().actor_rollout_ref
+    assert default.actor.fsdp_config.model_dtype == "fp32" and default.model.lora.merge is True
+    assert dict(default.model.override_config) == {"attn_implementation": "sdpa"}
+    assert default.ref.log_prob_micro_batch_size_per_gpu == default.actor.ppo_micro_batch_size_per_gpu
+    assert default.rollout.load_format == "dummy"  # verl's
+    given = _verl(
+        "actor_rollout_ref.actor.fsdp_config.model_dtype=bfloat16", "actor_rollout_ref.ref.fsdp_config.model_dtype=bf16",
+        "actor_rollout_ref.model.lora.merge=true", "+actor_rollout_ref.model.override_config.attn_implementation=eager",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=3", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=5",
+        "actor_rollout_ref.rollout.load_format=safetensors", "data.filter_overlong_prompts=false",
+        "actor_rollout_ref.actor.fsdp_config.param_offload=true", "actor_rollout_ref.ref.fsdp_config.param_offload=true",
+    )
+    arr = given.actor_rollout_ref
+    assert (arr.actor.fsdp_config.model_dtype, arr.ref.fsdp_config.model_dtype) == ("bfloat16", "bf16")
+    assert arr.model.override_config.attn_implementation == "eager"
+    assert (arr.ref.log_prob_micro_batch_size_per_gpu, arr.rollout.log_prob_micro_batch_size_per_gpu) == (3, 5)
+    assert arr.rollout.load_format == "safetensors" and given.data.filter_overlong_prompts is False
+    assert arr.actor.fsdp_config.param_offload is True and arr.ref.fsdp_config.param_offload is True
+
+
+def test_verl_omni_launcher_keys_reach_what_verl_reads() -> None:
+    verl = _verl(
+        "actor_rollout_ref.rollout.prompt_length=4160", "data.max_prompt_length=4096", "data.max_response_length=1000",
+        "actor_rollout_ref.actor.entropy_from_logits_with_chunking=true",
+        "actor_rollout_ref.actor.entropy_from_logits_chunk_size=1024",
+        "+actor_rollout_ref.rollout.engine_kwargs.vllm_omni.output_mode=ar", "actor_rollout_ref.model.lora_dtype=float32",
+        "actor_rollout_ref.actor.freeze_vision_tower=false", "actor_rollout_ref.actor.optim.clip_grad=0.5",
+    )
+    arr = verl.actor_rollout_ref
+    # The rollout's prompt budget, and vLLM's context sized to hold it and the response.
+    assert arr.rollout.prompt_length == 4160 and arr.rollout.max_model_len == 4160 + 1000
+    # verl 0.9.1's FSDP engine reads the fsdp_config copies of the entropy switches.
+    assert arr.actor.entropy_from_logits_with_chunking is True
+    assert (arr.actor.fsdp_config.entropy_from_logits_with_chunking, arr.actor.fsdp_config.entropy_from_logits_chunk_size) == (True, 1024)
+    assert arr.rollout.engine_kwargs.vllm_omni.output_mode == "ar"
+    settings = VerlSettings(**json.loads(verl.ray_kwargs.ray_init.runtime_env.env_vars[SETTINGS_ENV]))
+    assert settings.lora_dtype == "float32" and settings.freeze_vision_tower is False  # our engine casts the adapter
+    assert arr.actor.freeze_vision_tower is False and arr.actor.optim.clip_grad == 0.5
+
+
+def test_verl_keys_the_run_cannot_take_are_refused_or_warned_by_name() -> None:
+    from omni_trainer.verl_engine.translate import config_problems, config_warnings
+
+    def problems(*extra: str) -> list[str]:
+        return config_problems(load_config([*VERL_BASE, *extra]))
+
+    (merge,) = problems("actor_rollout_ref.model.lora.merge=false")
+    assert merge.startswith("actor_rollout_ref.model.lora.merge=false would sync the LoRA adapter unmerged")
+    assert problems("actor_rollout_ref.model.lora.merge=false", "actor_rollout_ref.model.lora_rank=0") == []
+    (dtype,) = problems("actor_rollout_ref.model.lora_dtype=fp8")
+    assert dtype.startswith("actor_rollout_ref.model.lora_dtype='fp8'; valid: float32, fp32")
+    (fsdp1,) = problems("actor_rollout_ref.actor.strategy=fsdp", "actor_rollout_ref.actor.fsdp_config.model_dtype=bf16",
+                        "actor_rollout_ref.model.lora_dtype=fp32")
+    assert "FSDP1 (actor_rollout_ref.actor.strategy=fsdp)" in fsdp1
+    (lib,) = problems("actor_rollout_ref.model.external_lib=no_such_package.patches")
+    assert lib.startswith("actor_rollout_ref.model.external_lib=no_such_package.patches cannot be imported here")
+    assert problems("actor_rollout_ref.model.external_lib=json") == []
+
+    def warnings(*extra: str) -> list[str]:
+        return config_warnings(load_config([*VERL_BASE, *extra]))
+
+    assert warnings() == [] and warnings("data.truncation=error") == []
+    (truncation,) = warnings("data.truncation=left")
+    assert truncation.startswith("data.truncation=left: verl 0.9.1 reads it and applies nothing")
+    (bf16,) = warnings("actor_rollout_ref.actor.fsdp_config.model_dtype=bfloat16")
+    assert bf16.startswith("the LoRA adapter trains in bfloat16") and "lora_dtype=float32" in bf16
+    assert warnings("actor_rollout_ref.actor.fsdp_config.model_dtype=bfloat16", "actor_rollout_ref.model.lora_dtype=float32") == []
+    (full,) = warnings("actor_rollout_ref.model.lora_rank=0", "actor_rollout_ref.actor.fsdp_config.model_dtype=bf16")
+    assert full.startswith("the actor's parameters train in bfloat16") and "at lr 3e-06 rounds away" in full
+
+
+def test_a_cpu_run_keeps_the_users_dtype_and_agent_workers(tmp_path: Path) -> None:
+    config = load_config([*VERL_BASE, "trainer.device=cpu", "actor_rollout_ref.actor.fsdp_config.model_dtype=bf16",
+                          "actor_rollout_ref.rollout.agent.num_workers=2"])
+    arr = to_verl_config(config, lora_target_modules=None, lora_exclude_modules=None).actor_rollout_ref
+    assert arr.actor.fsdp_config.model_dtype == "bf16" and arr.ref.fsdp_config.model_dtype == "bf16"
+    assert arr.rollout.agent.num_workers == 2

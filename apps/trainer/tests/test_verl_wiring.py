@@ -38,9 +38,10 @@ def test_cli_reports_missing_extras(
     from omni_trainer.verl_engine import errors
 
     monkeypatch.setattr(errors, "REQUIRED_MODULES", {"omni_rl_absent_module": "gpu"})
-    model, data = tmp_path / "m", tmp_path / "d.parquet"
-    model.mkdir()
-    (model / "config.json").write_text('{"architectures": ["Qwen3OmniMoeForConditionalGeneration"]}')
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from model_folders import minimal_checkpoint
+
+    model, data = minimal_checkpoint(tmp_path / "m"), tmp_path / "d.parquet"
     from omni_data import rl_row, write_rl_parquet
 
     write_rl_parquet([rl_row(data_source="openai/gsm8k", messages=[{"role": "user", "content": "1+1?"}],
@@ -332,6 +333,19 @@ def test_server_overrides_cover_what_asyncomni_lacks() -> None:
     assert overridden == {"_post_init", "_validate_configs", "_resolve_sleep_level", "_get_engine_kwargs_key",
                           "_preprocess_engine_kwargs", "run_server", "abort_request", "generate",
                           "mask_policy_logits"}
+
+
+@needs_extras
+def test_verl_omnis_engine_kwargs_do_not_reach_vllms_arguments() -> None:
+    """``engine_kwargs.vllm_omni`` carries the pipeline and verl-omni's ``output_mode=ar`` to the
+    server (the translated config holds them); none is a vLLM engine argument."""
+    from omni_trainer.verl_engine.rollout import VllmOmniHttpServer
+
+    server: Any = object.__new__(VllmOmniHttpServer)
+    server.config = SimpleNamespace(checkpoint_engine=None)
+    kwargs = {"pipeline_name": "qwen3_omni_moe", "pipeline_mode": "thinker_only", "output_mode": "ar", "max_num_seqs": 8}
+    server._preprocess_engine_kwargs(kwargs)
+    assert kwargs == {"max_num_seqs": 8}
 
 
 @needs_extras

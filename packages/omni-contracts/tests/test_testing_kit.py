@@ -143,6 +143,95 @@ def test_processor_missing_an_engine_member_is_reported(fake: ModuleType, fake_c
         require_omni_processor(NoRope().configure_processor("/ckpt", fake_config), NoRope())
 
 
+class TextTokenizer:
+    """What a text-only causal LM's ``configure_processor`` returns: its tokenizer, which
+    templates and encodes prompts and has none of the media members."""
+
+    chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+
+    def apply_chat_template(self, messages: Any, **kwargs: Any) -> str:
+        return "".join(m["content"] for m in messages)
+
+    def __call__(self, text: Any = None, **kwargs: Any) -> dict[str, Any]:
+        return {"input_ids": [[1, 2]]}
+
+
+def test_a_text_only_model_needs_no_media_members_of_its_processor(fake: ModuleType, fake_config: Any) -> None:
+    """A causal LM package written against the public API before OmniProcessor existed: its
+    adapter declares no modalities (text only) and its processor is its tokenizer. Today both
+    engines refused it ("lacks ['pad_token_ids', ...]")."""
+    from omni_contracts import TrainingAdapter, require_omni_processor
+
+    class TextAdapter(TrainingAdapter):
+        def get_strip_modules(self, model_config: Any) -> Sequence[str]:
+            return ()
+
+        def configure_processor(self, model_path: str, model_config: Any) -> Any:
+            return TextTokenizer()
+
+        def configure_tokenizer(self, model_path: str, model_config: Any) -> Any:
+            return TextTokenizer()
+
+    assert TextAdapter.modalities == ("text",) and not TextAdapter.takes_media()
+    require_omni_processor(TextTokenizer(), TextAdapter())
+    testing.check_processor(TextAdapter(), "/ckpt", fake_config)
+    testing.check_chat_templates(TextAdapter(), "/ckpt", fake_config)
+
+    class Unusable(TextAdapter):
+        def configure_processor(self, model_path: str, model_config: Any) -> Any:
+            return SimpleNamespace(tokenizer=TextTokenizer())
+
+    with pytest.raises(ContractViolation, match=r"returned SimpleNamespace, which cannot template and encode prompts"):
+        testing.check_processor(Unusable(), "/ckpt", fake_config)
+
+    class MediaAdapter(TextAdapter):  # the same processor is refused once the model takes media
+        modalities = ("text", "audio")
+
+    assert MediaAdapter.takes_media()
+    with pytest.raises(TypeError, match=r"lacks \['pad_token_ids', .*\]: a model that takes media \(text, audio\)"):
+        require_omni_processor(TextTokenizer(), MediaAdapter())
+    with pytest.raises(ContractViolation, match=r"which lacks \['pad_token_ids'"):
+        testing.check_processor(MediaAdapter(), "/ckpt", fake_config)
+
+
+@pytest.mark.parametrize("modalities", [("image",), ("text", "smell"), "text"])
+def test_modalities_outside_the_vocabulary_are_refused_at_registration(modalities: Any) -> None:
+    from omni_contracts import RegistrationError, TrainingAdapter
+
+    class Odd(TrainingAdapter):
+        def get_strip_modules(self, model_config: Any) -> Sequence[str]:
+            return ()
+
+        def configure_processor(self, model_path: str, model_config: Any) -> Any:
+            return None
+
+        def configure_tokenizer(self, model_path: str, model_config: Any) -> Any:
+            return None
+
+    Odd.modalities = modalities
+    with pytest.raises(RegistrationError, match=r"Odd.modalities is .*; declare a tuple holding 'text' and any of 'image', 'audio', 'video'"):
+        TrainingAdapter.register("OddForCausalLM", stage="all")(Odd)
+
+
+def test_checkpoint_errors_are_user_errors() -> None:
+    """A missing token id or chat template is the checkpoint's fault, not a bug: the trainer
+    exits 2 with the message (it treats OmniContractError so), where a ValueError or a bare
+    FileNotFoundError was a traceback."""
+    from omni_contracts import CheckpointError, OmniContractError
+    from omni_contracts.chat_template import load_chat_template
+    from omni_contracts.thinker_processor import ThinkerProcessorMixin
+
+    class Processor(ThinkerProcessorMixin):
+        required_config_ids = ("image_token_id", "vision_start_token_id")
+
+    with pytest.raises(CheckpointError, match=r"The thinker config lacks \['vision_start_token_id'\]") as info:
+        Processor().bind_thinker_config(SimpleNamespace(image_token_id=1))
+    assert isinstance(info.value, OmniContractError)
+    with pytest.raises(FileNotFoundError) as missing:
+        load_chat_template("/no/such/checkpoint")
+    assert isinstance(missing.value, CheckpointError)
+
+
 def test_prepare_model_inputs_that_ignores_its_fields(fake: ModuleType, fake_config: Any) -> None:
     class Lenient(fake.FakeThinkerAdapter):  # type: ignore[name-defined, misc]
         def prepare_model_inputs(

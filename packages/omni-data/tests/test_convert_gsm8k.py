@@ -59,6 +59,33 @@ def test_converts_parquet_and_jsonl_with_exact_counts(tmp_path: Path, capsys: py
     assert [r["reward_model"]["ground_truth"] for r in test] == ["4", "2.5"]
 
 
+def test_rows_are_verls_field_for_field() -> None:
+    """verl's examples/data_preprocess/gsm8k.py (which verl-omni's gsm8k recipe uses): the
+    question as given (not stripped) + " " + its instruction; the number after the first
+    "#### " (commas removed); extra_info split, index, answer, question."""
+    record = {"question": "  Tom has 3 apples.\n", "answer": "3+4=7 #### 7\n#### 8"}
+    row, reason = gsm8k.convert_record(record, "test", 4)
+    assert reason == "" and row == {
+        "data_source": "openai/gsm8k",
+        "prompt": [{"role": "user", "content": "  Tom has 3 apples.\n Let's think step by step and output the "
+                    'final answer after "####".'}],
+        "ability": "math",
+        "reward_model": {"style": "rule", "ground_truth": "7"},
+        "extra_info": {"split": "test", "index": 4, "answer": "3+4=7 #### 7\n#### 8",
+                       "question": "  Tom has 3 apples.\n"},
+    }
+    assert list(row["extra_info"]) == ["split", "index", "answer", "question"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "truth"),
+    [("#### 1,250", "1250"), ("#### -3.5", "-3.5"), ("#### 5 dollars", "5"), ("####5", None), ("5", None)],
+)
+def test_final_answer_as_verl_extracts_it(answer: str, truth: str | None) -> None:
+    # verl asserts (and stops) where there is none; here the row is dropped and counted.
+    assert gsm8k.final_answer(answer) == truth
+
+
 def test_missing_column_names_the_file(tmp_path: Path) -> None:
     (tmp_path / "raw").mkdir()
     (tmp_path / "raw" / "train.jsonl").write_text(json.dumps({"question": "q"}) + "\n")

@@ -31,7 +31,10 @@ def write_shards(root: Path, media: Any) -> dict[str, bytes]:
         record(5, "Find y.", "0.5", {"bytes": b"definitely not an image", "path": "e.png"}),  # unreadable
         record(6, "Find z.", "7", {"bytes": truncated, "path": "f.jpg"}),  # only a full decode fails
     ]
-    test = [record(7, "Pick one:\n(A) 1\n(B) 2", "A", {"bytes": jpeg, "path": "g.jpg"})]
+    test = [
+        record(7, "Pick one:\n(A) 1\n(B) 2", "A", {"bytes": jpeg, "path": "g.jpg"}),
+        record(8, "Which angle?\nA. 30°\nB) 60°", " b ", {"bytes": png, "path": "h.png"}),
+    ]
     root.mkdir(parents=True)
     image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
     schema = pa.schema(
@@ -55,25 +58,42 @@ def test_converts_shards_with_exact_counts_and_inline_bytes(
         "unreadable_image=1)" in printed
     )
     assert "train: answer_type: choice=1, integer=2" in printed
-    assert "test: read 1, kept 1, dropped 0 (none)" in printed
+    assert "test: read 2, kept 2, dropped 0 (none)" in printed
 
     rows = pq.read_table(tmp_path / "out" / "train.parquet").to_pylist()
     assert [r["extra_info"]["id"] for r in rows] == ["mmk12-0", "mmk12-1", "mmk12-6"]
-    first = rows[0]
-    assert first["data_source"] == "mmk12"
-    assert first["images"] == [{"bytes": images["png"], "path": "a.png"}]  # byte-identical
+    question = "Which shape is shown? A. circle B. square C. triangle D. hexagon"
+    # verl-omni a1139baf, mmk12.py make_map_fn, for the first kept record:
+    assert rows[0] == {
+        "data_source": "mmk12",
+        "prompt": [{"role": "user", "content": f"<image>\n{mmk12.INSTRUCTION}\n\n{question}"}],
+        "ability": "math_vl",
+        "reward_model": {"style": "rule", "ground_truth": "B"},
+        "extra_info": {
+            "split": "train", "index": 0, "id": "mmk12-0", "dataset": "MMK12", "subject": "math",
+            "raw_question": question, "raw_answer": "B", "options": "{}",  # one line: not verl-omni's options
+        },
+        "images": [{"bytes": images["png"]}],  # byte-identical, no path
+    }
     assert rows[1]["images"][0]["bytes"] == images["jpeg"]
-    system, user = first["prompt"]
-    assert system["role"] == "system" and "<think>" in system["content"]
-    assert "<answer>" in system["content"] and "\\boxed{" in system["content"]
-    assert user == {"role": "user", "content": "<image>Which shape is shown? A. circle B. square C. triangle D. hexagon"}
-    assert first["reward_model"] == {"style": "rule", "ground_truth": "B"}
-    info = first["extra_info"]
-    assert json.loads(info["options"]) == {"A": "circle", "B": "square", "C": "triangle", "D": "hexagon"}
-    assert (info["split"], info["index"], info["subject"], info["answer_type"]) == ("train", 0, "math", "choice")
-    assert json.loads(rows[1]["extra_info"]["options"]) == {}
+    # index counts kept rows (verl-omni filters, then numbers): record 6 is the third kept.
+    assert [r["extra_info"]["index"] for r in rows] == [0, 1, 2]
+    test = pq.read_table(tmp_path / "out" / "test.parquet").to_pylist()
+    assert json.loads(test[0]["extra_info"]["options"]) == {}  # "(A) 1" is not one of its markers
+    assert json.loads(test[1]["extra_info"]["options"]) == {"A": "30°", "B": "60°"}
+    assert test[1]["reward_model"]["ground_truth"] == "b"  # as written
+
+
+def test_inline_options_is_a_flag(tmp_path: Path, media: Any) -> None:
+    write_shards(tmp_path / "raw", media)
+    argv = ["mmk12", "--input", str(tmp_path / "raw"), "--output-dir", str(tmp_path / "out"), "--inline-options"]
+    assert main(argv) == 0
+    rows = pq.read_table(tmp_path / "out" / "train.parquet").to_pylist()
+    assert json.loads(rows[0]["extra_info"]["options"]) == {"A": "circle", "B": "square", "C": "triangle", "D": "hexagon"}
     test = pq.read_table(tmp_path / "out" / "test.parquet").to_pylist()
     assert json.loads(test[0]["extra_info"]["options"]) == {"A": "1", "B": "2"}
+    assert json.loads(test[1]["extra_info"]["options"]) == {"A": "30°", "B": "60°"}  # lines still read
+    assert rows[0]["prompt"][0]["content"].startswith("<image>\nYou should first think")  # the prompt is the same
 
 
 def test_full_decode_also_drops_truncated_images(tmp_path: Path, media: Any) -> None:
@@ -90,3 +110,16 @@ def test_full_decode_also_drops_truncated_images(tmp_path: Path, media: Any) -> 
 )
 def test_answer_type(answer: str, kind: str) -> None:
     assert mmk12.answer_type(answer) == kind
+
+
+def test_converted_rows_load_with_their_image(tmp_path: Path, media: Any, fake_processor: Any) -> None:
+    from omni_data import RLDataset
+
+    write_shards(tmp_path / "raw", media)
+    mmk12.convert(tmp_path / "raw", tmp_path / "out", full_decode=True)  # the truncated JPEG would fail the load
+    dataset = RLDataset(tmp_path / "out" / "train.parquet", fake_processor)
+    fake_processor.calls.clear()
+    item = dataset[0]
+    [call] = fake_processor.calls
+    assert len(call["images"]) == 1 and item["multi_modal_inputs"].keys() == {"pixel_values"}
+    assert call["text"][0].startswith("user: <IMAGE> \nYou should first think")

@@ -217,3 +217,17 @@ def test_config_reports_every_problem_at_once() -> None:
         DatasetConfig(max_prompt_length=0, on_bad_row="ignore")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="filter_overlong_prompts needs check_media_at_load=True"):
         DatasetConfig(check_media_at_load=False)
+
+
+def test_rows_without_a_ground_truth_are_bad_rows_never_scored(tmp_path: Path, fake_processor: Any) -> None:
+    rows = [make_row(f"q{i}", i) for i in range(4)]
+    rows[1]["reward_model"]["ground_truth"] = None
+    rows[2]["reward_model"]["ground_truth"] = "  "
+    path = write_rl_parquet(rows, tmp_path / "truth.parquet")
+    with pytest.raises(RowError, match=r"row 1 of .*truth.parquet: reward_model.ground_truth is None; a row without") as caught:
+        RLDataset(path, fake_processor)
+    assert caught.value.reason == "empty_ground_truth"
+    dataset = RLDataset(path, fake_processor, DatasetConfig(on_bad_row="skip"))
+    assert (dataset.report.kept, dict(dataset.report.dropped)) == (2, {"empty_ground_truth": 2})
+    assert "dropped 2 (empty_ground_truth=2)" in dataset.report.format()
+    assert [dataset[i]["reward_model"]["ground_truth"] for i in range(len(dataset))] == ["0", "3"]

@@ -16,6 +16,7 @@ from omni_trainer.subcommands import SUBCOMMANDS
 
 if TYPE_CHECKING:
     from omni_trainer.config import Config
+    from omni_trainer.interrupts import StopRequest
 
 DESCRIPTION = """\
 RL post-training for omni-modal models (GSPO/GRPO-style) on Qwen3-Omni and friends.
@@ -31,9 +32,13 @@ Other jobs: trainer convert | tiny | plan-memory | merge | model | doctor  (each
 
 Outputs go to trainer.default_local_dir (runs/<experiment_name>; the name defaults to
 <model>-<data>-<digest>): config.yaml, metrics.jsonl, curve.png, checkpoints/, summary.txt.
-Rerunning the same command resumes from the newest complete checkpoint;
-trainer.resume_mode=disable starts over and moves the earlier run to <dir>.previous.
-Ctrl-C stops at the end of the step, saves and exits (Ctrl-C again: quit without saving).
+Rerunning the same command resumes from the newest complete checkpoint (other settings or
+data than the run was saved with are listed and refused unless trainer.resume_anyway=true);
+trainer.resume_mode=disable starts over and moves the earlier run to <dir>.previous;
+trainer.resume_mode=resume_path trainer.resume_from_path=<run>/checkpoints/step_N resumes
+from that checkpoint. One run at a time per directory (a second is refused).
+Ctrl-C during start-up stops at once; during training it stops at the end of the step,
+saves and exits (Ctrl-C again: quit without saving).
 """
 
 
@@ -78,11 +83,13 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from omni_rewards import UnknownDataSourceError
     from omni_trainer.config import ConfigError
     from omni_trainer.custom_reward import CustomRewardError
+    from omni_trainer.reward_guard import RewardFailureError
+    from omni_trainer.run_lock import RunDirBusyError
     from omni_trainer.verl_engine.errors import MissingExtrasError
     from omni_training.distillation import DistillationConfigError
 
     return (ConfigError, OmniContractError, OmniDataError, UnknownDataSourceError, CustomRewardError,
-            MissingExtrasError, DistillationConfigError)
+            MissingExtrasError, DistillationConfigError, RunDirBusyError, RewardFailureError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -93,6 +100,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.list_models:
         return list_models(training_adapters.loader)
+    from omni_trainer.interrupts import StopRequest
+
+    stop = StopRequest()  # Ctrl-C from here on: start-up stops at once, training at a step's end
+    with stop.installed():
+        try:
+            return _check_and_train(args, stop)
+        except KeyboardInterrupt:
+            print("interrupted before the run started", file=sys.stderr)
+            return 130
+
+
+def _check_and_train(args: argparse.Namespace, stop: StopRequest) -> int:
     from omni_trainer import builtin_task
     from omni_trainer.config import ConfigError, load_config, to_yaml
     from omni_trainer.preflight import preflight
@@ -114,28 +133,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(to_yaml(config), end="")
         return 0
     try:
-        return _train(config)
+        return _train(config, stop)
     except user_errors() as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"interrupted: quit without saving; the newest checkpoint in {config.trainer.default_local_dir} "
-              "is kept (run the same command to resume from it)", file=sys.stderr)
+        if stop.starting and config.trainer.engine == "local":  # verl's loop never leaves start-up here
+            print("interrupted during start-up: stopped; nothing was trained in this session", file=sys.stderr)
+        else:
+            print(f"interrupted: quit without saving; the newest checkpoint in {config.trainer.default_local_dir} "
+                  "is kept (run the same command to resume from it)", file=sys.stderr)
         return 130
 
 
-def _train(config: Config) -> int:
-    if config.trainer.engine == "verl":
-        from omni_trainer.verl_engine.launch import run as run_verl
+def _train(config: Config, stop: StopRequest) -> int:
+    from pathlib import Path
 
-        return run_verl(config)
-    from omni_trainer.local_trainer import LocalTrainer
-    from omni_trainer.run_dir import prepare_run_dir
+    from omni_trainer.run_lock import RunDirLock
 
-    trainer = LocalTrainer(config, prepare_run_dir(config))
-    trainer.setup()
-    trainer.fit()
-    return 0
+    with RunDirLock(Path(config.trainer.default_local_dir).expanduser()):  # before anything is read there
+        if config.trainer.engine == "verl":
+            from omni_trainer.verl_engine.launch import run as run_verl
+
+            return run_verl(config)
+        from omni_trainer.local_trainer import LocalTrainer
+        from omni_trainer.run_dir import prepare_run_dir
+
+        trainer = LocalTrainer(config, prepare_run_dir(config), stop)
+        trainer.setup()
+        trainer.fit()
+        return 0
 
 
 if __name__ == "__main__":

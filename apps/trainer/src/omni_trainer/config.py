@@ -3,12 +3,13 @@
 Precedence: the packaged defaults (``omni_trainer.yaml``) -> a run script's overrides ->
 extra ``"$@"`` arguments (later wins). Overrides are dotted ``key=value`` pairs; values are
 parsed as YAML (``8``, ``3e-6``, ``[a,b]``, ``null``). An unknown key or a value of the
-wrong type is an error naming the key and the closest valid one.
+wrong type is an error naming the key and, when one is close, the key it most likely meant
+(:func:`closest_keys`). verl's keys that only the verl engine reads are here too, ``None`` when
+unset; the local engine honours or refuses each (``omni_trainer.verl_keys``).
 """
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import os
@@ -51,6 +52,22 @@ class DataConfig:
     max_spoken_tokens: int = 64
     mm_processor_kwargs: dict[str, Any] = field(default_factory=dict)  # extra processor kwargs
     custom_cls: CustomClassConfig = field(default_factory=CustomClassConfig)
+    # verl's dataset keys, passed to verl as given (None: verl's default, or ours where noted);
+    # the local engine honours or refuses each by name (omni_trainer.verl_keys).
+    truncation: str | None = None  # verl 0.9.1 reads it and applies nothing (overlong prompts are filtered)
+    filter_overlong_prompts: bool | None = None  # None: true on both engines (verl's default is false)
+    filter_overlong_prompts_workers: int | None = None
+    val_max_samples: int | None = None  # verl: validation rows used (-1: all)
+    validation_shuffle: bool | None = None
+
+
+@dataclass
+class LoraSection:
+    """verl's ``model.lora`` section (its Megatron LoRA keys are not taken)."""
+
+    # verl: merge the adapter into the base weights before each weight sync to the rollout.
+    # None: true when LoRA is on (vLLM-Omni cannot serve an adapter for the policy stage).
+    merge: bool | None = None
 
 
 @dataclass
@@ -70,6 +87,15 @@ class ModelConfig:
     # Both engines: decoder layers recompute their forward in the backward pass instead of
     # keeping activations (verl's default; see `trainer doctor` for what it saves).
     enable_gradient_checkpointing: bool = True
+    # verl engine: a module verl imports in every worker before building the model.
+    external_lib: str | None = None
+    # verl-omni's key: the dtype the LoRA parameters are cast to once built (None: the base's,
+    # fp32 unless fsdp_config.model_dtype says otherwise).
+    lora_dtype: str | None = None
+    lora: LoraSection = field(default_factory=LoraSection)
+    # verl: HF config overrides at load; ours under verl is {attn_implementation: sdpa} (flash-attn
+    # 2 is not in the lock); given keys win.
+    override_config: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -84,6 +110,7 @@ class OptimConfig:
     lr_warmup_steps: int = 0
     lr_scheduler_type: str = "constant"  # constant | cosine
     min_lr_ratio: float = 0.0
+    clip_grad: float | None = None  # verl's spelling of actor_rollout_ref.actor.grad_clip (folded into it)
 
 
 @dataclass
@@ -95,12 +122,41 @@ class FsdpConfig:
 
     param_offload: bool = False  # parameters (and gradients) on the CPU while the actor is idle
     optimizer_offload: bool = False  # optimizer state on the CPU outside the optimizer step
+    # None: fp32 under verl (verl's default too; a bf16 base gives a bf16 LoRA adapter, see lora_dtype).
+    model_dtype: str | None = None
+    use_orig_params: bool | None = None  # FSDP1 only
+    use_torch_compile: bool | None = None  # verl's default: true (compiles the entropy kernel)
+
+
+@dataclass
+class RefFsdpConfig:
+    param_offload: bool | None = None
+    model_dtype: str | None = None  # None: fp32, as the actor's
+
+
+@dataclass
+class RefConfig:
+    """verl's ``actor_rollout_ref.ref``: the reference policy's forward (KL), verl engine. Its
+    sizing keys default to the actor's (``ppo_micro_batch_size_per_gpu``, ``use_dynamic_bsz``,
+    ``ppo_max_token_len_per_gpu``), which is how the local engine sizes every forward."""
+
+    strategy: str | None = None  # None: the actor's
+    fsdp_config: RefFsdpConfig = field(default_factory=RefFsdpConfig)
+    log_prob_micro_batch_size_per_gpu: int | None = None
+    log_prob_use_dynamic_bsz: bool | None = None
+    log_prob_max_token_len_per_gpu: int | None = None
 
 
 @dataclass
 class ActorConfig:
     strategy: str = "fsdp2"  # verl engine: fsdp | fsdp2
     fsdp_config: FsdpConfig = field(default_factory=FsdpConfig)
+    # verl's spelling of actor_rollout_ref.model.freeze_vision_tower (folded into it).
+    freeze_vision_tower: bool | None = None
+    # verl: entropy over vocabulary chunks (memory); verl 0.9.1's FSDP engine reads the
+    # fsdp_config copies, which the translation sets too.
+    entropy_from_logits_with_chunking: bool | None = None
+    entropy_from_logits_chunk_size: int | None = None
     policy_loss: PolicyLossSection = field(default_factory=PolicyLossSection)
     clip_ratio: float = 0.2
     clip_ratio_low: float | None = None
@@ -135,6 +191,7 @@ class ActorConfig:
 @dataclass
 class AgentConfig:
     default_agent_loop: str = "single_turn_agent"
+    num_workers: int | None = None  # verl engine: agent-loop worker processes (verl's default: 8)
 
 
 @dataclass
@@ -146,6 +203,9 @@ class VllmOmniKwargs:
     pipeline_name: str | None = None
     output_mode: str | None = None
     max_num_seqs: int | None = None
+    # verl-omni's older launchers: a hand-written deploy file; refused (ours is generated from
+    # the pipeline, with the weight-sync and sleep settings the run needs).
+    stage_configs_path: str | None = None
 
 
 @dataclass
@@ -194,6 +254,13 @@ class RolloutConfig:
     # Off, as vLLM-Omni's deploy files for Qwen3-/Qwen2.5-Omni set every stage (and verl-omni):
     # RL log-probs must not depend on cache state. verl's own default is on.
     enable_prefix_caching: bool = False
+    load_format: str | None = None  # None: verl's "dummy" (random, then the actor's weights synced in)
+    # None: data.max_prompt_length (verl's default); more leaves room for media expansion.
+    prompt_length: int | None = None
+    # The old-log-prob pass's sizing; None: the actor's (as verl's defaults, and the local engine).
+    log_prob_micro_batch_size_per_gpu: int | None = None
+    log_prob_use_dynamic_bsz: bool | None = None
+    log_prob_max_token_len_per_gpu: int | None = None
 
     def pipeline(self) -> str:
         """``pipeline_name``, which the pre-flight guarantees is set.
@@ -214,6 +281,7 @@ class ActorRolloutRefConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    ref: RefConfig = field(default_factory=RefConfig)
 
 
 @dataclass
@@ -242,11 +310,24 @@ class CustomRewardFunctionConfig:
 
 
 @dataclass
+class RewardManagerSection:
+    """verl's ``reward.reward_manager``: the class that calls the reward function per sample."""
+
+    source: str | None = None  # verl's default: register
+    name: str | None = None  # verl's default: naive
+
+
+@dataclass
 class RewardConfig:
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
+    reward_manager: RewardManagerSection = field(default_factory=RewardManagerSection)
     num_workers: int | None = None  # None: one per CPU
     timeout_s: float = 30.0
     on_unknown_data_source: str = "raise"
+    # Both engines: stop the run when a training step's scorer fails (error or timeout) on more
+    # than this share of its samples; they would score 0 and be trained on. 1.0: never stop.
+    # omni-rl's key (verl has none).
+    max_error_rate: float = 0.5
     # stage=talker: the speech rewards, summed with weights, each also a metric; e.g.
     # [{name: duration, weight: 1.0}, {name: http, label: asr, url: ..., weight: 1.0}]
     # (omni_rewards.audio: signal rewards need no model; "http" reaches a user's scorer).
@@ -268,7 +349,15 @@ class TrainerConfig:
     # from the thinker being trained, reported as talker/probe/<metric>; never paid.
     talker_drift_rewards: list[dict[str, Any]] = field(default_factory=list)
     max_checkpoints_to_keep: int = 2
-    resume_mode: str = "auto"  # auto | disable (moves an earlier run in the run dir aside)
+    # auto: resume from the newest checkpoint in the run dir | disable: start over (the local engine
+    # moves an earlier run aside) | resume_path: resume from trainer.resume_from_path (verl's meaning).
+    resume_mode: str = "auto"
+    # resume_mode=resume_path: the checkpoint to resume from (local engine: a run's checkpoints/step_<N>;
+    # verl: a global_step_<N> folder); relative paths are from the current directory.
+    resume_from_path: str | None = None
+    # Resume although the settings or the data differ from the run's saved config.yaml (the
+    # differences are listed; the earlier config is kept as config.before_step_<N>.yaml). omni-rl's key.
+    resume_anyway: bool = False
     default_local_dir: str = "runs/${trainer.experiment_name}"
     project_name: str = "omni-rl"
     experiment_name: str | None = None  # None: derived from the model and the train files
@@ -277,6 +366,8 @@ class TrainerConfig:
     device: str = "auto"  # auto | cpu | cuda | npu (local engine: auto = cuda when visible, else cpu; verl: cuda)
     nnodes: int = 1  # verl engine: Ray nodes
     n_gpus_per_node: int = 8  # verl engine: GPUs used on each node
+    balance_batch: bool | None = None  # verl engine: equal tokens per data-parallel rank (verl's default: true)
+    critic_warmup: int | None = None  # verl engine: critic-only steps first (no critic here; verl's default: 0)
 
 
 @dataclass
@@ -359,6 +450,10 @@ class Config:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     distillation: DistillationConfig = field(default_factory=DistillationConfig)
     ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
+    # Recorded by load_config, never set by an override, left out of the written config: the
+    # keys the override groups gave (run script, "$@"), not the packaged defaults or presets.
+    # The local engine refuses the verl-engine keys among them it cannot honour.
+    given_keys: list[str] = field(default_factory=list)
 
 
 class ConfigError(ValueError):
@@ -374,7 +469,7 @@ class ConfigError(ValueError):
 
 CHOICES = {
     "trainer.engine": ("local", "verl"),
-    "trainer.resume_mode": ("auto", "disable"),
+    "trainer.resume_mode": ("auto", "disable", "resume_path"),
     "trainer.device": ("auto", "cpu", "cuda", "npu"),
     "data.on_bad_row": ("raise", "skip"),
     "data.spoken_text": ("extra_info", "thinker"),
@@ -388,28 +483,91 @@ CHOICES = {
 }
 
 
+RECORDED_KEYS = ("given_keys",)
+"""Fields load_config fills in itself; an override may not set them."""
+
+
 def all_keys(node: Any = None, prefix: str = "") -> list[str]:
-    """Every leaf key of the schema, dotted."""
+    """Every leaf key of the schema, dotted (the recorded fields left out)."""
     node = OmegaConf.structured(Config) if node is None else node
     keys = []
     for key in node:
+        if not prefix and key in RECORDED_KEYS:
+            continue
         value = node[key] if not OmegaConf.is_missing(node, key) else None
         dotted = f"{prefix}{key}"
-        if isinstance(value, DictConfig):
+        if isinstance(value, DictConfig) and len(value) > 0:
             keys.extend(all_keys(value, dotted + "."))
         else:
             keys.append(dotted)
     return keys
 
 
-def closest_key(key: str) -> str:
+EDIT_FRACTION = 4
+"""A mistyped name is close to a known one when at most one edit in this many characters
+(at least one edit) turns one into the other: ``temprature`` -> ``temperature`` (1 of 11),
+``rollout.nn`` -> ``rollout.n`` (1 of 2); ``learning_rate`` is close to nothing in ``optim``."""
+
+
+def closest_keys(key: str) -> list[str]:
+    """The known keys an unknown ``key`` most likely meant; empty when none is close.
+
+    In order: the same last segment elsewhere (``actor_rollout_ref.actor.param_offload`` ->
+    ``actor_rollout_ref.actor.fsdp_config.param_offload``; a bare segment lists every place),
+    then a close last segment in the same section (or one it begins: ``use_kl`` ->
+    ``use_kl_loss``), then a key whose section and last segment are both close
+    (``actor_rollout_ref.rolout.temprature``). Nothing unrelated is offered: a key close to
+    none is reported without a suggestion.
+    """
     keys = all_keys()
-    match = difflib.get_close_matches(key, keys, n=1, cutoff=0.0)
-    if match:
-        return match[0]
-    leaf = key.rsplit(".", 1)[-1]
-    same_leaf = [k for k in keys if k.endswith("." + leaf)]
-    return same_leaf[0] if same_leaf else keys[0]
+    parent, _, leaf = key.rpartition(".")
+    same_leaf = [k for k in keys if k.rpartition(".")[2] == leaf]
+    if same_leaf:
+        if not parent:
+            return same_leaf
+        return [min(same_leaf, key=lambda k: _edit_distance(key, k))]
+    siblings = [k for k in keys if k.rpartition(".")[0] == parent]
+    scored = [(_edit_distance(leaf, k.rpartition(".")[2]), k) for k in siblings]
+    close = [(d, k) for d, k in scored if _close(leaf, k.rpartition(".")[2], d)]
+    if close:
+        return [min(close)[1]]
+    # A misspelled section too: both the section path and the last segment must be close.
+    close = []
+    for known in keys:
+        known_parent, _, known_leaf = known.rpartition(".")
+        leaf_distance, parent_distance = _edit_distance(leaf, known_leaf), _edit_distance(parent, known_parent)
+        if _close(leaf, known_leaf, leaf_distance) and _close(parent, known_parent, parent_distance):
+            close.append((leaf_distance + parent_distance, known))
+    return [min(close)[1]] if close else []
+
+
+def _close(typed: str, known: str, distance: int) -> bool:
+    if len(typed) >= 3 and known.startswith(typed):
+        return True
+    return distance <= max(1, max(len(typed), len(known)) // EDIT_FRACTION)
+
+
+def _edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance (insertions, deletions, substitutions)."""
+    previous = list(range(len(b) + 1))
+    for i, char_a in enumerate(a, 1):
+        current = [i]
+        for j, char_b in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (char_a != char_b)))
+        previous = current
+    return previous[-1]
+
+
+def unknown_key_message(key: str, origin: str) -> str:
+    """``unknown key ...`` with the closest known key(s), or a pointer to the list of keys."""
+    found = closest_keys(key)
+    if not found:
+        hint = "no known key is close (`uv run trainer --print-config` prints every key)"
+    elif len(found) == 1:
+        hint = f"did you mean {found[0]!r}?"
+    else:
+        hint = "did you mean one of " + ", ".join(repr(k) for k in found) + "?"
+    return f"unknown key {key!r} (in {origin}); {hint}"
 
 
 def packaged_yaml(name: str) -> DictConfig:
@@ -423,13 +581,18 @@ def packaged_yaml(name: str) -> DictConfig:
 EMBEDDED_TRIGGERS = ("actor_rollout_ref.model.path", "data.train_files")
 FILE_LIST_KEYS = ("data.train_files", "data.val_files")
 """Keys that take a list of paths; a single path (verl's usual ``data.train_files=x.parquet``) is a list of one."""
+LIST_KEYS = (*FILE_LIST_KEYS, "trainer.logger")
+"""Keys that take a list, where verl also takes one value as a list of one (``trainer.logger=console``)."""
 AGENT_LOOP_ALIASES = {"omni_single_turn_agent": "single_turn_agent"}
 """verl-omni's agent-loop names -> ours (under verl, ours runs as ``omni_single_turn_agent``)."""
-VLLM_OMNI_FOLDS = {
+KEY_ALIASES = {
     "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.pipeline_name": "actor_rollout_ref.rollout.pipeline_name",
     "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.max_num_seqs": "actor_rollout_ref.rollout.max_num_seqs",
+    "actor_rollout_ref.actor.freeze_vision_tower": "actor_rollout_ref.model.freeze_vision_tower",
+    "actor_rollout_ref.actor.optim.clip_grad": "actor_rollout_ref.actor.grad_clip",
 }
-"""verl-omni's ``engine_kwargs.vllm_omni.*`` keys -> the keys of the same meaning here."""
+"""verl's and verl-omni's spellings -> the keys of the same meaning here (``engine_kwargs.vllm_omni.*``;
+verl's ``actor.freeze_vision_tower`` and ``actor.optim.clip_grad``). Both are passed to verl."""
 OUTPUT_MODES = ("ar",)
 
 
@@ -448,7 +611,11 @@ def load_config(*override_groups: list[str]) -> Config:
     problems: list[str] = []
     parsed = [_parse(overrides, problems) for overrides in override_groups]
     layers = [("omni_trainer.yaml", packaged_yaml("omni_trainer.yaml"))]
-    user_keys = {key for layer in parsed for key, _ in _flatten(layer)}
+    given = list(dict.fromkeys(key for layer in parsed for key, _ in _flatten(layer)))
+    user_keys = set(given)
+    for key in given:
+        if key.split(".", 1)[0] in RECORDED_KEYS:
+            problems.append(f"{key} is recorded by the loader (the keys your overrides set); it cannot be set")
     if not user_keys & set(EMBEDDED_TRIGGERS):
         layers.append(("embedded.yaml", packaged_yaml("embedded.yaml")))
         stages = [value for layer in parsed for key, value in _flatten(layer) if key == "actor_rollout_ref.model.stage"]
@@ -460,18 +627,19 @@ def load_config(*override_groups: list[str]) -> Config:
     layers.extend(("overrides", layer) for layer in parsed)
     for origin, layer in layers:
         for key, value in _flatten(layer):
-            if key in FILE_LIST_KEYS and isinstance(value, str):
+            if key in LIST_KEYS and isinstance(value, str):
                 value = [value]
             try:
                 OmegaConf.update(config, key, value, merge=False)
             except (ConfigKeyError, AttributeError, KeyError):
-                problems.append(f"unknown key {key!r} (in {origin}); did you mean {closest_key(key)!r}?")
+                problems.append(unknown_key_message(key, origin))
             except ValidationError as exc:
                 problems.append(f"{key}: {value!r} is not valid here ({_first_line(exc)})")
     if not problems:
         _fold_verl_aliases(config, user_keys, problems)
     if problems:
         raise ConfigError("Invalid configuration:\n  - " + "\n  - ".join(problems))
+    OmegaConf.update(config, "given_keys", given, merge=False)
     if OmegaConf.select(config, "trainer.experiment_name") is None:
         OmegaConf.update(config, "trainer.experiment_name", derived_experiment_name(config))
     resolved = OmegaConf.to_object(config)
@@ -533,8 +701,8 @@ def _data_name(files: list[str]) -> str:
 
 
 def _fold_verl_aliases(config: DictConfig, user_keys: set[str], problems: list[str]) -> None:
-    """verl-omni spellings -> ours: ``engine_kwargs.vllm_omni.*`` and agent-loop names."""
-    for alias, key in VLLM_OMNI_FOLDS.items():
+    """verl's and verl-omni's spellings -> ours: :data:`KEY_ALIASES` and agent-loop names."""
+    for alias, key in KEY_ALIASES.items():
         value = OmegaConf.select(config, alias)
         if value is None:
             continue
@@ -614,4 +782,9 @@ def _check_choices(config: Config) -> None:
 
 
 def to_yaml(config: Config) -> str:
-    return OmegaConf.to_yaml(OmegaConf.structured(config))
+    """The resolved config as YAML, without the fields load_config records (:data:`RECORDED_KEYS`)."""
+    node = OmegaConf.to_container(OmegaConf.structured(config))
+    assert isinstance(node, dict)
+    for key in RECORDED_KEYS:
+        node.pop(key, None)
+    return OmegaConf.to_yaml(node)

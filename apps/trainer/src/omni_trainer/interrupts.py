@@ -1,6 +1,9 @@
-"""Ctrl-C during training: stop at a step boundary, save, exit.
+"""Ctrl-C: during start-up, stop at once; during training, stop at a step boundary, save, exit.
 
-- The first SIGINT asks the run to stop. A step still rolling out or scoring is discarded
+- Start-up (the config's checks, loading, the reward workers' imports, the validation before
+  the first step) has nothing to save: the first SIGINT stops the run at once
+  (``KeyboardInterrupt``; the trainer exits 130).
+- During training, the first SIGINT asks the run to stop. A step still rolling out or scoring is discarded
   (it is never trained on: its scoring may have been cut short); a step already updating
   the policy finishes. Then the newest state is saved and the run exits; the same command
   resumes it.
@@ -8,8 +11,9 @@
   group, also receives it directly: one Ctrl-C arrives twice. A repeat within
   :data:`REPEAT_WINDOW_S` of the first is taken as that duplicate and ignored.
 - A later SIGINT quits at once, without saving (the newest saved checkpoint is kept).
-- Reward worker processes ignore SIGINT (:func:`workers_ignore_sigint`); the parent
-  stops them when the run ends.
+- Reward worker processes ignore SIGINT (:func:`workers_ignore_sigint`, held only while
+  they are created: the run still hears Ctrl-C while they import); the parent stops them
+  when the run ends.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ REPEAT_WINDOW_S = 1.0
 class StopRequest:
     """The run's stop flag, set by SIGINT while :meth:`installed` is active.
 
+    Until :meth:`begin_training`, SIGINT raises ``KeyboardInterrupt`` (start-up has nothing
+    to save); after it, the first SIGINT sets :attr:`requested`.
+
     Args:
         clock: monotonic seconds (injectable for tests).
     """
@@ -35,10 +42,20 @@ class StopRequest:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.requested = False
+        self.starting = True
         self.first_at: float | None = None
+
+    def begin_training(self) -> None:
+        """Start-up is over: from now on the first SIGINT stops at the end of a step."""
+        self.starting = False
 
     def handle(self, signum: int = signal.SIGINT, frame: FrameType | None = None) -> None:
         now = self.clock()
+        if self.starting:
+            if self.first_at is not None and now - self.first_at < REPEAT_WINDOW_S:
+                return  # the same Ctrl-C, forwarded a second time (uv run)
+            self.requested, self.first_at = True, now
+            raise KeyboardInterrupt
         if not self.requested:
             self.requested = True
             self.first_at = now
@@ -65,7 +82,10 @@ class StopRequest:
 
 @contextlib.contextmanager
 def workers_ignore_sigint() -> Iterator[None]:
-    """Ignore SIGINT while worker processes start, so they inherit the disposition.
+    """Ignore SIGINT while worker processes are created, so they inherit the disposition.
+
+    Hold it only around creating them (``RewardManager.launch``), never around waiting for
+    them (``RewardManager.start``): a Ctrl-C arriving while SIGINT is ignored is lost.
 
     A terminal's Ctrl-C goes to the whole foreground process group; the reward workers must
     not die of it mid-batch (their samples would score 0 and be trained on). A process

@@ -31,9 +31,10 @@ from omni_rollout.local_engine import LocalEngine, find_policy_module
 from omni_rollout.sampling import SamplingSettings
 from omni_trainer import builtin_task, speech_task
 from omni_trainer.builtin_files import BUILTIN_VALIDATION_ROWS
-from omni_trainer.config import Config, ConfigError, to_yaml
+from omni_trainer.config import Config, ConfigError
 from omni_trainer.interrupts import StopRequest, workers_ignore_sigint
 from omni_trainer.loggers import build_sinks
+from omni_trainer.model_folder import require_usable_tokenizer
 from omni_trainer.placeholders import placeholder_token_ids
 from omni_trainer.preflight import distillation_settings
 from omni_trainer.prompts import (
@@ -46,6 +47,8 @@ from omni_trainer.prompts import (
     with_spoken_text,
 )
 from omni_trainer.reporting import DROPPED_KEY, complete_message, report_step, validation_line, write_summary
+from omni_trainer.resume_check import data_fingerprint, record_run
+from omni_trainer.reward_guard import RewardFailureError
 from omni_trainer.run_dir import MetricsLog, RunStart, prepare_run_dir, run_identity
 from omni_trainer.settings_builders import (
     actor_settings,
@@ -70,10 +73,13 @@ class LocalTrainer:
     Args:
         config: the resolved config (checked by ``omni_trainer.preflight``).
         start: how the run starts in its directory; default: :func:`prepare_run_dir`.
+        stop: the run's Ctrl-C flag (the CLI installs it before start-up); default: a new one,
+            installed by :meth:`fit`.
     """
 
-    def __init__(self, config: Config, start: RunStart | None = None) -> None:
+    def __init__(self, config: Config, start: RunStart | None = None, stop: StopRequest | None = None) -> None:
         self.config = config
+        self.stop = stop if stop is not None else StopRequest()
         self.start = start if start is not None else prepare_run_dir(config)
         self.run_dir = self.start.run_dir
         for note in self.start.notes:
@@ -105,6 +111,7 @@ class LocalTrainer:
         self.processor = self.training_adapter.configure_processor(model_path, hf_config)
         require_omni_processor(self.processor, self.training_adapter)
         self.tokenizer = self.training_adapter.configure_tokenizer(model_path, hf_config)
+        require_usable_tokenizer(self.tokenizer, model_path)
         self.train_rows, self.val_rows = self._load_rows()
         self.total_steps = self._total_steps()
         if self.start.start_step >= self.total_steps:
@@ -244,7 +251,9 @@ class LocalTrainer:
             val = builtin_task.builtin_rows(BUILTIN_VALIDATION_ROWS, seed=cfg.data.seed + 1)
             return BuiltinPrompts(train, self._encode), [self._encode(row) for row in val]
         train_rows = DatasetPrompts(cfg.data.train_files, self.processor, cfg)
-        val_source = DatasetPrompts(cfg.data.val_files, self.processor, cfg) if cfg.data.val_files else train_rows
+        if not cfg.data.val_files:  # never the training rows scored as val-core/* (the pre-flight says so)
+            return train_rows, []
+        val_source = DatasetPrompts(cfg.data.val_files, self.processor, cfg)
         return train_rows, [val_source[i] for i in range(min(len(val_source), cfg.data.val_batch_size))]
 
     def _encode(self, row: dict[str, Any]) -> Prepared:
@@ -312,8 +321,10 @@ class LocalTrainer:
             print(complete_message(self.run_dir, self.start.start_step, self.total_steps))
             return {}
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.yaml").write_text(to_yaml(cfg))
         start_step = self.start.start_step
+        fingerprint = self.start.fingerprint if self.start.fingerprint is not None else data_fingerprint(cfg)
+        for note in record_run(self.run_dir, cfg, fingerprint, step=start_step):
+            print(note)
         if self.start.resume_from is not None:
             try:
                 load_checkpoint(self.start.resume_from, self.actor)
@@ -326,17 +337,20 @@ class LocalTrainer:
             cfg.trainer.logger, self.run_dir, project=cfg.trainer.project_name,
             experiment=cfg.trainer.experiment_name or "", config=OmegaConf.to_container(OmegaConf.structured(cfg)),  # type: ignore[arg-type]
         )
-        stop = StopRequest()
+        stop = self.stop
         step, done, last, final = start_step, start_step, {}, {}
         started = time.perf_counter()
         with stop.installed():
             try:
-                with workers_ignore_sigint():
-                    self.rewards.start()
+                with workers_ignore_sigint():  # only while the processes are created
+                    self.rewards.launch()
+                print("reward: starting the scorer processes", flush=True)
+                self.rewards.start()  # their imports: Ctrl-C here stops the run (start-up)
                 if cfg.trainer.val_before_train and start_step == 0 and self.engine is not None:  # speech: none
                     before = self.validate()
                     print(validation_line(0, before), flush=True)
                     self._log(0, {"step": 0.0, **before}, sinks)
+                stop.begin_training()
                 for step, batch in self.batches(start_step):
                     try:
                         last = {**train_step(self.parts, step, batch, lambda: stop.requested),
@@ -344,6 +358,9 @@ class LocalTrainer:
                     except StepDiscarded as exc:
                         print(f"{exc} (interrupted; it is not trained on and reruns on resume)", flush=True)
                         break
+                    except RewardFailureError:
+                        self._save(done)  # the steps trained so far are kept; the failing one was not trained
+                        raise
                     done = step
                     if cfg.trainer.test_freq > 0 and step % cfg.trainer.test_freq == 0:
                         last.update(self.validate())
@@ -402,10 +419,12 @@ class LocalTrainer:
     def validate(self) -> dict[str, float]:
         """``rollout.val_kwargs`` responses on the validation prompts:
         ``val-core/<data_source>/<metric>/mean@<n>`` (none for the speech task: its training
-        curve is the measurement)."""
+        curve is the measurement; none without ``data.val_files``)."""
         if self.engine is None:
             return {}
         drift = self._drift_metrics()
+        if not self.val_rows:  # data.val_files unset: nothing to validate on
+            return drift
         sampling = validation_sampling(self.config)
         rollouts = self.engine.generate([p.inputs for p in self.val_rows], sampling)
         owners = [p for p, r in zip(self.val_rows, rollouts, strict=True) for _ in r.outputs]

@@ -303,6 +303,13 @@ def _warnings(config: Config, found: Findings) -> None:
             "actor_rollout_ref.rollout.val_kwargs.do_sample=true with temperature=0 is greedy; "
             "set val_kwargs.temperature > 0 to sample"
         )
+    if config.data.train_files and not config.data.val_files and config.actor_rollout_ref.model.stage != "talker":
+        from omni_trainer.reporting import NO_VALIDATION
+
+        found.warnings.append(
+            f"{NO_VALIDATION} (the training rows are not scored as validation); set data.val_files, e.g. "
+            "the test or validation split `trainer convert` wrote"
+        )
 
 
 # --- files, directories and what they hold ------------------------------------------------------
@@ -310,6 +317,7 @@ def _warnings(config: Config, found: Findings) -> None:
 
 def _model_paths(config: Config, found: Findings) -> None:
     from omni_contracts import OmniContractError, resolve_training_adapter
+    from omni_trainer.model_folder import folder_problems
 
     stage = config.actor_rollout_ref.model.stage
     paths = [("actor_rollout_ref.model.path", config.actor_rollout_ref.model.path)]
@@ -324,11 +332,16 @@ def _model_paths(config: Config, found: Findings) -> None:
         model_config = _read_model_config(key, path, found)
         if model_config is None:
             continue
+        found.problems.extend(folder_problems(key, path))  # tokenizer, chat template, weights
         try:
             adapter = resolve_training_adapter(model_config, stage)
         except OmniContractError as exc:
             found.problems.append(f"{key}={path} (stage {stage!r}): {_one_line(exc)}")
             continue
+        found.problems.extend(
+            f"{key}={path}: {problem}"
+            for problem in adapter.checkpoint_problems(str(Path(path).expanduser()), model_config)
+        )
         pipeline = config.actor_rollout_ref.rollout.pipeline_name
         if key == "actor_rollout_ref.model.path" and adapter.rollout_pipeline not in (None, pipeline):
             architecture = (model_config.get("architectures") or ["?"])[0]
@@ -438,8 +451,9 @@ def _run_dir(config: Config, found: Findings) -> None:
         found.problems.append(f"trainer.default_local_dir={run_dir}: {existing} is not writable")
 
 
-def _verl_keys_locally(config: Config, found: Findings) -> None:
-    """verl keys with no meaning for the local engine: refused by name, or noted."""
+def _verl_omni_keys(config: Config, found: Findings) -> None:
+    """verl-omni keys whose job omni-rl does its own way, on both engines: its dataset class
+    (omni-data's dataset is the one, under verl too) and a hand-written deploy file."""
     custom_cls = config.data.custom_cls
     if custom_cls.path or custom_cls.name:
         if custom_cls.name in KNOWN_DATASET_CLASSES:
@@ -453,13 +467,45 @@ def _verl_keys_locally(config: Config, found: Findings) -> None:
                 "reads RL parquet through omni_data.RLDataset. Convert the data with `uv run trainer convert` "
                 "(or write the RL parquet columns) and drop data.custom_cls"
             )
-    fsdp = config.actor_rollout_ref.actor.fsdp_config
-    for name in ("param_offload", "optimizer_offload"):
-        if getattr(fsdp, name):
-            found.problems.append(
-                f"actor_rollout_ref.actor.fsdp_config.{name}=true offloads verl's FSDP actor; the local engine keeps "
-                "its actor on its one device. Set it to false, or use trainer.engine=verl"
-            )
+    stage_configs = config.actor_rollout_ref.rollout.engine_kwargs.vllm_omni.stage_configs_path
+    if stage_configs is not None:
+        found.problems.append(
+            f"actor_rollout_ref.rollout.engine_kwargs.vllm_omni.stage_configs_path={stage_configs}: a hand-written "
+            "vLLM-Omni deploy file (verl-omni's deprecated launchers). The rollout's deploy config is generated from "
+            "actor_rollout_ref.rollout.pipeline_name, with the weight sync and sleep settings the run needs (as "
+            "verl-omni's V1 launchers do); drop it and size the rollout with the rollout keys"
+        )
+
+
+def _resume_keys(config: Config, found: Findings) -> None:
+    """``trainer.resume_from_path`` goes with ``trainer.resume_mode=resume_path`` (verl's meaning)."""
+    trainer = config.trainer
+    if trainer.resume_mode == "resume_path" and not trainer.resume_from_path:
+        found.problems.append(
+            "trainer.resume_mode=resume_path needs trainer.resume_from_path (local engine: a run's "
+            "checkpoints/step_<N> directory; verl: a global_step_<N> folder)"
+        )
+    if trainer.resume_from_path and trainer.resume_mode != "resume_path":
+        found.problems.append(
+            f"trainer.resume_from_path={trainer.resume_from_path} is read only with trainer.resume_mode=resume_path "
+            f"(this run has resume_mode={trainer.resume_mode}); add trainer.resume_mode=resume_path, or drop it"
+        )
+
+
+def _reward_error_rate(config: Config, found: Findings) -> None:
+    rate = config.reward.max_error_rate
+    if not 0 <= rate <= 1:
+        found.problems.append(
+            f"reward.max_error_rate={rate} must be in [0, 1]: the share of a step's samples whose scorer may fail "
+            "before the run stops (1.0: never stop)"
+        )
+
+
+def _verl_keys_locally(config: Config, found: Findings) -> None:
+    """verl-engine keys the overrides gave: honoured, or refused by name (:mod:`omni_trainer.verl_keys`)."""
+    from omni_trainer.verl_keys import local_refusals
+
+    found.problems.extend(local_refusals(config))
     _local_device(config, found)
 
 
@@ -529,9 +575,10 @@ def _verl_engine(config: Config, found: Findings) -> None:
             "reward manager; register your scorer with omni_rewards.SCORERS in an installed package, or "
             "use trainer.engine=local"
         )
-    from omni_trainer.verl_engine.translate import config_problems
+    from omni_trainer.verl_engine.translate import config_problems, config_warnings
 
     found.problems.extend(f"trainer.engine=verl: {problem}" for problem in config_problems(config))
+    found.warnings.extend(f"trainer.engine=verl: {warning}" for warning in config_warnings(config))
     if found.problems:
         return  # verl's own checks need a config that translates
     from omni_trainer.verl_engine.errors import MissingExtrasError, require_extras
@@ -560,6 +607,7 @@ def _one_line(exc: BaseException) -> str:
 
 COMMON_CHECKS: tuple[Check, ...] = (
     _vocabularies, _distillation, _ranges, _warnings, _model_paths, _data_files, _custom_reward_function, _run_dir,
+    _verl_omni_keys, _resume_keys, _reward_error_rate,
 )
 ENGINE_CHECKS: dict[str, tuple[Check, ...]] = {
     "local": (_local_algorithms, _verl_keys_locally),

@@ -33,9 +33,18 @@ def report_step(run_dir: Path, log: MetricsLog, config: Config, step: int, total
     )
 
 
+NO_VALIDATION = "data.val_files is not set: no validation runs and no val-core/* metrics are reported"
+"""What a run without validation files says; the training rows are never scored as validation."""
+
+
+def validates(config: Config) -> bool:
+    """Whether the run has validation rows: its own ``data.val_files``, or the built-in task's."""
+    return bool(config.data.val_files) or config.data.train_files is None
+
+
 def validation_line(step: int, metrics: Mapping[str, float]) -> str:
     values = ", ".join(f"{key.removeprefix('val-core/')} {value:.3f}" for key, value in sorted(metrics.items()))
-    return f"validation at step {step}: {values or 'no validation rows'}"
+    return f"validation at step {step}: {values or 'no validation rows (' + NO_VALIDATION + ')'}"
 
 
 def write_summary(
@@ -50,6 +59,7 @@ def write_summary(
         f"steps: {step} in total, {steps_this_session} in {elapsed:.0f} s this session",
         f"mean reward: first 5 steps {first:.3f} -> last 5 steps {recent:.3f}",
         *(f"{key}: {value:.3f}" for key, value in sorted(final.items())),
+        *([] if validates(config) else [f"validation: none ({NO_VALIDATION})"]),
         f"dropped rows (left out of the train files at load): {dropped}",
         f"curve: {(run_dir / 'curve.png').resolve()}",
         f"metrics: {(run_dir / 'metrics.jsonl').resolve()}",

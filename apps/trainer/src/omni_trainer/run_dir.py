@@ -8,6 +8,11 @@ and how a run starts in its directory (:func:`prepare_run_dir`), before anything
 - ``trainer.resume_mode=disable``: start over. An earlier run in the directory is moved
   aside to ``<dir>.previous`` (``.previous.2``, ...); a non-empty directory that holds no
   run is refused.
+- ``trainer.resume_mode=resume_path``: resume from the checkpoint ``trainer.resume_from_path``
+  (a run's ``checkpoints/step_<N>``, this run's or another's: verl's meaning). Refused when this
+  run directory already holds later steps (resuming would overwrite them).
+- Resuming with other settings or data than the run was saved with is refused unless
+  ``trainer.resume_anyway=true`` (:mod:`omni_trainer.resume_check`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from omni_trainer.config import Config, ConfigError
+from omni_trainer.model_folder import model_fingerprint, same_model
+from omni_trainer.resume_check import check_resume, data_fingerprint, resume_notes
+from omni_trainer.run_lock import LOCK_NAME
 
 RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.txt", "checkpoints", "curve.png")
 """Names whose presence marks a directory as a run directory."""
@@ -38,6 +46,8 @@ class RunStart:
     resume_from: Path | None = None
     start_step: int = 0
     notes: list[str] = field(default_factory=list)
+    fingerprint: dict[str, Any] | None = None
+    """The data's fingerprint, when resuming (:func:`omni_trainer.resume_check.data_fingerprint`)."""
 
     @property
     def checkpoints(self) -> Path:
@@ -49,6 +59,7 @@ def run_identity(config: Config) -> dict[str, Any]:
     model = config.actor_rollout_ref.model
     identity: dict[str, Any] = {key: getattr(model, key) for key in IDENTITY_KEYS}
     identity["path"] = os.path.abspath(os.path.expanduser(model.path)) if model.path else None
+    identity["model"] = model_fingerprint(model.path) if model.path else None  # the model by content
     identity["target_modules"] = list(model.target_modules) if model.target_modules else None
     return identity
 
@@ -66,9 +77,25 @@ def prepare_run_dir(config: Config) -> RunStart:
     if config.trainer.resume_mode == "disable":
         _move_earlier_run_aside(start)
         return start
-    newest, broken = newest_complete_checkpoint(start.checkpoints)
+    broken: list[tuple[Path, str]] = []
+    newest: Path | None
+    origin: Path | None
+    if config.trainer.resume_mode == "resume_path":
+        newest = _checkpoint_to_resume(config)
+        origin = _run_dir_of(newest)
+    else:
+        newest, broken = newest_complete_checkpoint(start.checkpoints)
+        origin = start.run_dir
+    step = 0
     if newest is not None:
-        _check_identity(config, start.run_dir, newest, read_state(newest))
+        state = read_state(newest)
+        step = int(state["step"])
+        _check_identity(config, origin or start.run_dir, newest, state)
+        if config.trainer.resume_mode == "resume_path":
+            _refuse_later_steps(start, newest, step)
+        start.fingerprint = data_fingerprint(config)
+        if origin is not None:
+            start.notes.extend(resume_notes(check_resume(config, origin, step, start.fingerprint), step))
     for path in clean_staging(start.checkpoints):
         start.notes.append(f"deleted {path.name}, left by a save that did not finish")
     for path, problem in broken:
@@ -76,15 +103,63 @@ def prepare_run_dir(config: Config) -> RunStart:
         start.notes.append(f"checkpoint {path} cannot be resumed ({problem}); set aside as {moved.name}")
     if newest is not None:
         start.resume_from = newest
-        start.start_step = int(read_state(newest)["step"])
+        start.start_step = step
     return start
+
+
+def _checkpoint_to_resume(config: Config) -> Path:
+    """``trainer.resume_from_path`` as a complete checkpoint directory (relative: from the cwd)."""
+    from omni_training.checkpoint import checkpoint_problem
+
+    raw = config.trainer.resume_from_path
+    if not raw:
+        raise ConfigError(
+            "Invalid configuration:\n  - trainer.resume_mode=resume_path needs trainer.resume_from_path (a run's "
+            "checkpoints/step_<N> directory)"
+        )
+    path = Path(os.path.abspath(Path(raw).expanduser()))
+    problem = checkpoint_problem(path) if path.is_dir() else "no such directory"
+    if problem is not None:
+        raise ConfigError(
+            f"Invalid configuration:\n  - trainer.resume_from_path={raw}: {path} is not a checkpoint that can be "
+            f"resumed ({problem}); point it at a run's checkpoints/step_<N> directory"
+        )
+    return path
+
+
+def _run_dir_of(checkpoint: Path) -> Path | None:
+    """The run directory a checkpoint was saved in (``<run>/checkpoints/step_<N>``), if it is one."""
+    return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
+
+
+def _refuse_later_steps(start: RunStart, checkpoint: Path, step: int) -> None:
+    """Resuming ``step`` into a run directory that went further would overwrite its later steps."""
+    from omni_training.checkpoint import checkpoint_dirs
+
+    later = [p.name for p in checkpoint_dirs(start.checkpoints) if int(p.name.removeprefix("step_")) > step]
+    metrics = start.run_dir / "metrics.jsonl"
+    logged = [json.loads(line).get("step", 0) for line in metrics.read_text().splitlines() if line.strip()] \
+        if metrics.is_file() else []
+    past = [s for s in logged if s > step]
+    held = []
+    if later:
+        held.append(f"checkpoints {', '.join(later)}")
+    if past:
+        held.append(f"metrics to step {int(max(past))}")
+    if held:
+        held_text = "; ".join(held)
+        raise ConfigError(
+            f"Invalid configuration:\n  - trainer.resume_from_path={checkpoint} is step {step}, but {start.run_dir} "
+            f"already holds later steps ({held_text}); resuming there would overwrite them. Resume into another "
+            "directory (e.g. trainer.experiment_name=<new name>), or move the later steps away first"
+        )
 
 
 def _move_earlier_run_aside(start: RunStart) -> None:
     run_dir = start.run_dir
-    if not run_dir.is_dir() or not any(run_dir.iterdir()):
+    names = sorted(p.name for p in run_dir.iterdir() if p.name != LOCK_NAME) if run_dir.is_dir() else []
+    if not names:
         return
-    names = sorted(p.name for p in run_dir.iterdir())
     if not set(names) & set(RUN_FILES):
         raise ConfigError(
             f"Invalid configuration:\n  - trainer.resume_mode=disable: {run_dir} is not empty and holds no earlier "
@@ -96,7 +171,9 @@ def _move_earlier_run_aside(start: RunStart) -> None:
     while target.exists():
         number += 1
         target = run_dir.with_name(f"{run_dir.name}.previous.{number}")
-    run_dir.rename(target)
+    target.mkdir()
+    for name in names:  # not the lock: this run holds it, in this directory
+        (run_dir / name).rename(target / name)
     start.notes.append(f"trainer.resume_mode=disable: moved the earlier run in {run_dir} to {target}")
 
 
@@ -113,8 +190,12 @@ def _check_identity(config: Config, run_dir: Path, checkpoint: Path, state: Mapp
     differences = [
         f"actor_rollout_ref.model.{key}: checkpoint {saved.get(key)!r}, this run {current[key]!r}"
         for key in IDENTITY_KEYS
-        if key in saved and saved.get(key) != current[key]
+        if key in saved and key != "path" and saved.get(key) != current[key]
     ]
+    if "path" in saved and not same_model(saved, current):  # by content: a copy or symlink is the same model
+        compared = " (compared by content: config.json or weights differ)" if saved.get("model") and current["model"] else ""
+        differences.insert(0, f"actor_rollout_ref.model.path: checkpoint {saved.get('path')!r}, this run "
+                              f"{current['path']!r}{compared}")
     if differences:
         raise ConfigError(
             f"Invalid configuration:\n  - {origin} belongs to another run and cannot be resumed:\n      "

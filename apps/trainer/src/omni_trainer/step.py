@@ -34,6 +34,7 @@ from omni_training.metrics import length_metrics
 
 from omni_trainer.config import Config
 from omni_trainer.prompts import Prepared
+from omni_trainer.reward_guard import check_reward_failures
 from omni_trainer.settings_builders import sampling_settings
 from omni_trainer.speech_step import SpeechParts, score_speech, speech_rollouts
 
@@ -73,6 +74,12 @@ class Scores:
     scores: torch.Tensor  # [B]
     accuracy: torch.Tensor  # [B]
     metrics: dict[str, float]
+    errors: list[str] = field(default_factory=list)  # the first failures' messages
+
+    @property
+    def failed(self) -> int:
+        """Samples whose scorer raised or timed out (they score 0)."""
+        return int(self.metrics.get("reward/errors", 0.0) + self.metrics.get("reward/timeouts", 0.0))
 
 
 @dataclass
@@ -125,7 +132,7 @@ def score_phase(parts: StepParts, rollouts: Rollouts) -> Scores:
     )
     scores = torch.tensor(scored.scores, dtype=torch.float32)
     accuracy = torch.tensor([o.result.get("acc", o.score) for o in scored.outcomes], dtype=torch.float32)
-    return Scores(scores, accuracy, dict(scored.metrics))
+    return Scores(scores, accuracy, dict(scored.metrics), list(scored.errors))
 
 
 def takes_old_log_probs_from_update(parts: StepParts, num_samples: int) -> bool:
@@ -228,6 +235,8 @@ def train_step(
 
     Raises:
         StepDiscarded: ``stop_requested()`` turned true before the update began.
+        RewardFailureError: the scorer failed on more than ``reward.max_error_rate`` of the
+            samples (nothing was trained).
     """
     timings: dict[str, float] = {}
 
@@ -242,6 +251,10 @@ def train_step(
     started = time.perf_counter()
     scores = score_phase(parts, rollouts)
     timed("reward", started)
+    check_reward_failures(
+        step, scores.failed, len(scores.scores), parts.config.reward.max_error_rate, scores.errors,
+        run_dir=parts.config.trainer.default_local_dir,
+    )
     started = time.perf_counter()
     on_policy = takes_old_log_probs_from_update(parts, len(rollouts.samples))
     batch = logprob_phase(parts, rollouts, scores, on_policy=on_policy)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import os
 import platform
 import sys
 from collections.abc import Callable, Sequence
@@ -12,14 +13,32 @@ from pathlib import Path
 
 def _convert(argv: Sequence[str]) -> int:
     from omni_data.convert.cli import build_parser, main
+    from omni_training.cli_messages import one_line
 
     if not any(flag in argv for flag in ("-h", "--help")):
         args, _ = build_parser().parse_known_args(list(argv))
-        problem = output_overlaps_input(args.input, args.output_dir)
+        problem = output_overlaps_input(args.input, args.output_dir) or output_dir_problem(args.output_dir)
         if problem:
             print(f"error: {problem}", file=sys.stderr)
             return 2
-    return main(list(argv))
+    try:
+        return main(list(argv))
+    except OSError as exc:  # a file that cannot be read or written (permissions, a full disk)
+        print(f"error: {one_line(exc)}", file=sys.stderr)
+        return 2
+
+
+def output_dir_problem(output_dir: Path) -> str | None:
+    """Why ``--output-dir`` cannot hold the converted files (None when it can)."""
+    target = output_dir.expanduser()
+    existing = target
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        return f"--output-dir {output_dir}: {existing} is a file, not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"--output-dir {output_dir}: {existing} is not writable"
+    return None
 
 
 def output_overlaps_input(input_dir: Path, output_dir: Path) -> str | None:
@@ -66,13 +85,14 @@ MODEL_TOOLS = {
 def _model(argv: Sequence[str]) -> int:
     """``trainer model <tool> ...``: checkpoint tools."""
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in MODEL_TOOLS:
-        print("usage: trainer model {" + ",".join(MODEL_TOOLS) + "} [--help]\n\ncheckpoint tools:")
+        asked = bool(argv) and argv[0] in ("-h", "--help")
+        out = sys.stdout if asked else sys.stderr
+        print("usage: trainer model {" + ",".join(MODEL_TOOLS) + "} [--help]\n\ncheckpoint tools:", file=out)
         for name, summary in MODEL_TOOLS.items():
-            print(f"  {name:<8}{summary}")
-        known = not argv or argv[0] in ("-h", "--help")
-        if not known:
-            print(f"\nunknown tool {argv[0]!r}")
-        return 0 if known else 2
+            print(f"  {name:<8}{summary}", file=out)
+        if not asked:
+            print("\nerror: " + (f"unknown tool {argv[0]!r}" if argv else "name a tool"), file=out)
+        return 0 if asked else 2
     if argv[0] == "merge":
         return _merge(argv[1:])
     from omni_training.noise import main

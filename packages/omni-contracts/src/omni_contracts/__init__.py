@@ -7,6 +7,8 @@ kit a model package runs from its own tests.
 
 from omni_contracts.errors import (
     AdapterNotFoundError,
+    CheckpointError,
+    CheckpointFileNotFoundError,
     ContractViolation,
     ExtraFieldError,
     ModelPackageImportError,
@@ -38,6 +40,7 @@ from omni_contracts.speech_policy import (
 from omni_contracts.thinker_processor import OmniProcessor, require_omni_processor
 from omni_contracts.topology import OUTPUT_TYPES, OutputType, StageConfig, validate_stage_topology
 from omni_contracts.training_adapter import (
+    MODALITIES,
     RESPONSE_LENGTHS_KEY,
     STAGES,
     Stage,
@@ -55,12 +58,15 @@ __all__ = [
     "SpeechRollout",
     "TalkerDriftProbe",
     "find_speech_policy",
+    "MODALITIES",
     "MODEL_ENTRY_POINT_GROUP",
     "OUTPUT_TYPES",
     "RESPONSE_LENGTHS_KEY",
     "STAGES",
     "AdapterNotFoundError",
     "AdapterRegistry",
+    "CheckpointError",
+    "CheckpointFileNotFoundError",
     "ContractViolation",
     "ExtraFieldError",
     "ExtraFieldSpec",

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from omni_contracts.errors import CheckpointFileNotFoundError
+
 TEMPLATE_FILES = ("chat_template.json", "chat_template.jinja")
 
 
@@ -18,7 +20,8 @@ def load_chat_template(model_path: str | Path) -> str:
     """The chat template shipped beside the tokenizer (``chat_template.json`` or ``.jinja``).
 
     Raises:
-        FileNotFoundError: neither file exists; the message names what was looked for.
+        CheckpointFileNotFoundError: neither file exists (a ``FileNotFoundError`` and a user
+            error: the trainer exits with status 2); the message names what was looked for.
     """
     path = Path(model_path)
     json_file = path / "chat_template.json"
@@ -29,7 +32,7 @@ def load_chat_template(model_path: str | Path) -> str:
     jinja_file = path / "chat_template.jinja"
     if jinja_file.is_file():
         return jinja_file.read_text()
-    raise FileNotFoundError(
+    raise CheckpointFileNotFoundError(
         f"No chat template for the checkpoint at {path}: tokenizer_config.json has no "
         f"'chat_template', and neither {' nor '.join(TEMPLATE_FILES)} exists there (or it is "
         "empty). Copy the model's chat_template.json into the checkpoint directory."

@@ -34,6 +34,15 @@ class ExtraFieldError(SchemaError):
     """Model-native extra fields are missing, undeclared, or have the wrong shape."""
 
 
+class CheckpointError(OmniContractError, ValueError):
+    """A checkpoint directory lacks something its model package needs (a token id in
+    ``config.json``, a file); the message names it and how to fix it."""
+
+
+class CheckpointFileNotFoundError(CheckpointError, FileNotFoundError):
+    """A file the checkpoint must ship (its chat template, say) is not in its directory."""
+
+
 class ContractViolation(AssertionError):
     """An adapter does not obey the contract (raised by ``omni_contracts.testing``).
 

@@ -168,9 +168,20 @@ def check_logits_to_keep(policy: Any, input_ids: Any, keep: int = 2) -> None:
 
 
 def check_processor(adapter: TrainingAdapter, model_path: str, model_config: Any) -> None:
-    """``configure_processor`` returns an :class:`~omni_contracts.OmniProcessor`: every
-    member the engines call by name exists, and ``pad_token_ids`` are distinct ints."""
+    """For a model that takes media (``adapter.takes_media()``), ``configure_processor``
+    returns an :class:`~omni_contracts.OmniProcessor`: every member the engines call by name
+    exists, and ``pad_token_ids`` are distinct ints. A text-only model's processor (its
+    tokenizer, say) need only template and encode prompts: ``apply_chat_template`` and a call
+    with ``text=``."""
     processor = adapter.configure_processor(model_path, model_config)
+    if not adapter.takes_media():
+        if not callable(getattr(processor, "apply_chat_template", None)) or not callable(processor):
+            raise _fail(
+                adapter,
+                f"configure_processor returned {type(processor).__name__}, which cannot template and encode "
+                "prompts (it needs apply_chat_template and a call with text=); return the tokenizer.",
+            )
+        return
     missing = missing_processor_members(processor)
     if missing:
         raise _fail(

@@ -1,8 +1,9 @@
 """What every omni thinker's processor adds for the engines, shared by the model packages.
 
 :class:`OmniProcessor` declares what the engines call on the processor a training adapter's
-``configure_processor`` returns (see ``docs/adding-a-model.md``); both engines check it when
-they load the processor, and ``omni_contracts.testing.check_processor`` in a package's tests:
+``configure_processor`` returns (see ``docs/adding-a-model.md``) when its model takes media
+(``TrainingAdapter.modalities``); both engines check it when they load the processor, and
+``omni_contracts.testing.check_processor`` in a package's tests:
 
 - ``pad_token_ids`` and ``dedup_pad_tokens``: the processor expands each image/video/audio
   placeholder to its feature length; vLLM(-Omni) expands it again, so prompts sent to the
@@ -18,6 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from omni_contracts.errors import CheckpointError
+from omni_contracts.training_adapter import TrainingAdapter
 
 
 @runtime_checkable
@@ -51,17 +55,23 @@ def missing_processor_members(processor: object) -> list[str]:
 
 def require_omni_processor(processor: object, adapter: object) -> None:
     """What the engines call on loading a processor: refuse one that lacks a member of
-    :class:`OmniProcessor` now, not when the member is first used.
+    :class:`OmniProcessor` now, not when the member is first used. Only an adapter whose
+    model takes media (``TrainingAdapter.takes_media()``) is held to it: a text-only model's
+    processor may be its tokenizer, which templates and encodes prompts and expands nothing.
 
     Raises:
         TypeError: members are missing (named, with the fix).
     """
+    if isinstance(adapter, TrainingAdapter) and not adapter.takes_media():
+        return
     missing = missing_processor_members(processor)
     if missing:
         raise TypeError(
             f"{type(adapter).__name__}.configure_processor returned {type(processor).__name__}, which "
-            f"lacks {missing} (omni_contracts.OmniProcessor); mix in "
-            "omni_contracts.thinker_processor.ThinkerProcessorMixin and define get_rope_index."
+            f"lacks {missing}: a model that takes media ({', '.join(getattr(adapter, 'modalities', ()))}) "
+            "needs every member of omni_contracts.OmniProcessor. Mix in "
+            "omni_contracts.thinker_processor.ThinkerProcessorMixin and define get_rope_index "
+            "(a text-only model keeps the default modalities, ('text',), and may return its tokenizer)."
         )
 
 
@@ -109,9 +119,15 @@ class ThinkerProcessorMixin:
     thinker_config: Any = None
 
     def bind_thinker_config(self, thinker_config: Any) -> None:
+        """Bind the thinker config whose ids the processor computes positions with.
+
+        Raises:
+            CheckpointError: a :attr:`required_config_ids` id is unset (a user error: the
+                trainer exits with status 2, naming it).
+        """
         missing = [name for name in self.required_config_ids if getattr(thinker_config, name, None) is None]
         if missing:
-            raise ValueError(
+            raise CheckpointError(
                 f"The thinker config lacks {missing}; rope positions cannot be computed. "
                 "Set them from the tokenizer's ids in the checkpoint's config.json."
             )

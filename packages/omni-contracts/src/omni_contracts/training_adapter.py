@@ -3,6 +3,7 @@
 The trainer resolves one adapter per run from ``(architecture, stage)``, where the
 architecture is the checkpoint config's ``architectures[0]``. Call order, in both engines:
 
+0. ``checkpoint_problems`` in the trainer's pre-flight, on ``config.json`` as written;
 1. ``register_auto_classes()`` once, before anything is loaded;
 2. ``configure_tokenizer`` and ``configure_processor`` when the dataset is built;
 3. the engine loads the model -- ``policy_class(model_config).from_pretrained(path)`` when
@@ -42,6 +43,9 @@ Stage = Literal["thinker", "talker", "all"]
 
 STAGES: tuple[str, ...] = get_args(Stage)
 
+MODALITIES: tuple[str, ...] = ("text", "image", "audio", "video")
+"""What a trained model can read (:attr:`TrainingAdapter.modalities`)."""
+
 TrainingKey = tuple[str, str]
 T = TypeVar("T", bound="type[TrainingAdapter]")
 
@@ -78,6 +82,17 @@ class TrainingAdapter(abc.ABC):
     """The rollout adapter (pipeline name) that generates with this model; the trainer refuses
     a run whose ``actor_rollout_ref.rollout.pipeline_name`` names another one."""
 
+    modalities: ClassVar[tuple[str, ...]] = ("text",)
+    """What the trained model reads: ``"text"`` and any of ``"image"``, ``"audio"``,
+    ``"video"``. The default is a text-only model (a causal LM), whose processor may be its
+    tokenizer; a model that takes media declares them, and its ``configure_processor``
+    must return an :class:`~omni_contracts.OmniProcessor` (both engines check it)."""
+
+    @classmethod
+    def takes_media(cls) -> bool:
+        """Whether the model reads anything besides text (:attr:`modalities`)."""
+        return any(modality != "text" for modality in cls.modalities)
+
     @classmethod
     def register(cls, architecture: str, *, stage: Stage) -> Callable[[T], T]:
         """Class decorator: ``@TrainingAdapter.register("MyArch", stage="thinker")``.
@@ -93,6 +108,7 @@ class TrainingAdapter(abc.ABC):
 
         def decorate(adapter_cls: T) -> T:
             _check_options(adapter_cls)
+            _check_modalities(adapter_cls)
             training_adapters.add((architecture, stage), adapter_cls)
             return adapter_cls
 
@@ -117,6 +133,15 @@ class TrainingAdapter(abc.ABC):
         frozen copy of the checkpoint (the initial thinker and the talker): twice the
         memory of the weights, so the engines build it only on request."""
         return None
+
+    def checkpoint_problems(self, model_path: str, model_config: Mapping[str, Any]) -> list[str]:
+        """What this model package cannot train from the checkpoint at ``model_path``, found
+        before anything loads: the trainer's pre-flight calls it with ``config.json`` parsed
+        (a plain mapping, as written) and reports each problem with the others (exit status
+        2). Each names what is missing and how to fix it; the default finds none. Read only
+        small files here: it runs on every start, before the model, tokenizer or data load.
+        """
+        return []
 
     @abc.abstractmethod
     def get_strip_modules(self, model_config: Any) -> Sequence[str]:
@@ -264,6 +289,17 @@ def _check_options(adapter_cls: type[TrainingAdapter]) -> None:
         raise RegistrationError(
             f"{adapter_cls.__qualname__} declares options {missing} that its constructor does "
             "not take as keyword arguments; add them to __init__ or remove them from `options`."
+        )
+
+
+def _check_modalities(adapter_cls: type[TrainingAdapter]) -> None:
+    """Refuse a ``modalities`` declaration outside :data:`MODALITIES` or without text."""
+    declared = adapter_cls.modalities
+    unknown = [m for m in declared if m not in MODALITIES] if isinstance(declared, tuple) else [declared]
+    if unknown or "text" not in declared:
+        raise RegistrationError(
+            f"{adapter_cls.__qualname__}.modalities is {declared!r}; declare a tuple holding 'text' and "
+            f"any of {', '.join(repr(m) for m in MODALITIES[1:])}."
         )
 
 

@@ -3,8 +3,9 @@
 Loading (the constructor) reads the parquet files, checks every row's structure and, by
 default, encodes every row once through the processor: that both measures the prompt
 length for the overlong filter and proves each image, audio and video decodes. A bad row
-fails the load with an error naming the row and the file, or, with ``on_bad_row="skip"``,
-is counted under its reason and left out. Nothing is dropped silently later: a row that
+(malformed columns, an unreadable medium, a null or empty ground truth) fails the load
+with an error naming the row and the file, or, with ``on_bad_row="skip"``, is counted
+under its reason and left out. Nothing is dropped silently later: a row that
 fails in ``__getitem__`` (a file removed after loading) raises.
 
 Media stay as paths or bytes inside the pyarrow tables; each ``__getitem__`` decodes only
@@ -33,6 +34,7 @@ from omni_data.schema import REQUIRED_COLUMNS
 logger = logging.getLogger(__name__)
 
 OVERLONG = "overlong_prompt"
+EMPTY_GROUND_TRUTH = "empty_ground_truth"
 
 
 @dataclass(frozen=True)
@@ -188,6 +190,16 @@ class RLDataset:
             raise RowError(
                 f"{where}: column 'reward_model' must be a dict with 'ground_truth', got {reward!r}.",
                 reason="bad_reward_model",
+            )
+        truth = reward["ground_truth"]
+        if truth is None or (isinstance(truth, str) and not truth.strip()) or (
+            isinstance(truth, (list, tuple, Mapping)) and not truth
+        ):
+            raise RowError(
+                f"{where}: reward_model.ground_truth is {truth!r}; a row without a ground truth cannot be "
+                "scored (every answer would score 0). Fix the row, or set on_bad_row=skip to leave such "
+                "rows out (counted as empty_ground_truth).",
+                reason=EMPTY_GROUND_TRUTH,
             )
         if not isinstance(parsed.fields.get("data_source"), str):
             raise RowError(f"{where}: column 'data_source' must be a string.", reason="bad_data_source")

@@ -57,8 +57,11 @@ def encode_row(
 
     Raises:
         MediaError: a medium cannot be read (names the row and the file).
-        RowError: the processor rejects the row (reason ``processor_error``).
+        RowError: the processor rejects the row (reason ``processor_error``), or the row has
+            a medium the processor has no sub-processor for (reason ``unsupported_media``: a
+            text-only model's tokenizer would drop it without a word).
     """
+    _refuse_media_without_processor(processor, parsed, where)
     images: list[Any] = []
     audios: list[Any] = []
     videos: list[Any] = []
@@ -96,6 +99,22 @@ def encode_row(
     except Exception as exc:
         raise RowError(f"{where}: the processor rejected the row: {exc}", reason="processor_error") from exc
     return _to_prompt(output)
+
+
+MEDIA_PROCESSORS = {"image": "image_processor", "audio": "feature_extractor", "video": "video_processor"}
+"""The attribute of a transformers processor that handles each medium."""
+
+
+def _refuse_media_without_processor(processor: Any, parsed: ParsedRow, where: str) -> None:
+    kinds = sorted({ref.kind for ref in parsed.media if getattr(processor, MEDIA_PROCESSORS[ref.kind], None) is None})
+    if kinds:
+        raise RowError(
+            f"{where}: the row has {' and '.join(kinds)} input, which the model's processor "
+            f"({type(processor).__name__}) cannot take (it has no "
+            f"{' or '.join(MEDIA_PROCESSORS[kind] for kind in kinds)}): a text-only model reads text rows only. "
+            "Train a model that takes this medium, or drop these rows",
+            reason="unsupported_media",
+        )
 
 
 def _to_prompt(output: Mapping[str, Any]) -> EncodedPrompt:

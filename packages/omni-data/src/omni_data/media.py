@@ -115,10 +115,22 @@ def _audio_array(ref: MediaRef, rate: int, where: str) -> Any:
     return np.ascontiguousarray(mono, dtype=np.float32)
 
 
+def _trimmed(ref: MediaRef, samples: Any, rate: int) -> Any:
+    """``samples`` cut to the entry's ``audio_start``/``audio_end`` (seconds), as Qwen's loader
+    cuts them, at ``rate``."""
+    start, end = ref.option("audio_start"), ref.option("audio_end")
+    if start is None and end is None:
+        return samples
+    return samples[int(rate * (start or 0.0)) : None if end is None else int(rate * end)]
+
+
 def _video_frames(ref: MediaRef, settings: MediaSettings, where: str) -> tuple[list[Any], float]:
-    """Frames (PIL) and their sampling rate in frames per second."""
+    """Frames (PIL) and their sampling rate in frames per second (the entry's ``fps`` and
+    ``max_frames`` override the settings')."""
+    fps = ref.option("fps") or settings.video_fps
+    max_frames = int(ref.option("max_frames") or settings.video_max_frames)
     if ref.frames is not None:
-        return [_pil(frame, where) for frame in ref.frames], settings.video_fps
+        return [_pil(frame, where) for frame in ref.frames], fps
     if ref.path is None or not os.path.exists(ref.path):
         raise _fail(ref, where, "missing")
     import av
@@ -127,13 +139,13 @@ def _video_frames(ref: MediaRef, settings: MediaSettings, where: str) -> tuple[l
     try:
         with av.open(ref.path) as container:
             stream = container.streams.video[0]
-            native = float(stream.average_rate or settings.video_fps)
+            native = float(stream.average_rate or fps)
             # Keep every step-th frame while decoding, so a long video never sits in memory.
-            step = max(1, round(native / settings.video_fps))
+            step = max(1, round(native / fps))
             for index, frame in enumerate(container.decode(stream)):
                 if index % step == 0:
                     sampled.append(frame.to_image())
-                    if len(sampled) == settings.video_max_frames:
+                    if len(sampled) == max_frames:
                         break
     except Exception as exc:
         raise _fail(ref, where, exc) from exc
@@ -152,21 +164,28 @@ def decode(ref: MediaRef, settings: MediaSettings, *, where: str) -> Any:
     from qwen_omni_utils import process_mm_info  # type: ignore[import-untyped]
 
     part: dict[str, Any] = {"type": ref.kind}
+    # The entry's own settings (pixel budgets, fixed sizes) override the processor's, as in
+    # Qwen's loaders; fps/max_frames and audio_start/audio_end are applied here.
+    sizes = {k: int(v) for k, v in ref.options if k not in ("fps", "max_frames", "audio_start", "audio_end")}
     if ref.kind == "image":
-        part.update(image=_pil(ref, where), **_budget(settings.image_min_pixels, settings.image_max_pixels))
+        part.update(image=_pil(ref, where), **_budget(settings.image_min_pixels, settings.image_max_pixels), **sizes)
     elif ref.kind == "audio":
         if ref.data is None and ref.path is not None and settings.sampling_rate == QWEN_LOADER_RATE:
             if not os.path.exists(ref.path):
                 raise _fail(ref, where, "missing")
-            part.update(audio=ref.path)
+            part.update(audio=ref.path, **dict(ref.options))
         else:
-            part.update(audio=_audio_array(ref, settings.sampling_rate, where))
+            samples = _trimmed(ref, _audio_array(ref, settings.sampling_rate, where), settings.sampling_rate)
+            if len(samples) == 0:
+                raise _fail(ref, where, "audio_start/audio_end leave no samples")
+            part.update(audio=samples)
     else:
         frames, fps = _video_frames(ref, settings, where)
         part.update(
             video=frames,
             sample_fps=fps,
             **_budget(settings.video_min_pixels, settings.video_max_pixels),
+            **sizes,
         )
     try:
         audios, images, videos, _ = process_mm_info(

@@ -2,10 +2,26 @@
 
 A parsed row keeps media as paths or bytes; decoding happens in :mod:`omni_data.media`
 when a worker encodes the row.
+
+Media entries are read in every form verl's ``RLHFDataset`` (which verl-omni's dataset
+classes extend) hands on to Qwen's loaders, plus ``{"bytes", "path"}`` audio:
+
+- a string: a local path, ``file://`` + path, or a ``data:<mime>;base64,`` URI;
+- ``{"bytes": ..., "path": ...}`` (Hugging Face's image form; bytes win, ``bytes=None``
+  falls back to the path);
+- ``{"image" | "image_url": str}``, ``{"audio" | "audio_url": str}``, ``{"video": str |
+  [frames]}``, each with Qwen's per-medium settings (:data:`OPTION_KEYS`);
+- a list of frame images for a video.
+
+Media may also sit inside the prompt itself, as content parts (``{"type": "image",
+"image": ...}``), with no media columns: verl leaves such messages as they are. An entry in
+any other form, a remote URL, or a setting omni-data cannot honour is an error naming the row.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,15 +34,36 @@ MediaKind = Literal["image", "audio", "video"]
 _SPLIT = re.compile("(" + "|".join(re.escape(p) for p in PLACEHOLDERS.values()) + ")")
 _KIND_OF = {placeholder: kind for kind, placeholder in PLACEHOLDERS.items()}
 
+SOURCE_KEYS: dict[str, tuple[str, ...]] = {
+    "image": ("image", "image_url"),
+    "audio": ("audio", "audio_url"),
+    "video": ("video",),
+}
+"""Keys of a media dict that hold the medium itself (besides ``bytes``/``path``), as Qwen's
+``fetch_image``, ``process_audio_info`` and ``fetch_video`` read them."""
+OPTION_KEYS: dict[str, tuple[str, ...]] = {
+    "image": ("min_pixels", "max_pixels", "resized_height", "resized_width"),
+    "audio": ("audio_start", "audio_end"),
+    "video": ("fps", "max_frames", "min_pixels", "max_pixels", "total_pixels", "resized_height", "resized_width"),
+}
+"""Per-medium settings honoured as Qwen's loaders honour them (pixel budgets, fixed sizes,
+audio start/end in seconds, video sampling rate and frame cap)."""
+_UNSUPPORTED_KEYS = ("nframes", "min_frames", "video_start", "video_end", "sample_fps")
+
 
 @dataclass(frozen=True)
 class MediaRef:
-    """One medium as stored in the parquet: a file path, inline bytes, or video frames."""
+    """One medium as stored in the parquet: a file path, inline bytes, or video frames,
+    with the per-medium settings of :data:`OPTION_KEYS` it carried."""
 
     kind: MediaKind
     path: str | None = None
     data: bytes | None = None
     frames: tuple[MediaRef, ...] | None = None
+    options: tuple[tuple[str, float], ...] = ()
+
+    def option(self, key: str) -> float | None:
+        return dict(self.options).get(key)
 
     def describe(self) -> str:
         if self.frames is not None:
@@ -45,26 +82,109 @@ class ParsedRow:
     fields: dict[str, Any]
 
 
-def _ref(kind: MediaKind, value: object, where: str) -> MediaRef:
-    if isinstance(value, str) and value:
-        return MediaRef(kind, path=value)
-    if isinstance(value, Mapping):
-        data, path = value.get("bytes"), value.get("path")
-        if isinstance(data, bytes) and data:
-            return MediaRef(kind, path=path if isinstance(path, str) else None, data=data)
-        if isinstance(path, str) and path:
-            return MediaRef(kind, path=path)
-    if kind == "video" and isinstance(value, list) and value:
-        return MediaRef(kind, frames=tuple(_ref("image", frame, where) for frame in value))
-    accepted = {
-        "image": "a path or {'bytes', 'path'}",
-        "audio": "a path or {'bytes', 'path'}",
-        "video": "a path or a list of frame images",
-    }[kind]
-    raise RowError(
-        f"{where}: a {kind} entry must be {accepted}, got {type(value).__name__} {str(value)[:80]!r}.",
+_ACCEPTED = {
+    "image": "a path, 'file://' or 'data:' URI, {'bytes', 'path'}, or {'image': path}",
+    "audio": "a path, 'file://' or 'data:' URI, {'bytes', 'path'}, or {'audio': path}",
+    "video": "a path, 'file://' URI, a list of frame images, or {'video': path or frames}",
+}
+
+
+def _bad(kind: MediaKind, value: object, where: str, why: str = "") -> RowError:
+    shown = str(value)[:80]
+    detail = f" ({why})" if why else ""
+    return RowError(
+        f"{where}: a {kind} entry must be {_ACCEPTED[kind]}, got {type(value).__name__} {shown!r}{detail}.",
         reason="bad_media_column",
     )
+
+
+def _from_string(kind: MediaKind, text: str, where: str, options: tuple[tuple[str, float], ...]) -> MediaRef:
+    if text.startswith(("http://", "https://")):
+        raise RowError(
+            f"{where}: {kind} {text[:80]!r} is a remote URL; omni-data reads local files only (nothing is "
+            "downloaded while training). Download it and store the local path.",
+            reason="bad_media_column",
+        )
+    if text.startswith("data:"):
+        header, _, payload = text.partition(",")
+        if kind == "video" or not header.endswith(";base64"):
+            raise _bad(kind, text, where, "only base64 'data:' URIs of images and audio are read")
+        try:
+            data = base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise _bad(kind, text, where, f"invalid base64: {exc}") from exc
+        if not data:
+            raise _bad(kind, text, where, "empty data URI")
+        return MediaRef(kind, data=data, options=options)
+    path = text.removeprefix("file://")
+    if not path:
+        raise _bad(kind, text, where)
+    return MediaRef(kind, path=path, options=options)
+
+
+def _options(kind: MediaKind, entry: Mapping[str, Any], where: str) -> tuple[tuple[str, float], ...]:
+    present = {k: v for k, v in entry.items() if v is not None}
+    unsupported = [k for k in _UNSUPPORTED_KEYS if k in present]
+    if unsupported:
+        raise RowError(
+            f"{where}: the {kind} entry sets {unsupported}, which omni-data does not honour (videos are "
+            "sampled at 'fps' up to 'max_frames'); remove them, or cut the file beforehand.",
+            reason="bad_media_column",
+        )
+    known = {"bytes", "path", "type", *SOURCE_KEYS[kind], *OPTION_KEYS[kind]}
+    unknown = sorted(k for k in present if k not in known)
+    if unknown:
+        raise RowError(
+            f"{where}: the {kind} entry has key(s) {unknown} omni-data does not know; a {kind} dict holds "
+            f"{['bytes', 'path', *SOURCE_KEYS[kind]]} and optionally {list(OPTION_KEYS[kind])}.",
+            reason="bad_media_column",
+        )
+    options: list[tuple[str, float]] = []
+    for key in OPTION_KEYS[kind]:
+        value = present.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise RowError(
+                f"{where}: the {kind} entry's {key!r} must be a non-negative number, got {value!r}.",
+                reason="bad_media_column",
+            )
+        options.append((key, value))
+    start, end = dict(options).get("audio_start", 0.0), dict(options).get("audio_end")
+    if end is not None and end <= start:
+        raise RowError(
+            f"{where}: the audio entry's audio_end ({end}) must be after audio_start ({start}).",
+            reason="bad_media_column",
+        )
+    return tuple(options)
+
+
+def _ref(kind: MediaKind, value: object, where: str) -> MediaRef:
+    """One media entry, in any form the module docstring lists, as a :class:`MediaRef`."""
+    if isinstance(value, str) and value:
+        return _from_string(kind, value, where, ())
+    if kind == "video" and isinstance(value, list) and value:
+        return MediaRef(kind, frames=tuple(_ref("image", frame, f"{where}, frame {i}") for i, frame in enumerate(value)))
+    if not isinstance(value, Mapping):
+        raise _bad(kind, value, where)
+    options = _options(kind, value, where)
+    data, path = value.get("bytes"), value.get("path")
+    if isinstance(data, (bytes, bytearray)) and data:
+        if kind == "video":
+            raise _bad(kind, value, where, "inline video bytes are not read; store the file's path")
+        return MediaRef(kind, path=path if isinstance(path, str) else None, data=bytes(data), options=options)
+    for key in SOURCE_KEYS[kind]:
+        source = value.get(key)
+        if isinstance(source, str) and source:
+            return _from_string(kind, source, where, options)
+        if kind == "video" and isinstance(source, list) and source:
+            frames = _ref("video", source, where).frames
+            return MediaRef(kind, frames=frames, options=options)
+        if source is not None:
+            raise _bad(kind, value, where, f"{key!r} holds {type(source).__name__}")
+    if isinstance(path, str) and path:
+        return _from_string(kind, path, where, options)
+    raise _bad(kind, value, where)
 
 
 def parse_row(raw: Mapping[str, Any], *, where: str, prompt_key: str = "prompt") -> ParsedRow:
@@ -79,12 +199,12 @@ def parse_row(raw: Mapping[str, Any], *, where: str, prompt_key: str = "prompt")
     """
     prompt = raw.get(prompt_key)
     if not isinstance(prompt, list) or not prompt or not all(
-        isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+        isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), (str, list))
         for m in prompt
     ):
         raise RowError(
-            f"{where}: column {prompt_key!r} must be a non-empty list of "
-            f"{{'role': str, 'content': str}} messages, got {str(prompt)[:120]!r}.",
+            f"{where}: column {prompt_key!r} must be a non-empty list of {{'role': str, 'content': str "
+            f"or a list of content parts}} messages, got {str(prompt)[:120]!r}.",
             reason="bad_prompt",
         )
     queues: dict[str, list[MediaRef]] = {}
@@ -102,12 +222,17 @@ def parse_row(raw: Mapping[str, Any], *, where: str, prompt_key: str = "prompt")
     counts = {kind: len(queue) for kind, queue in queues.items()}
     messages: list[dict[str, Any]] = []
     order: list[MediaRef] = []
-    for message in prompt:
+    for number, message in enumerate(prompt):
+        if isinstance(message["content"], list):
+            parts = _content_parts(message["content"], f"{where}, {prompt_key}[{number}]")
+            order.extend(part[part["type"]] for part in parts if part["type"] != "text")
+            messages.append({"role": message["role"], "content": parts})
+            continue
         text: str = message["content"]
         if not _SPLIT.search(text):
             messages.append({"role": message["role"], "content": text})
             continue
-        parts: list[dict[str, Any]] = []
+        parts = []
         for segment in _SPLIT.split(text):
             if not segment:
                 continue
@@ -136,8 +261,38 @@ def parse_row(raw: Mapping[str, Any], *, where: str, prompt_key: str = "prompt")
     return ParsedRow(messages=messages, media=tuple(order), fields=fields)
 
 
+def _part_ref(kind: MediaKind, part: Mapping[str, Any], where: str) -> MediaRef:
+    """The medium of a content part: ``{"type": kind, kind: entry}`` or the part itself as a
+    media dict (``{"type": "image", "image": path, "max_pixels": ...}``)."""
+    value = part.get(kind)
+    if isinstance(value, Mapping):
+        return _ref(kind, value, where)
+    return _ref(kind, {k: v for k, v in part.items() if k != "type"}, where)
+
+
+def _content_parts(content: list[Any], where: str) -> list[dict[str, Any]]:
+    """A message given as content parts, media inside (verl passes such messages on as they are)."""
+    if not content:
+        raise RowError(f"{where}: a message's content list is empty.", reason="bad_prompt")
+    parts: list[dict[str, Any]] = []
+    for i, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            parts.append({"type": "text", "text": part["text"]})
+        elif kind in MEDIA_COLUMNS:
+            parts.append({"type": kind, kind: _part_ref(kind, part, f"{where}, part {i}")})
+        else:
+            raise RowError(
+                f"{where}, part {i}: a content part must be {{'type': 'text', 'text': str}} or "
+                f"{{'type': 'image' | 'audio' | 'video', ...}}, got {str(part)[:80]!r}.",
+                reason="bad_prompt",
+            )
+    return parts
+
+
 def raw_prompt(parsed: ParsedRow) -> list[dict[str, Any]]:
-    """The messages with each medium shown as its path (or ``<bytes>``), safe to log or ship."""
+    """The messages with each medium shown as its path (or ``{"bytes", "path"}``, or a dict
+    with its settings), safe to log or ship; :func:`media_in_messages` reads them back."""
     out: list[dict[str, Any]] = []
     for message in parsed.messages:
         content = message["content"]
@@ -157,7 +312,7 @@ def media_in_messages(messages: list[dict[str, Any]], *, where: str) -> tuple[Me
     :func:`parse_row` found, so both engines decode the same files.
 
     Raises:
-        RowError: a media part holds neither a path, ``{"bytes", "path"}`` nor frames.
+        RowError: a media part holds none of the forms :func:`parse_row` reads.
     """
     refs: list[MediaRef] = []
     for message in messages:
@@ -167,11 +322,15 @@ def media_in_messages(messages: list[dict[str, Any]], *, where: str) -> tuple[Me
         for part in content:
             kind = part.get("type")
             if kind in MEDIA_COLUMNS:
-                refs.append(_ref(kind, part.get(kind), where))
+                refs.append(_part_ref(kind, part, where))
     return tuple(refs)
 
 
 def _shown(ref: MediaRef) -> Any:
     if ref.frames is not None:
-        return [_shown(frame) for frame in ref.frames]
-    return ref.path if ref.data is None else {"bytes": ref.data, "path": ref.path}
+        shown: Any = [_shown(frame) for frame in ref.frames]
+    elif ref.data is None:
+        shown = ref.path
+    else:
+        return {"bytes": ref.data, "path": ref.path, **dict(ref.options)}
+    return {ref.kind: shown, **dict(ref.options)} if ref.options else shown

@@ -4,12 +4,19 @@ Columns:
 
 - ``data_source`` (str): selects the reward scorer.
 - ``prompt`` (list of ``{"role", "content"}``): chat messages; ``<image>``, ``<audio>`` and
-  ``<video>`` in a message's text mark where the row's media go, in order.
-- ``images`` (optional list): each an image path (str) or ``{"bytes": ..., "path": ...}``.
-- ``audios`` (optional list of str): audio file paths (WAV/FLAC decode without ffmpeg).
-- ``videos`` (optional list): each a video file path (str) or a list of frame image paths.
-- ``ability`` (str), ``reward_model`` = ``{"style": "rule", "ground_truth": str}``,
-  ``extra_info`` (dict: ``split``, ``index``, ids, raw fields; options as JSON text).
+  ``<video>`` in a message's text mark where the row's media go, in order (a message may
+  instead hold content parts with the media inside).
+- ``images`` (optional list): each an image path (str), ``{"bytes": ..., "path": ...}``, or
+  ``{"image": path}`` (verl-omni's AVQA form); the converters write ``[{"bytes": ...}]``
+  (MMK12) and ``[{"image": path}]`` (AVQA), as verl-omni's do.
+- ``audios`` (optional list): audio file paths (WAV/FLAC decode without ffmpeg), or dicts.
+- ``videos`` (optional list): each a video file path (str), a list of frame image paths, or
+  ``{"video": ...}``.
+- ``ability`` (str), ``reward_model`` = ``{"style": "rule", "ground_truth": str}`` (never
+  null or empty), ``extra_info`` (dict: ``split``, ``index``, ids, raw fields; options as
+  JSON text).
+
+Every media form the dataset reads is listed in :mod:`omni_data.rows`.
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ class Qwen25OmniThinkerAdapter(TrainingAdapter):
     lora_exclude_modules = LORA_EXCLUDE_MODULES
     options = ("freeze_vision_tower", "freeze_audio_tower")
     rollout_pipeline = PIPELINE
+    modalities = ("text", "image", "audio", "video")
 
     def __init__(self, *, freeze_vision_tower: bool = True, freeze_audio_tower: bool = True) -> None:
         self.freeze_vision_tower = freeze_vision_tower

@@ -42,6 +42,7 @@ class Qwen3OmniTalkerAdapter(TrainingAdapter):
     lora_target_modules = LORA_TARGET_MODULES
     lora_exclude_modules = LORA_EXCLUDE_MODULES
     rollout_pipeline = PIPELINE
+    modalities = ("text", "image", "audio", "video")
     extra_field_specs = TALKER_FIELDS
 
     def policy_class(self, model_config: Any) -> Any:
@@ -61,6 +62,9 @@ class Qwen3OmniTalkerAdapter(TrainingAdapter):
 
     def get_strip_modules(self, model_config: Any) -> Sequence[str]:
         return ()  # generation needs every stage
+
+    def checkpoint_problems(self, model_path: str, model_config: Mapping[str, Any]) -> list[str]:
+        return Qwen3OmniThinkerAdapter().checkpoint_problems(model_path, model_config)
 
     def configure_processor(self, model_path: str, model_config: Any) -> Any:
         return Qwen3OmniThinkerAdapter().configure_processor(model_path, model_config)

@@ -36,6 +36,7 @@ from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import Qwen3Omni
 from omni_contracts import SpeechRollout
 from omni_qwen3.rollout_adapter import suppressed_codec_ids
 from omni_qwen3.talker_fields import PREFILL_EMBEDS, PREFILL_POSITIONS, RESIDUAL_CODES, TRAILING_TEXT, TTS_PAD_EMBED
+from omni_qwen3.token_ids import complete_thinker_config
 
 TALKER_DECODER_LAYER = "Qwen3OmniMoeTalkerDecoderLayer"
 NOT_SAMPLED = -1
@@ -71,6 +72,7 @@ class Qwen3OmniTalkerPolicy(Qwen3OmniMoeForConditionalGeneration):
     def __init__(self, config: Qwen3OmniMoeConfig) -> None:
         if not config.enable_audio_output:
             raise ValueError("Training the talker needs a checkpoint with enable_audio_output=true.")
+        complete_thinker_config(config)  # the frozen thinker's ids (omni_qwen3.token_ids)
         super().__init__(config)
         self._no_split_modules = [TALKER_DECODER_LAYER]
         self.suppressed_codec_ids = suppressed_codec_ids(config)

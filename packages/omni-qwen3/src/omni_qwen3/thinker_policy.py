@@ -16,6 +16,7 @@ from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
 
 from omni_contracts.thinker_policy import ThinkerPolicyMixin
 from omni_qwen3.media_dedup import install_media_dedup
+from omni_qwen3.token_ids import complete_thinker_config
 
 THINKER_DECODER_LAYER = "Qwen3OmniMoeThinkerTextDecoderLayer"
 
@@ -31,5 +32,6 @@ class Qwen3OmniThinkerPolicy(ThinkerPolicyMixin, Qwen3OmniMoePreTrainedModel, Ge
     _keys_to_ignore_on_load_unexpected = [r"^talker\.", r"^code2wav\."]
 
     def __init__(self, config: Qwen3OmniMoeConfig) -> None:
+        complete_thinker_config(config)  # ids kept outside thinker_config (omni_qwen3.token_ids)
         super().__init__(config)
         install_media_dedup(self.thinker)

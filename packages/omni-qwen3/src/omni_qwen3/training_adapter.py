@@ -10,13 +10,16 @@ Nothing heavy is imported at module import: the entry point only registers the c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from omni_contracts import TrainingAdapter
 from omni_contracts.chat_template import load_chat_template
 
 from omni_qwen3.rollout_adapter import PIPELINE
+from omni_qwen3.token_ids import complete_thinker_config, missing_token_ids, token_id_problems
 
 ARCHITECTURE = "Qwen3OmniMoeForConditionalGeneration"
 
@@ -39,6 +42,7 @@ class Qwen3OmniThinkerAdapter(TrainingAdapter):
     lora_exclude_modules = LORA_EXCLUDE_MODULES
     options = ("freeze_vision_tower", "freeze_audio_tower")
     rollout_pipeline = PIPELINE
+    modalities = ("text", "image", "audio", "video")
 
     def __init__(self, *, freeze_vision_tower: bool = True, freeze_audio_tower: bool = True) -> None:
         self.freeze_vision_tower = freeze_vision_tower
@@ -59,10 +63,17 @@ class Qwen3OmniThinkerAdapter(TrainingAdapter):
 
         return Qwen3OmniTalkerDrift(model_path, self.configure_processor(model_path, model_config))
 
+    def checkpoint_problems(self, model_path: str, model_config: Mapping[str, Any]) -> list[str]:
+        """The thinker's media token ids, each set in ``config.json`` (see
+        :mod:`omni_qwen3.token_ids`)."""
+        if not missing_token_ids(model_config):
+            return []
+        return token_id_problems(model_config, _added_tokens(Path(model_path)))
+
     def configure_processor(self, model_path: str, model_config: Any) -> Any:
         from omni_qwen3.processor import load_processor
 
-        return load_processor(model_path, _thinker_config(model_config))
+        return load_processor(model_path, complete_thinker_config(model_config))
 
     def configure_tokenizer(self, model_path: str, model_config: Any) -> Any:
         from transformers import AutoTokenizer
@@ -88,11 +99,12 @@ class Qwen3OmniThinkerAdapter(TrainingAdapter):
             module.thinker.audio_tower.requires_grad_(False)
 
 
-def _thinker_config(model_config: Any) -> Any:
-    thinker = getattr(model_config, "thinker_config", None)
-    if thinker is None:
-        raise ValueError(
-            f"Expected a Qwen3OmniMoeConfig with a thinker_config, got {type(model_config).__name__}."
-        )
-    return thinker
+def _added_tokens(model_path: Path) -> dict[str, int]:
+    """The tokenizer's added (special) tokens and their ids, from ``tokenizer.json``; empty
+    when it cannot be read (the pre-flight reports that file on its own)."""
+    try:
+        added = json.loads((model_path / "tokenizer.json").read_text(encoding="utf-8")).get("added_tokens") or []
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return {}
+    return {t["content"]: t["id"] for t in added if isinstance(t, dict) and isinstance(t.get("id"), int)}
 

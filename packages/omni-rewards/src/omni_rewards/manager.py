@@ -104,6 +104,12 @@ class RewardManager:
         )
         self._lock = threading.Lock()
 
+    def launch(self) -> None:
+        """Create the worker processes without waiting for their imports (see
+        :meth:`omni_rewards.pool.TimedWorkerPool.launch`); :meth:`start` waits."""
+        with self._lock:
+            self._pool.launch()
+
     def start(self) -> None:
         """Start the workers now, so the first batch does not pay for their imports."""
         with self._lock:

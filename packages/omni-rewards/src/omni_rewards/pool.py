@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import multiprocessing
+import multiprocessing.forkserver
 import signal
 import time
 import weakref
@@ -108,6 +109,9 @@ class _Worker:
         self.conn.close()
 
     def stop(self) -> None:
+        if not self.ready:  # still importing: nothing in flight to finish
+            self.kill()
+            return
         try:
             self.conn.send(None)
         except OSError:
@@ -153,12 +157,29 @@ class TimedWorkerPool:
         self.preload = tuple(preload)
         self.initializer = initializer
         self.startup_timeout_s = startup_timeout_s
+        self.start_method = start_method
         self._context = multiprocessing.get_context(start_method)
         if start_method == "forkserver":
             # Only takes effect if this process's fork server has not started yet.
             self._context.set_forkserver_preload(list(self.preload))
         self._workers: list[_Worker] = []
         self._finalizer = weakref.finalize(self, _stop_all, self._workers)
+
+    def launch(self) -> None:
+        """Create the processes now, without waiting for their imports.
+
+        With ``forkserver`` this starts the fork server (which creates the workers once it
+        has imported ``preload``: :meth:`start` waits for that); with ``spawn`` and ``fork``
+        it starts the workers. A process created here keeps this process's SIGINT
+        disposition: called with SIGINT ignored, every worker ignores it (including those
+        the fork server starts later), while the wait in :meth:`start` can be interrupted.
+        Called by :meth:`start` when not called before.
+        """
+        if self.start_method == "forkserver":
+            multiprocessing.forkserver.ensure_running()
+            return
+        while len(self._workers) < self.num_workers:
+            self._workers.append(_Worker(self._context, self.preload, self.initializer))
 
     def start(self) -> None:
         """Start the workers (if needed) and wait until every one is ready."""

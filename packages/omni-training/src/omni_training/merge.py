@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 from pathlib import Path
+
+from omni_training.cli_messages import one_line
 
 SIDE_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
@@ -20,15 +23,26 @@ SIDE_FILES = (
 
 
 def merge_lora(base: str | Path, adapter: str | Path, out: str | Path, *, auto_class: str = "AutoModelForMultimodalLM") -> Path:
-    """Write ``base`` with ``adapter`` merged in to ``out`` (which must not exist)."""
-    import transformers
-    from peft import PeftModel
+    """Write ``base`` with ``adapter`` merged in to ``out`` (which must not exist).
 
+    Raises:
+        FileExistsError: ``out`` exists.
+        FileNotFoundError: ``adapter`` has no ``adapter_config.json`` or ``base`` no ``config.json``.
+        ValueError: ``auto_class`` is not a transformers auto class.
+    """
     out = Path(out)
     if out.exists():
         raise FileExistsError(f"{out} exists; choose a new directory for the merged checkpoint.")
     if not (Path(adapter) / "adapter_config.json").is_file():
         raise FileNotFoundError(f"{adapter} has no adapter_config.json; pass the checkpoint's adapter/ directory.")
+    if not (Path(base) / "config.json").is_file():
+        raise FileNotFoundError(f"{base} has no config.json; pass the base model's checkpoint directory.")
+    import transformers
+    from peft import PeftModel
+
+    if not auto_class.startswith("Auto") or not hasattr(transformers, auto_class):
+        raise ValueError(f"--auto-class {auto_class} is not a transformers auto class (e.g. AutoModelForMultimodalLM, "
+                         "AutoModelForCausalLM).")
     model = getattr(transformers, auto_class).from_pretrained(base)
     merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     merged.save_pretrained(out)
@@ -46,7 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="where to write the merged checkpoint")
     parser.add_argument("--auto-class", default="AutoModelForMultimodalLM", help="transformers auto class")
     args = parser.parse_args(argv)
-    print(merge_lora(args.base, args.adapter, args.out, auto_class=args.auto_class))
+    try:
+        print(merge_lora(args.base, args.adapter, args.out, auto_class=args.auto_class))
+    except (OSError, ValueError, RuntimeError) as exc:  # bad paths, or an adapter of another base
+        print(f"error: {one_line(exc)}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -17,11 +17,14 @@ import argparse
 import json
 import re
 import shutil
+import sys
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+
+from omni_training.cli_messages import one_line
 
 
 @dataclass(frozen=True)
@@ -48,13 +51,11 @@ def noise_checkpoint(
     """Write ``src`` with noised weights to ``out`` (which must not exist).
 
     Raises:
-        ValueError: ``fraction`` outside (0, 1] or a negative ``relative_std``.
+        ValueError: ``fraction`` outside (0, 1], a negative ``relative_std``, or ``include`` is
+            not a regular expression.
         FileNotFoundError: ``src`` has no ``config.json`` or no ``*.safetensors``.
         FileExistsError: ``out`` exists.
     """
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction must be in (0, 1], got {fraction}.")
     if relative_std < 0:
@@ -69,8 +70,26 @@ def noise_checkpoint(
         )
     if out.exists():
         raise FileExistsError(f"{out} exists; choose a new directory for the noised checkpoint.")
-    pattern = re.compile(include)
-    shutil.copytree(src, out, ignore=shutil.ignore_patterns("*.safetensors"))
+    try:
+        pattern = re.compile(include)
+    except re.error as exc:
+        raise ValueError(f"--include {include!r} is not a regular expression ({exc}).") from None
+    try:
+        shutil.copytree(src, out, ignore=shutil.ignore_patterns("*.safetensors"))
+        report = _write_noised(src, out, shards, pattern, fraction, relative_std, seed, include)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)  # ours, half written: never left to look like a checkpoint
+        raise
+    return report
+
+
+def _write_noised(
+    src: Path, out: Path, shards: list[Path], pattern: re.Pattern[str], fraction: float, relative_std: float,
+    seed: int, include: str,
+) -> NoiseReport:
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
     noised = elements_noised = elements_total = 0
     for shard in shards:
         tensors: dict[str, torch.Tensor] = {}
@@ -124,10 +143,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--include", default=".*", help="regex on tensor names to noise (default: all)")
     args = parser.parse_args(argv)
-    report = noise_checkpoint(
-        args.src, args.out, fraction=args.fraction, relative_std=args.relative_std, seed=args.seed,
-        include=args.include,
-    )
+    from safetensors import SafetensorError
+
+    try:
+        report = noise_checkpoint(
+            args.src, args.out, fraction=args.fraction, relative_std=args.relative_std, seed=args.seed,
+            include=args.include,
+        )
+    except (OSError, ValueError, SafetensorError) as exc:  # bad paths or settings, a corrupt shard
+        print(f"error: {one_line(exc)}", file=sys.stderr)
+        return 2
     share = report.elements_noised / max(1, report.elements_total)
     print(
         f"{args.out}: noised {report.elements_noised:,} of {report.elements_total:,} elements "

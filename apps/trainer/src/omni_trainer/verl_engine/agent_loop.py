@@ -28,7 +28,8 @@ from verl.experimental.agent_loop.agent_loop import (
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
 
 from omni_rewards.audio import WeightedAudioReward
-from omni_trainer.verl_engine.compat import ray_actor_class
+from omni_trainer.reward_guard import StepFailureWatch, StepTally, count_sample
+from omni_trainer.verl_engine.compat import AfterPostprocess, ray_actor_class
 from omni_trainer.verl_engine.processor import adapter_processor
 from omni_trainer.verl_engine.settings import SPEECH_AGENT_LOOP, VerlSettings
 from omni_trainer.verl_engine.speech_sample import SOURCE_TRUNCATED, SPEECH_SAMPLE, score_speech
@@ -51,16 +52,59 @@ class OmniAgentLoopWorker(AdapterProcessorMixin, AgentLoopWorker):
     """verl's batch-returning worker (legacy trainer, and the CPU harness) with our processor."""
 
 
-class OmniAgentLoopWorkerTQ(AdapterProcessorMixin, ray_actor_class(AgentLoopWorkerTQ)):  # type: ignore[misc]
-    """verl's V1 worker (outputs go to TransferQueue) with our processor."""
+class RewardTallyMixin(AfterPostprocess):
+    """Tallies each training step's scored samples and scorer failures (``reward.max_error_rate``);
+    the manager collects them with :meth:`take_reward_tallies`."""
+
+    _reward_tallies: dict[int, StepTally]
+
+    def after_postprocess(self, outputs: list[Any], validate: bool, sample: dict[str, Any]) -> None:
+        if validate:
+            return
+        info = outputs[-1].extra_fields.get("reward_extra_info") or {}
+        count_sample(self.__dict__.setdefault("_reward_tallies", {}), int(sample["global_steps"]), info)
+
+    def take_reward_tallies(self) -> dict[int, StepTally]:
+        """The tallies since the last call (then forgotten here)."""
+        tallies = self.__dict__.get("_reward_tallies", {})
+        self._reward_tallies = {}
+        return tallies
+
+
+class OmniAgentLoopWorkerTQ(RewardTallyMixin, AdapterProcessorMixin, ray_actor_class(AgentLoopWorkerTQ)):  # type: ignore[misc]
+    """verl's V1 worker (outputs go to TransferQueue) with our processor, tallying scorer failures."""
 
 
 class OmniAgentLoopManager(AgentLoopManagerTQ):
-    """verl's V1 agent-loop manager, starting :class:`OmniAgentLoopWorkerTQ` workers."""
+    """verl's V1 agent-loop manager, starting :class:`OmniAgentLoopWorkerTQ` workers; before it
+    dispatches a batch it stops the run if a step's scorer failed on more than
+    ``reward.max_error_rate`` of its samples (:mod:`omni_trainer.reward_guard`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.agent_loop_workers_class = ray.remote(OmniAgentLoopWorkerTQ)
+        self.reward_watch: StepFailureWatch | None = None
+
+    def generate_sequences(self, prompts: Any) -> None:
+        self.check_rewards()
+        super().generate_sequences(prompts)
+
+    def check_rewards(self) -> None:
+        """Collect the workers' tallies and check them.
+
+        Raises:
+            RewardFailureError: a step's scorer failed on more than ``reward.max_error_rate``.
+        """
+        config = self.config
+        if self.reward_watch is None:
+            self.reward_watch = StepFailureWatch(
+                config.data.train_batch_size * config.actor_rollout_ref.rollout.n,
+                VerlSettings.from_env().reward_max_error_rate,
+            )
+        workers: list[Any] = list(self.agent_loop_workers)  # Ray handles of OmniAgentLoopWorkerTQ
+        for tallies in ray.get([worker.take_reward_tallies.remote() for worker in workers]):
+            self.reward_watch.add(tallies)
+        self.reward_watch.check(run_dir=str(config.trainer.default_local_dir))
 
 
 @register(SPEECH_AGENT_LOOP)

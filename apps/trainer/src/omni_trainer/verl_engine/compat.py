@@ -28,6 +28,9 @@ changes it. Nothing outside this module touches these names.
 - ``reserve_server_port``: verl's vLLM server's ``_server_address`` / ``_server_port``
   (``get_server_address`` reports them; verl's load balancer keys replicas by ``ip:port``),
   set without the HTTP app verl would start.
+- ``AfterPostprocess``: verl's V1 worker's ``_agent_loop_postprocess`` (scores a trajectory,
+  then stores it in TransferQueue), extended to show each finished trajectory to our worker
+  (it tallies scorer failures per step for ``reward.max_error_rate``).
 """
 
 from __future__ import annotations
@@ -189,3 +192,17 @@ def equal_length_position_ids() -> None:
 
     for module in (engine_workers, base):
         module.maybe_fix_3d_position_ids = repair_3d_position_ids  # type: ignore[attr-defined]
+
+
+class AfterPostprocess:
+    """Mixin for verl's V1 agent-loop worker: :meth:`after_postprocess` sees each trajectory
+    after verl's ``_agent_loop_postprocess`` has scored and stored it."""
+
+    async def _agent_loop_postprocess(self, output: Any, validate: bool, **kwargs: Any) -> None:
+        await super()._agent_loop_postprocess(output, validate, **kwargs)  # type: ignore[misc]
+        self.after_postprocess(output if isinstance(output, list) else [output], validate, kwargs)
+
+    def after_postprocess(self, outputs: list[Any], validate: bool, sample: dict[str, Any]) -> None:
+        """``outputs``: the trajectory's agent-loop outputs (the last one carries the reward);
+        ``sample``: the prompt's fields (``global_steps``, ``uid``, ...)."""
+        raise NotImplementedError

@@ -94,6 +94,27 @@ def configure_for_training(module: Any, hf_config: Any, settings: VerlSettings) 
         )
 
 
+def cast_lora_parameters(module: Any, precision: str | None) -> None:
+    """verl-omni's ``lora_dtype``: after verl's ``_build_lora_module`` (which casts a LoRA adapter
+    to its base's dtype), the trainable parameters go to ``precision`` (verl's names: ``fp32``,
+    ``float32``, ``bf16`` ...; ``None``: left as verl built them), and PEFT's layers stop casting
+    their input to the adapter's dtype (FSDP2's mixed precision computes every parameter in its
+    ``param_dtype``). A bf16 base with an fp32 adapter: the adapter's small steps are kept."""
+    if precision is None:
+        return
+    from peft.tuners.tuners_utils import BaseTunerLayer
+    from verl.utils.torch_dtypes import PrecisionType
+
+    dtype = PrecisionType.to_dtype(precision)
+    for parameter in module.parameters():
+        if parameter.requires_grad:
+            parameter.data = parameter.data.to(dtype)
+    for layer in module.modules():
+        if isinstance(layer, BaseTunerLayer):
+            # read by PEFT's _cast_input_dtype with getattr (not a declared attribute)
+            setattr(layer, "cast_input_dtype_enabled", False)
+
+
 AGENT_LOOP_EXTRA_FIELDS = "extra_fields"
 """Where verl's TransferQueue agent-loop worker keeps each row's ``AgentLoopOutput.extra_fields``."""
 
@@ -154,6 +175,11 @@ class OmniFSDPEngine(FSDPEngineWithLMHead):
         thinker the talker stage would throw away; a thinker run, everything, as before."""
         weights, peft_config = super().get_per_tensor_param(*args, **kwargs)
         return select_synced_weights(weights, synced_weight_prefixes(VerlSettings.from_env())), peft_config
+
+    def _build_lora_module(self, module: Any) -> Any:
+        module = super()._build_lora_module(module)
+        cast_lora_parameters(module, VerlSettings.from_env().lora_dtype)
+        return module
 
     def _build_module(self) -> Any:
         settings = VerlSettings.from_env()

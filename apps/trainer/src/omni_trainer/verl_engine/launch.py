@@ -19,9 +19,11 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from omni_trainer.config import Config, ConfigError
+from omni_trainer.resume_check import check_resume, data_fingerprint, record_run, resume_notes
+from omni_trainer.reward_guard import RewardFailureError
 from omni_trainer.verl_engine.distillation import check_teacher_tokenizer, validate_with_verl
 from omni_trainer.verl_engine.errors import GpuRequiredError, require_extras
-from omni_trainer.verl_engine.progress import StepReporter
+from omni_trainer.verl_engine.progress import StepReporter, checkpointed_step
 from omni_trainer.verl_engine.settings import (
     CPU_PLATFORM_ENV,
     EXTERNAL_MODULE,
@@ -141,6 +143,42 @@ def metrics_file(run_dir: Path) -> Path:
     return path
 
 
+def resumed_step(config: Config, run_dir: Path) -> tuple[int, Path] | None:
+    """The step verl resumes from and the run directory that checkpoint belongs to; ``None``
+    when the run starts over (verl's ``_load_checkpoint``: ``auto`` takes the newest
+    ``global_step_<N>`` of the run directory; ``resume_path`` the given one, N from its name)."""
+    trainer = config.trainer
+    if trainer.resume_mode == "resume_path" and trainer.resume_from_path:
+        path = Path(os.path.abspath(os.path.expanduser(trainer.resume_from_path)))
+        return int(path.name.split("global_step_")[-1]), path.parent
+    if trainer.resume_mode == "auto" and checkpointed_step(run_dir) > 0:
+        return checkpointed_step(run_dir), run_dir
+    return None
+
+
+def record_start(config: Config, run_dir: Path) -> int:
+    """Compare this run with the one it resumes (refusing other settings or data unless
+    ``trainer.resume_anyway``), then record its ``config.yaml`` and data fingerprint; returns
+    the step it starts after."""
+    resumed = resumed_step(config, run_dir)
+    fingerprint = data_fingerprint(config)
+    step = 0
+    if resumed is not None:
+        step, origin = resumed
+        for note in resume_notes(check_resume(config, origin, step, fingerprint), step):
+            print(note)
+    for note in record_run(run_dir, config, fingerprint, step=step):
+        print(note)
+    return step
+
+
+def unwrap_reward_failure(exc: BaseException) -> RewardFailureError | None:
+    """The :class:`RewardFailureError` a Ray task raised (Ray re-raises it wrapped in a
+    ``RayTaskError``, whose text is the remote traceback), as a plain one; else ``None``."""
+    cause = getattr(exc, "cause", None)
+    return RewardFailureError(str(cause)) if isinstance(cause, RewardFailureError) else None
+
+
 def run(config: Config) -> int:
     """Run ``config`` on verl; returns the process exit code."""
     require_extras()
@@ -159,6 +197,7 @@ def run(config: Config) -> int:
         use_cpu_platform()  # the pre-flight may already have resolved verl's platform here
 
     import ray
+    from ray.exceptions import RayTaskError
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
@@ -170,6 +209,7 @@ def run(config: Config) -> int:
     )
     run_dir = Path(config.trainer.default_local_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    start_step = record_start(config, run_dir)
     with open_dict(verl_config):
         verl_config.ray_kwargs.ray_init.runtime_env.env_vars[METRICS_FILE_ENV] = str(metrics_file(run_dir))
     (run_dir / "verl_config.yaml").write_text(OmegaConf.to_yaml(verl_config))
@@ -179,9 +219,17 @@ def run(config: Config) -> int:
     if not ray.is_initialized():
         ray.init(**ray_init_kwargs(verl_config))
     metrics = Path(verl_config.ray_kwargs.ray_init.runtime_env.env_vars[METRICS_FILE_ENV])
-    reporter = StepReporter(run_dir, metrics, config, total_steps(config, train_rows)).start()
+    reporter = StepReporter(
+        run_dir, metrics, config, total_steps(config, train_rows),
+        start_step=start_step if config.trainer.resume_mode == "resume_path" else None,
+    ).start()
     try:
         run_ppo(verl_config, task_runner_class=TaskRunnerV1)
+    except RayTaskError as exc:  # raised in verl's task runner (by our agent-loop manager)
+        failure = unwrap_reward_failure(exc)
+        if failure is None:
+            raise
+        raise failure from None
     finally:
         ray.shutdown()
     print(reporter.finish(uses_lora=config.actor_rollout_ref.model.lora_rank > 0))

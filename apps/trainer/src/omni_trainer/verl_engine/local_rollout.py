@@ -15,6 +15,13 @@ This module is such a backend, with the local engine's generation instead of vLL
   rank; it sends the actor's weights (verl's ``get_per_tensor_param`` stream, LoRA merged)
   to its replica's server through Ray's object store.
 
+A teacher replica (on-policy distillation: verl's ``TeacherModelManager`` builds one per
+teacher slot of ``distillation.nnodes`` x ``distillation.n_gpus_per_node``) holds the
+teacher checkpoint as the local engine's :class:`~omni_training.distillation.Teacher` and
+answers verl's teacher requests (``max_tokens=1`` with ``prompt_logprobs``): the teacher's
+log-prob of every token of the student's prompt + response, in vLLM's layout
+(:func:`prompt_log_probs`).
+
 Media: verl's agent loop sends the prompt's decoded images, videos and audios with the
 token ids; the server computes their features with the adapter's processor exactly as
 verl's agent-loop worker computes the actor's (``_compute_multi_modal_inputs``), so the
@@ -48,7 +55,7 @@ logger = logging.getLogger(__name__)
 BATCH_WINDOW_S = 0.05
 """How long the server waits after a request for others to join its ``generate`` call
 (verl's agent loop sends each sample as its own request, all at once)."""
-UNSUPPORTED_SAMPLING = {"repetition_penalty": 1.0, "ignore_eos": False, "prompt_logprobs": None}
+UNSUPPORTED_SAMPLING = {"repetition_penalty": 1.0, "ignore_eos": False}
 """verl sampling options the local engine takes at their neutral value only: anything else
 would change what is sampled without the actor knowing (or ask for what it cannot return)."""
 
@@ -69,7 +76,7 @@ def sampling_settings(sampling_params: dict[str, Any], max_tokens: int) -> Sampl
     params = dict(sampling_params)
     for key, neutral in UNSUPPORTED_SAMPLING.items():
         value = params.pop(key, neutral)
-        if value != neutral and not (key == "prompt_logprobs" and value in (0, False)):
+        if value != neutral:
             raise ValueError(
                 f"rollout.name={LOCAL_ROLLOUT_NAME} samples with {key}={neutral!r} only (got {value!r}): the "
                 "actor's log-probs would no longer be the policy's that sampled."
@@ -154,6 +161,43 @@ def pack_experts(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return packed
 
 
+def weights_digest(weights: dict[str, torch.Tensor]) -> str:
+    """A digest of named tensors' names, dtypes, shapes and bytes, in name order: equal digests
+    mean the same weights, bit for bit (a resumed run's first sync against the killed run's)."""
+    digest = hashlib.sha256()
+    for name in sorted(weights):
+        tensor = weights[name].detach().to("cpu").contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def prompt_log_probs(teacher: Any, inputs: dict[str, Any], num: int) -> tuple[list[list[int]], list[list[float]]]:
+    """The teacher's log-probs of a sequence's own tokens, in the layout verl reads from a
+    vLLM server's ``prompt_logprobs`` (``extract_prompt_logprobs``): row ``i`` scores token
+    ``i + 1`` given the tokens before it -- the token itself for ``num=0``, else the teacher's
+    top ``num`` tokens, best first -- and a last row of zeros, one row per token in all.
+
+    The log-probs are the local engine's teacher's (:meth:`Teacher.score`: temperature 1,
+    the unprocessed distribution), on the same inputs the student's actor sees.
+    """
+    from omni_training.batching import MicroBatch
+
+    ids = inputs["input_ids"]
+    if ids.shape[1] < 2:
+        raise ValueError(f"prompt_logprobs needs a sequence of 2 tokens or more, got {ids.shape[1]}.")
+    targets = ids[:, 1:]
+    batch = MicroBatch(model_inputs=dict(inputs), responses=targets, response_mask=torch.ones_like(targets))
+    (scored,) = teacher.score([batch], topk=num or None)
+    if num:
+        rows_ids, rows_lp = scored.topk_ids[0].tolist(), scored.topk_log_probs[0].tolist()
+    else:
+        rows_ids = [[token] for token in targets[0].tolist()]
+        rows_lp = [[value] for value in scored.log_probs[0].tolist()]
+    width = max(num, 1)
+    return [*rows_ids, [0] * width], [*rows_lp, [0.0] * width]
+
+
 MEDIA_CACHE_PROMPTS = 256
 """Prompts whose media features the server keeps (the most recent; a step's prompts fit)."""
 
@@ -192,10 +236,13 @@ class LocalRolloutServer:
     vLLM servers; the model loads in :meth:`launch_server`.
     """
 
-    def __init__(self, config: Any, model_config: Any, replica_rank: int, **_: Any) -> None:
+    def __init__(self, config: Any, model_config: Any, replica_rank: int, is_teacher: bool = False, **_: Any) -> None:
         self.config = config
         self.model_config = model_config
         self.replica_rank = replica_rank
+        self.is_teacher = is_teacher
+        self.teacher: Any = None
+        self._teacher_calls: asyncio.Lock | None = None
         self.global_steps: int | None = None
         self.weight_syncs = 0
         self._pending: list[_Request] = []
@@ -216,12 +263,22 @@ class LocalRolloutServer:
         from omni_training.settings import LoraSettings
 
         settings = VerlSettings.from_env()
+        self.processor = adapter_processor(settings)  # a teacher shares the student's (checked at launch)
+        if self.is_teacher:
+            from omni_training.distillation import Teacher
+
+            # verl hands a teacher replica its model as an unresolved config (``path``).
+            path = str(self.model_config.path)
+            adapter = training_adapter(AutoConfig.from_pretrained(path), settings)
+            self.teacher = Teacher.from_pretrained(path, adapter, dtype="float32")
+            self._teacher_calls = asyncio.Lock()
+            print(f"{LOCAL_ROLLOUT_NAME} teacher replica {self.replica_rank}: {path} loaded", flush=True)
+            return
         hf_config = AutoConfig.from_pretrained(settings.model_path)
         adapter = training_adapter(hf_config, settings)
         self.model, _ = load_policy(settings.model_path, adapter, LoraSettings(), dtype="float32")
         self.model.eval()
         pipeline = rollout_adapter(settings)
-        self.processor = adapter_processor(settings)
         tokenizer = getattr(self.processor, "tokenizer", self.processor)
         eos = tokenizer.eos_token_id
         self.engine = LocalEngine(
@@ -257,24 +314,23 @@ class LocalRolloutServer:
     ) -> TokenOutput:
         """One sample for ``prompt_ids``, with its log-probs (verl's server signature)."""
         prompt_ids = [int(t) for t in prompt_ids]
-        room = int(self.config.max_model_len) - len(prompt_ids)
-        if room < 1:
-            raise ValueError(f"Prompt length {len(prompt_ids)} leaves no room within max_model_len={self.config.max_model_len}.")
         params = dict(sampling_params)
+        num_prompt_logprobs = params.pop("prompt_logprobs", None)
+        if num_prompt_logprobs is not None and num_prompt_logprobs is not False:
+            return await self._score(prompt_ids, int(num_prompt_logprobs), image_data, video_data, audio_data, mm_processor_kwargs)
+        if self.is_teacher:
+            raise ValueError(f"{LOCAL_ROLLOUT_NAME} teacher replica {self.replica_rank} scores sequences (prompt_logprobs); it does not sample.")
+        # Unset, vLLM takes the model's context length; here the run's prompt + response budget.
+        max_model_len = self.config.max_model_len or self.config.prompt_length + self.config.response_length
+        room = int(max_model_len) - len(prompt_ids)
+        if room < 1:
+            raise ValueError(f"Prompt length {len(prompt_ids)} leaves no room within max_model_len={max_model_len}.")
         params.pop("logprobs", None)  # always returned
         max_tokens = params.pop("max_tokens", params.pop("max_new_tokens", None))
         if max_tokens is None:
             max_tokens = min(self.config.response_length, self.config.prompt_length + self.config.response_length - len(prompt_ids))
         settings = sampling_settings(params, max(1, min(int(max_tokens), room)))
-        key = media_key(prompt_ids, image_data, video_data, audio_data, mm_processor_kwargs)
-        inputs = self._media.get(key)
-        if inputs is None:  # a GRPO group's n requests share their prompt's features
-            inputs = await asyncio.to_thread(
-                media_inputs, self.processor, prompt_ids, image_data, video_data, audio_data, mm_processor_kwargs
-            )
-            self._media[key] = inputs
-            while len(self._media) > MEDIA_CACHE_PROMPTS:
-                self._media.pop(next(iter(self._media)))
+        inputs = await self._inputs(prompt_ids, image_data, video_data, audio_data, mm_processor_kwargs)
         assert self._arrived is not None, "generate before launch_server"
         request = _Request(inputs, settings, asyncio.get_running_loop().create_future())
         self._pending.append(request)
@@ -287,6 +343,30 @@ class LocalRolloutServer:
             stop_reason="completed",
             extra_fields={"global_steps": self.global_steps, "finish_reason": sample.data["finish_reason"]},
         )
+
+    async def _inputs(self, prompt_ids: list[int], *media: Any) -> dict[str, Any]:
+        key = media_key(prompt_ids, *media)
+        inputs = self._media.get(key)
+        if inputs is None:  # a GRPO group's n requests share their prompt's features
+            inputs = await asyncio.to_thread(media_inputs, self.processor, prompt_ids, *media)
+            self._media[key] = inputs
+            while len(self._media) > MEDIA_CACHE_PROMPTS:
+                self._media.pop(next(iter(self._media)))
+        return inputs
+
+    async def _score(self, sequence_ids: list[int], num: int, *media: Any) -> TokenOutput:
+        """A teacher request: the log-probs of ``sequence_ids``' own tokens, nothing sampled."""
+        if self.teacher is None:
+            raise ValueError(
+                f"{LOCAL_ROLLOUT_NAME} replica {self.replica_rank} samples the student; prompt_logprobs are "
+                "answered by teacher replicas (distillation.enabled=true)."
+            )
+        assert self._teacher_calls is not None
+        inputs = await asyncio.to_thread(media_inputs, self.processor, sequence_ids, *media)
+        async with self._teacher_calls:  # one forward at a time: they share the cores
+            ids, log_probs = await asyncio.to_thread(prompt_log_probs, self.teacher, inputs, num)
+        return TokenOutput(token_ids=[], log_probs=[], stop_reason="completed",
+                           extra_fields={"prompt_ids": ids, "prompt_logprobs": log_probs})
 
     async def _batch_loop(self) -> None:
         assert self._arrived is not None
@@ -337,6 +417,12 @@ class LocalRolloutServer:
                 state[name].copy_(value)
         self.global_steps = global_steps
         self.weight_syncs += 1
+        # One line per sync, in the driver's log: which step's weights each replica samples with.
+        print(
+            f"{LOCAL_ROLLOUT_NAME} replica {self.replica_rank}: weights of step {global_steps} loaded "
+            f"({len(weights)} tensors, sha256 {weights_digest(weights)[:16]})",
+            flush=True,
+        )
         return len(weights)
 
     def get_weight_syncs(self) -> int:
@@ -406,7 +492,10 @@ class LocalRolloutReplica(RolloutReplica):
                 max_concurrency=self.max_concurrency,
                 num_cpus=0,
             )
-            .remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
+            .remote(
+                config=self.config, model_config=self.model_config, replica_rank=self.replica_rank,
+                is_teacher=self.is_teacher_model,
+            )
         )
         await server.launch_server.remote()
         self.servers = [server]

@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import Any
 
 from omni_contracts import LogitMask, RolloutAdapter, require_omni_processor
+from omni_trainer.model_folder import require_usable_tokenizer
 from omni_trainer.placeholders import placeholder_token_ids
 from omni_trainer.verl_engine.adapters import training_adapter
 from omni_trainer.verl_engine.settings import VerlSettings
@@ -28,6 +29,7 @@ def adapter_processor(settings: VerlSettings) -> Any:
     adapter = training_adapter(hf_config, settings)
     processor = adapter.configure_processor(settings.model_path, hf_config)
     require_omni_processor(processor, adapter)
+    require_usable_tokenizer(getattr(processor, "tokenizer", processor), settings.model_path)
     return processor
 
 
@@ -40,6 +42,11 @@ def banned_token_ids(processor: Any) -> list[int]:
 def policy_logit_mask(adapter: RolloutAdapter, mode: str, hf_config: Any, processor: Any, tokenizer: Any) -> LogitMask:
     """What vLLM-Omni's policy stage masks: the rollout adapter's answer for ``mode``, given
     the mask of a text policy (the tokenizer's length, :func:`banned_token_ids`). A talker
-    policy gets its own codec vocabulary and bans, never the thinker's placeholders."""
-    text = LogitMask(len(tokenizer), tuple(banned_token_ids(processor)))
+    policy gets its own codec vocabulary and bans, never the thinker's placeholders.
+
+    A placeholder id at or past the tokenizer's length cannot be sampled, so it is not banned:
+    a checkpoint saved from transformers' default config with a small tokenizer (verl-omni's
+    tiny one) keeps the released model's media ids (151646-151656) beside a few hundred tokens."""
+    width = len(tokenizer)
+    text = LogitMask(width, tuple(i for i in banned_token_ids(processor) if i < width))
     return adapter.policy_logit_mask(mode, hf_config, text)

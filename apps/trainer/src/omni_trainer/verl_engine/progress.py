@@ -31,11 +31,16 @@ def checkpointed_step(run_dir: Path) -> int:
 
 
 class StepReporter:
-    """Follows verl's metrics file of this launch (started before the run, finished after)."""
+    """Follows verl's metrics file of this launch (started before the run, finished after).
 
-    def __init__(self, run_dir: Path, metrics_path: Path, config: Config, total_steps: int) -> None:
+    ``start_step``: the step verl resumes after (default: its newest checkpoint in ``run_dir``).
+    """
+
+    def __init__(
+        self, run_dir: Path, metrics_path: Path, config: Config, total_steps: int, start_step: int | None = None
+    ) -> None:
         self.run_dir, self.metrics_path, self.config, self.total = run_dir, metrics_path, config, total_steps
-        self.start_step = checkpointed_step(run_dir)
+        self.start_step = checkpointed_step(run_dir) if start_step is None else start_step
         self.log = MetricsLog(run_dir / "metrics.jsonl", resume_after=self.start_step)
         self.validation: dict[str, float] = {}
         self.last_step = self.start_step

@@ -145,9 +145,10 @@ class VllmOmniHttpServer(vLLMHttpServer):
         return ROLLOUT_NAME
 
     def _preprocess_engine_kwargs(self, engine_kwargs: dict[str, Any]) -> None:
-        # Our pipeline keys are not vLLM CLI arguments (they came through the settings).
-        engine_kwargs.pop("pipeline_name", None)
-        engine_kwargs.pop("pipeline_mode", None)
+        # Our pipeline keys are not vLLM CLI arguments (they came through the settings), nor is
+        # verl-omni's output_mode (the loader accepts only "ar", what this server does).
+        for key in ("pipeline_name", "pipeline_mode", "output_mode"):
+            engine_kwargs.pop(key, None)
         super()._preprocess_engine_kwargs(engine_kwargs)
 
     async def run_server(self, args: argparse.Namespace) -> None:

@@ -46,6 +46,12 @@ class VerlSettings:
     audio_rewards_json: str = "[]"
     """``reward.audio_rewards`` as JSON (the settings stay hashable): a speech stage's rewards,
     scored in its agent loop."""
+    lora_dtype: str | None = None
+    """``actor_rollout_ref.model.lora_dtype`` (verl-omni's key, not verl's): the dtype our FSDP
+    engine casts the LoRA parameters to once verl has built them; ``None``: the base's."""
+    reward_max_error_rate: float = 0.5
+    """``reward.max_error_rate``: our agent-loop manager stops the run when a step's scorer failed
+    on more than this share of its samples (:mod:`omni_trainer.reward_guard`)."""
 
     @property
     def audio_rewards(self) -> list[dict[str, Any]]:

@@ -1,8 +1,9 @@
 """Our resolved config -> verl's: verl's packaged ``ppo_trainer.yaml`` defaults, our keys set.
 
 Keys keep verl's names; where ours differ in meaning the mapping is explicit below
-(``trainer.test_freq=0`` -> ``-1``; a missing ``clip_ratio_low/high`` -> ``clip_ratio``;
-LoRA targets default to the adapter's). Our modules go into verl's extension keys:
+(``trainer.test_freq=0`` -> ``-1``; no ``data.val_files`` -> no validation (verl still
+loads a validation set: the train files, never scored); a missing ``clip_ratio_low/high``
+-> ``clip_ratio``; LoRA targets default to the adapter's). Our modules go into verl's extension keys:
 ``data.custom_cls``, ``reward.custom_reward_function``, ``actor_rollout_ref.model.model_type``
 (our FSDP engine), ``actor_rollout_ref.rollout.name`` (our vLLM-Omni replica, also the
 distillation teacher's server) and the agent loop; ``distillation.*`` maps in
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +69,7 @@ def settings_for(config: Config, model_path: str) -> VerlSettings:
         freeze_vision_tower=model.freeze_vision_tower, freeze_audio_tower=model.freeze_audio_tower,
         pipeline_name=rollout.pipeline(), pipeline_mode=rollout.pipeline_mode,
         audio_rewards_json=json.dumps([dict(spec) for spec in config.reward.audio_rewards], sort_keys=True),
+        lora_dtype=model.lora_dtype, reward_max_error_rate=config.reward.max_error_rate,
     )
 
 
@@ -122,24 +125,93 @@ def config_problems(config: Config) -> list[str]:
         problems.extend(cpu_problems(config))
     elif config.actor_rollout_ref.model.stage == "talker":
         problems.extend(speech_problems(config))
+    resume_from = config.trainer.resume_from_path
+    if config.trainer.resume_mode == "resume_path" and resume_from and "global_step_" not in Path(resume_from).name:
+        problems.append(
+            f"trainer.resume_from_path={resume_from}: verl resumes from a global_step_<N> folder of a verl run "
+            "directory (it reads the step from the folder's name)"
+        )
     problems.extend(distillation_problems(config))
+    problems.extend(verl_key_problems(config))
     return problems
+
+
+TORCH_DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+                "float16": "float16", "fp16": "float16"}
+"""The dtype names verl's ``PrecisionType`` reads -> torch's names."""
+
+
+def verl_key_problems(config: Config) -> list[str]:
+    """verl keys the run cannot honour as given (each named, with what to set instead)."""
+    model = config.actor_rollout_ref.model
+    fsdp = config.actor_rollout_ref.actor.fsdp_config
+    problems = []
+    if model.lora_rank > 0 and model.lora.merge is False:
+        problems.append(
+            "actor_rollout_ref.model.lora.merge=false would sync the LoRA adapter unmerged, which the rollout "
+            "cannot serve (vLLM-Omni's policy stage, and the CPU rollout, load full weights); leave it unset or true"
+        )
+    for key, value in (("actor_rollout_ref.model.lora_dtype", model.lora_dtype),
+                       ("actor_rollout_ref.actor.fsdp_config.model_dtype", fsdp.model_dtype),
+                       ("actor_rollout_ref.ref.fsdp_config.model_dtype", config.actor_rollout_ref.ref.fsdp_config.model_dtype)):
+        if value is not None and value not in TORCH_DTYPES:
+            problems.append(f"{key}={value!r}; valid: {', '.join(TORCH_DTYPES)}")
+    if (model.lora_rank > 0 and model.lora_dtype in TORCH_DTYPES and config.actor_rollout_ref.actor.strategy == "fsdp"
+            and TORCH_DTYPES[model.lora_dtype] != TORCH_DTYPES.get(fsdp.model_dtype or "fp32")):
+        problems.append(
+            f"actor_rollout_ref.model.lora_dtype={model.lora_dtype} differs from the base's fsdp_config.model_dtype="
+            f"{fsdp.model_dtype or 'fp32'}, which FSDP1 (actor_rollout_ref.actor.strategy=fsdp) cannot hold in one "
+            "flat parameter; use strategy=fsdp2"
+        )
+    if model.external_lib is not None and not _importable(model.external_lib):
+        problems.append(
+            f"actor_rollout_ref.model.external_lib={model.external_lib} cannot be imported here, and verl imports it in "
+            "every worker; install it, or drop it (omni-rl finds model packages by entry point)"
+        )
+    return problems
+
+
+def config_warnings(config: Config) -> list[str]:
+    """verl keys that verl takes as given but that will not do what they may be meant to."""
+    model = config.actor_rollout_ref.model
+    warnings = []
+    if config.data.truncation not in (None, "error"):
+        warnings.append(
+            f"data.truncation={config.data.truncation}: verl 0.9.1 reads it and applies nothing; prompts over "
+            "data.max_prompt_length are dropped (data.filter_overlong_prompts), and verl's agent loop left-truncates "
+            "a text prompt over actor_rollout_ref.rollout.prompt_length"
+        )
+    model_dtype = config.actor_rollout_ref.actor.fsdp_config.model_dtype
+    base = TORCH_DTYPES.get(model_dtype or "fp32")
+    lora = model.lora_rank > 0
+    trained = TORCH_DTYPES.get(model.lora_dtype or "", base) if lora else base
+    if trained not in (None, "float32"):
+        what = f"the LoRA adapter trains in {trained}" if lora else f"the actor's parameters train in {trained}"
+        fix = ("set actor_rollout_ref.model.lora_dtype=float32 (as verl-omni's launchers do), or leave model_dtype "
+               "unset (fp32)") if lora else "leave model_dtype unset (fp32 master weights)"
+        warnings.append(
+            f"{what} (actor_rollout_ref.actor.fsdp_config.model_dtype={model_dtype}, lora_dtype={model.lora_dtype}): "
+            f"an AdamW step at lr {config.actor_rollout_ref.actor.optim.lr:g} rounds away on most of its weights; {fix}"
+        )
+    return warnings
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a missing parent package
+        return False
 
 
 def cpu_problems(config: Config) -> list[str]:
     """What ``trainer.device=cpu`` does not run yet: its rollout (``omni_local``) samples a text
-    policy, and verl's distillation teacher is a server on a GPU pool of its own."""
+    policy."""
     problems = []
     if config.actor_rollout_ref.model.stage != "thinker":
         problems.append(
             f"trainer.device=cpu: actor_rollout_ref.model.stage={config.actor_rollout_ref.model.stage} is not "
             "served by the CPU rollout (omni_local samples a thinker's text); train the talker with "
             "trainer.engine=local, or on verl with vLLM-Omni on GPUs"
-        )
-    if config.distillation.enabled:
-        problems.append(
-            "trainer.device=cpu: distillation.enabled=true needs verl's teacher server on a GPU pool; "
-            "use trainer.engine=local for on-policy distillation on the CPU"
         )
     if config.actor_rollout_ref.rollout.name not in ("vllm_omni", LOCAL_ROLLOUT_NAME):
         problems.append(
@@ -210,13 +282,17 @@ def _values(
     }
     micro = actor.ppo_micro_batch_size_per_gpu
     lora = model.lora_rank > 0
-    # fp32 parameters, LoRA or not; FSDP's mixed precision (param_dtype bf16, verl's default)
-    # computes in bf16. verl 0.9.1's FSDP engine casts a LoRA adapter to its base's dtype
-    # (_build_lora_module; no key keeps them apart: lora.dtype is Megatron's), so a bf16 base
-    # would train a bf16 adapter whose 3e-6 AdamW steps round to nothing.
-    model_dtype = "fp32"
+    ref = config.actor_rollout_ref.ref
+    # fp32 parameters unless the user says otherwise, LoRA or not; FSDP's mixed precision
+    # (param_dtype bf16, verl's default) computes in bf16. verl 0.9.1's FSDP engine casts a LoRA
+    # adapter to its base's dtype (_build_lora_module), so a bf16 base trains a bf16 adapter
+    # whose 3e-6 AdamW steps round to nothing, unless lora_dtype=float32 (verl-omni's key; our
+    # engine casts the adapter back, verl_engine.engine) -- the pre-flight warns.
+    model_dtype = actor.fsdp_config.model_dtype or "fp32"
     values: dict[str, Any] = {
         "data.train_files": list(data.train_files or []),
+        # verl builds a validation dataset whatever test_freq says: without val files it gets the
+        # train files, and validation is switched off below (never train rows as val-core/*).
         "data.val_files": list(data.val_files or data.train_files or []),
         "data.train_batch_size": data.train_batch_size,
         "data.val_batch_size": data.val_batch_size,
@@ -224,7 +300,8 @@ def _values(
         "data.max_response_length": data.max_response_length,
         "data.shuffle": data.shuffle,
         "data.seed": data.seed,
-        "data.filter_overlong_prompts": True,
+        # Ours is on (the local engine always filters); verl's default is off.
+        "data.filter_overlong_prompts": _or(data.filter_overlong_prompts, True),
         "data.on_bad_row": data.on_bad_row,  # read by our dataset class (counted drops)
         "data.mm_processor_kwargs": dict(data.mm_processor_kwargs),
         "data.custom_cls.path": DATASET_CLASS[0],
@@ -234,18 +311,19 @@ def _values(
         "actor_rollout_ref.model.lora_rank": model.lora_rank,
         "actor_rollout_ref.model.lora_alpha": model.lora_alpha,
         # vLLM-Omni's policy stage (Qwen3OmniMoeForConditionalGeneration) cannot serve LoRA:
-        # verl merges the adapter and syncs full weights instead.
-        "actor_rollout_ref.model.lora.merge": lora,
+        # verl merges the adapter and syncs full weights instead (false is refused).
+        "actor_rollout_ref.model.lora.merge": _or(model.lora.merge, lora),
         "actor_rollout_ref.model.target_modules": list(model.target_modules or target_modules or []) or "all-linear",
         "actor_rollout_ref.model.exclude_modules": model.exclude_modules or exclude_modules,
         "actor_rollout_ref.model.use_remove_padding": model.use_remove_padding,
         # verl asks transformers for flash_attention_2 unless told otherwise; flash-attn 2 is not
         # in the lock (it builds from source), so the FSDP actor would fail to load with it.
-        "actor_rollout_ref.model.override_config.attn_implementation": "sdpa",
+        # The user's overrides win (with flash-attn installed: attn_implementation=flash_attention_2).
+        "actor_rollout_ref.model.override_config": {"attn_implementation": "sdpa", **model.override_config},
         "actor_rollout_ref.model.enable_gradient_checkpointing": model.enable_gradient_checkpointing,
         "actor_rollout_ref.actor.strategy": actor.strategy,
         "actor_rollout_ref.actor.fsdp_config.model_dtype": model_dtype,
-        "actor_rollout_ref.ref.fsdp_config.model_dtype": model_dtype,
+        "actor_rollout_ref.ref.fsdp_config.model_dtype": ref.fsdp_config.model_dtype or model_dtype,
         "actor_rollout_ref.actor.fsdp_config.param_offload": actor.fsdp_config.param_offload,
         "actor_rollout_ref.actor.fsdp_config.optimizer_offload": actor.fsdp_config.optimizer_offload,
         "actor_rollout_ref.actor.freeze_vision_tower": model.freeze_vision_tower,
@@ -274,7 +352,7 @@ def _values(
         "actor_rollout_ref.actor.optim.lr_warmup_steps": actor.optim.lr_warmup_steps or -1,
         "actor_rollout_ref.actor.optim.lr_scheduler_type": actor.optim.lr_scheduler_type,
         "actor_rollout_ref.actor.optim.min_lr_ratio": actor.optim.min_lr_ratio,
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": micro,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": _or(ref.log_prob_micro_batch_size_per_gpu, micro),
         "actor_rollout_ref.rollout.name": rollout.name,
         "actor_rollout_ref.rollout.mode": rollout.mode,
         "actor_rollout_ref.rollout.n": rollout.n,
@@ -296,14 +374,16 @@ def _values(
         "actor_rollout_ref.rollout.enable_prefix_caching": rollout.enable_prefix_caching,
         # Sized for this run: left empty, vLLM reserves the model's 65,536-token context and
         # leaves little KV cache at this gpu_memory_utilization.
-        "actor_rollout_ref.rollout.max_model_len": data.max_prompt_length + data.max_response_length,
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": micro,
+        "actor_rollout_ref.rollout.max_model_len": (rollout.prompt_length or data.max_prompt_length) + data.max_response_length,
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": _or(rollout.log_prob_micro_batch_size_per_gpu, micro),
         "actor_rollout_ref.rollout.agent.default_agent_loop": (
             SPEECH_AGENT_LOOP if model.stage == "talker" else AGENT_LOOPS[rollout.agent.default_agent_loop]
         ),
         "actor_rollout_ref.rollout.agent.agent_loop_manager_class": AGENT_LOOP_MANAGER,
         "actor_rollout_ref.rollout.engine_kwargs.vllm_omni": {
             "pipeline_name": rollout.pipeline(), "pipeline_mode": rollout.pipeline_mode,
+            **({"output_mode": rollout.engine_kwargs.vllm_omni.output_mode}
+               if rollout.engine_kwargs.vllm_omni.output_mode is not None else {}),
         },
         "algorithm.adv_estimator": algorithm.adv_estimator,
         "algorithm.norm_adv_by_std_in_grpo": algorithm.norm_adv_by_std_in_grpo,
@@ -326,10 +406,14 @@ def _values(
         ),
         "trainer.total_training_steps": trainer.total_training_steps,
         "trainer.save_freq": trainer.save_freq or -1,
-        "trainer.test_freq": trainer.test_freq or -1,
-        "trainer.val_before_train": trainer.val_before_train,
+        "trainer.test_freq": (trainer.test_freq or -1) if data.val_files else -1,
+        "trainer.val_before_train": trainer.val_before_train and bool(data.val_files),
         "trainer.max_actor_ckpt_to_keep": trainer.max_checkpoints_to_keep,
         "trainer.resume_mode": trainer.resume_mode,
+        # verl resolves a relative path from its task runner's directory, which need not be ours.
+        "trainer.resume_from_path": (
+            os.path.abspath(os.path.expanduser(trainer.resume_from_path)) if trainer.resume_from_path else None
+        ),
         "trainer.default_local_dir": trainer.default_local_dir,
         "trainer.project_name": trainer.project_name,
         "trainer.experiment_name": trainer.experiment_name,
@@ -343,6 +427,7 @@ def _values(
         "ray_kwargs.ray_init.runtime_env.env_vars": env_vars,
         "ray_kwargs.timeline_json_file": config.ray_kwargs.timeline_json_file,
     }
+    values.update({key: value for key, value in given_values(config).items() if value is not None})
     if ray_init.address is not None:
         values["ray_kwargs.ray_init.address"] = ray_init.address
     if ray_init.num_gpus is not None:
@@ -351,6 +436,39 @@ def _values(
     if trainer.device == "cpu":
         values.update(cpu_values(config, env_vars))
     return values
+
+
+def given_values(config: Config) -> dict[str, Any]:
+    """verl keys ours leave to verl's default unless set (``None``: unset), at verl's paths."""
+    data, model = config.data, config.actor_rollout_ref.model
+    actor, ref, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.ref, config.actor_rollout_ref.rollout
+    return {
+        "data.truncation": data.truncation,
+        "data.filter_overlong_prompts_workers": data.filter_overlong_prompts_workers,
+        "data.val_max_samples": data.val_max_samples,
+        "data.validation_shuffle": data.validation_shuffle,
+        "actor_rollout_ref.model.external_lib": model.external_lib,
+        "actor_rollout_ref.actor.fsdp_config.use_orig_params": actor.fsdp_config.use_orig_params,
+        "actor_rollout_ref.actor.fsdp_config.use_torch_compile": actor.fsdp_config.use_torch_compile,
+        # verl 0.9.1's FSDP engine reads the fsdp_config copies; the actor's are verl's documented keys.
+        "actor_rollout_ref.actor.entropy_from_logits_with_chunking": actor.entropy_from_logits_with_chunking,
+        "actor_rollout_ref.actor.fsdp_config.entropy_from_logits_with_chunking": actor.entropy_from_logits_with_chunking,
+        "actor_rollout_ref.actor.entropy_from_logits_chunk_size": actor.entropy_from_logits_chunk_size,
+        "actor_rollout_ref.actor.fsdp_config.entropy_from_logits_chunk_size": actor.entropy_from_logits_chunk_size,
+        "actor_rollout_ref.ref.strategy": ref.strategy,
+        "actor_rollout_ref.ref.fsdp_config.param_offload": ref.fsdp_config.param_offload,
+        "actor_rollout_ref.ref.log_prob_use_dynamic_bsz": ref.log_prob_use_dynamic_bsz,
+        "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": ref.log_prob_max_token_len_per_gpu,
+        "actor_rollout_ref.rollout.load_format": rollout.load_format,
+        "actor_rollout_ref.rollout.prompt_length": rollout.prompt_length,
+        "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": rollout.log_prob_use_dynamic_bsz,
+        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": rollout.log_prob_max_token_len_per_gpu,
+        "actor_rollout_ref.rollout.agent.num_workers": rollout.agent.num_workers,
+        "reward.reward_manager.source": config.reward.reward_manager.source,
+        "reward.reward_manager.name": config.reward.reward_manager.name,
+        "trainer.balance_batch": config.trainer.balance_batch,
+        "trainer.critic_warmup": config.trainer.critic_warmup,
+    }
 
 
 CPU_RUN_RAY_CPUS = 64
@@ -365,29 +483,39 @@ def cpu_values(config: Config, env_vars: dict[str, str]) -> dict[str, Any]:
     engine's numerics), one agent-loop and one reward worker (each is a process), and on a
     local Ray one logical rank slot per rank (:mod:`cpu_platform`)."""
     trainer, ray_init = config.trainer, config.ray_kwargs.ray_init
+    actor_dtype = config.actor_rollout_ref.actor.fsdp_config.model_dtype or "fp32"
     values: dict[str, Any] = {
         "trainer.device": "cpu",
         "actor_rollout_ref.rollout.name": LOCAL_ROLLOUT_NAME,
         # One process per replica: the GPU recipes' tensor parallelism does not apply.
         "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,
-        "actor_rollout_ref.actor.fsdp_config.model_dtype": "fp32",
-        "actor_rollout_ref.ref.fsdp_config.model_dtype": "fp32",
+        "actor_rollout_ref.actor.fsdp_config.model_dtype": actor_dtype,
+        "actor_rollout_ref.ref.fsdp_config.model_dtype": config.actor_rollout_ref.ref.fsdp_config.model_dtype or actor_dtype,
         "actor_rollout_ref.actor.fsdp_config.mixed_precision": dict(FP32_MIXED_PRECISION),
         "actor_rollout_ref.ref.fsdp_config.mixed_precision": dict(FP32_MIXED_PRECISION),
-        "actor_rollout_ref.rollout.agent.num_workers": 1,
+        "actor_rollout_ref.rollout.agent.num_workers": _or(config.actor_rollout_ref.rollout.agent.num_workers, 1),
         "reward.num_workers": 1,
         "data.dataloader_num_workers": 0,
         "transfer_queue.backend.SimpleStorage.num_data_storage_units": 1,
         "ray_kwargs.ray_init.runtime_env.env_vars": {**env_vars, CPU_PLATFORM_ENV: "cpu"},
     }
+    distillation = config.distillation
+    teacher_slots = 0
+    if distillation.enabled:
+        # The teacher: omni_local replicas, one process each, on its own pool of rank slots.
+        teacher = "distillation.teacher_models.teacher_model.inference."
+        values[teacher + "name"] = LOCAL_ROLLOUT_NAME
+        values[teacher + "tensor_model_parallel_size"] = 1
+        teacher_slots = distillation.nnodes * distillation.n_gpus_per_node
     if ray_init.address is None:
         if ray_init.num_gpus is None:
-            values["ray_kwargs.ray_init.num_gpus"] = trainer.nnodes * trainer.n_gpus_per_node
+            values["ray_kwargs.ray_init.num_gpus"] = trainer.nnodes * trainer.n_gpus_per_node + teacher_slots
         if ray_init.num_cpus is None:
             # Also logical: verl's actors and placement bundles each hold CPUs, more than a laptop has.
             values["ray_kwargs.ray_init.num_cpus"] = CPU_RUN_RAY_CPUS
     return values
 
 
-def _or(value: float | None, default: float) -> float:
+def _or(value: Any, default: Any) -> Any:
+    """``value``, or ``default`` when it is unset (``None``)."""
     return default if value is None else value

@@ -82,6 +82,7 @@ class FakeProcessor:
 
 @TrainingAdapter.register(FAKE_ARCH, stage="thinker")
 class FakeThinkerAdapter(TrainingAdapter):
+    modalities = ("text", "image", "audio")
     extra_field_specs = {
         CODEC_KEY: ExtraFieldSpec(CODEC_KEY, ("response_length", 2), forward_arg="codec_ids"),
     }

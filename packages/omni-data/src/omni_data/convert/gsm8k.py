@@ -13,8 +13,12 @@ Only the chosen config is converted (``main`` by default; ``config="socratic"`` 
 splits are listed as skipped in the report. One split found in two places (say
 ``train.jsonl`` and ``main/train-*.parquet``) is an error rather than a merge with
 duplicates. Each record has ``question`` and ``answer``; the answer ends with ``#### <number>``.
-Output: ``<output-dir>/<split>.parquet``; ground truth is the number after ``####``
-(thousands separators removed).
+Output: ``<output-dir>/<split>.parquet``, row for row what verl's
+``examples/data_preprocess/gsm8k.py`` writes (verl-omni's gsm8k recipe uses it): the question
+as given, a space and verl's instruction as the one user message; ground truth the number
+after the first ``#### `` (thousands separators removed); ``extra_info`` = ``split``,
+``index``, ``answer``, ``question``. Where verl's converter stops with an assertion (no
+``#### <number>``) or writes a row with no question, the row is dropped and counted.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from omni_data.schema import rl_row, write_rl_parquet
 
 DATA_SOURCE = "openai/gsm8k"
 INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
-FINAL_ANSWER = re.compile(r"####\s*(-?[\d,]*\.?\d+)\s*$")
+# verl's extract_solution: the first "#### " followed by digits, dots and commas.
+FINAL_ANSWER = re.compile(r"#### (-?[0-9.,]+)")
 
 Gsm8kConfig = Literal["main", "socratic"]
 CONFIGS: tuple[Gsm8kConfig, ...] = ("main", "socratic")
@@ -46,15 +51,15 @@ DROP_NO_FINAL_ANSWER = "no_final_answer"
 
 
 def final_answer(answer: str) -> str | None:
-    """The number after ``####`` with commas removed, or None when there is none."""
-    match = FINAL_ANSWER.search(answer.strip())
+    """The number after the first ``#### `` with commas removed, or None when there is none."""
+    match = FINAL_ANSWER.search(answer)
     return match.group(1).replace(",", "") if match else None
 
 
 def convert_record(record: dict[str, Any], split: str, index: int) -> tuple[dict[str, Any] | None, str]:
     """One GSM8K record to an RL row, or ``(None, reason)`` when it is dropped."""
-    question = str(record.get("question") or "").strip()
-    if not question:
+    question = str(record.get("question") or "")  # as given: verl does not strip it
+    if not question.strip():
         return None, DROP_EMPTY_QUESTION
     answer = str(record.get("answer") or "")
     truth = final_answer(answer)
@@ -65,7 +70,7 @@ def convert_record(record: dict[str, Any], split: str, index: int) -> tuple[dict
         messages=[{"role": "user", "content": f"{question} {INSTRUCTION}"}],
         ground_truth=truth,
         ability="math",
-        extra_info={"split": split, "index": index, "question": question, "answer": answer},
+        extra_info={"split": split, "index": index, "answer": answer, "question": question},
     )
     return row, ""
 

@@ -1,12 +1,24 @@
-"""MMK12 → RL parquet (image → text, K12 math).
+"""MMK12 → RL parquet (image → text, K12 math), as verl-omni's converter writes it.
 
 Input: a directory of ``train-*.parquet`` / ``test-*.parquet`` shards with columns ``id``,
-``question``, ``answer``, ``subject`` and ``image`` (``{"bytes": ..., "path": ...}``).
-Output: ``<output-dir>/<split>.parquet``. The image bytes are carried inline, unchanged, so
-the output parquet is self-contained. Options found in the question (``A. ... B. ...``) go
-to ``extra_info["options"]`` as JSON. Images PIL cannot identify are dropped
-(``unreadable_image``); ``--decode-images`` also decodes every pixel, which is slower and
-catches truncated files.
+``question``, ``answer``, ``subject`` and ``image`` (``{"bytes": ..., "path": ...}`` or
+bare bytes). Output: ``<output-dir>/<split>.parquet``, row for row what verl-omni a1139baf's
+``examples/gspo_trainer/data_process/mmk12.py`` writes (its prompt, ``ability``,
+``extra_info``; ``index`` counts kept rows, as its filter-then-map does), so runs compare
+with its reports:
+
+- ``prompt``: one user message, ``"<image>\\n{INSTRUCTION}\\n\\n{question}"``;
+- ``images``: ``[{"bytes": ...}]``, the source bytes unchanged (the parquet is self-contained);
+- ``reward_model.ground_truth``: the answer as written (stripped);
+- ``extra_info``: ``split``, ``index``, ``id``, ``dataset``, ``subject``, ``raw_question``,
+  ``raw_answer`` and ``options`` (JSON of the options written one per line, which MMK12's
+  reward reads).
+
+Rows are dropped, counted per reason, when the question or answer is empty, the image has no
+bytes, or PIL cannot identify the image. Deliberate differences, each off by default:
+``--decode-images`` also decodes every pixel (catches truncated files);
+``--inline-options`` also finds options written on one line (``A. 1 B. 2``), which changes
+``extra_info["options"]`` and so the option-text part of MMK12's reward.
 """
 
 from __future__ import annotations
@@ -17,16 +29,21 @@ import re
 from pathlib import Path
 from typing import Any
 
-from omni_data.convert.options import parse_inline_options
+from omni_data.convert.options import inline_options, mmk12_options
 from omni_data.convert.report import ConversionReport
 from omni_data.convert.sources import find_split_files, read_records
 from omni_data.schema import rl_row, write_rl_parquet
 
 DATA_SOURCE = "mmk12"
-SYSTEM_PROMPT = (
-    "You are a careful math tutor. First reason step by step inside <think> </think>. "
-    "Then give the final answer inside <answer> </answer>, with the answer itself in "
-    "\\boxed{}, for example <answer>The answer is \\boxed{42}.</answer>"
+ABILITY = "math_vl"
+DATASET_NAME = "MMK12"
+# verl-omni's instruction (after MM-Eureka's, with \boxed{}), character for character.
+INSTRUCTION = (
+    "You should first think about the reasoning process in the mind and then provide the user with the "
+    "answer. The final answer must be wrapped using the \\boxed{} command. The reasoning process and answer "
+    "are enclosed within <think></think> and <answer></answer> tags, respectively, i.e., "
+    "<think>Since $1+1=2$, so the answer is $2$.</think><answer>$\\boxed{2}$</answer>, which means your "
+    "output should start with <think> and end with </answer>."
 )
 COLUMNS = ("id", "question", "answer", "subject", "image")
 
@@ -38,6 +55,10 @@ DROP_UNREADABLE_IMAGE = "unreadable_image"
 _CHOICE = re.compile(r"^[A-H](?:\s*[,，、]?\s*[A-H])*$")
 _INTEGER = re.compile(r"^[-+]?\d+$")
 _NUMBER = re.compile(r"^[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:\s*/\s*\d+)?%?$")
+
+
+def user_prompt(question: str) -> str:
+    return f"<image>\n{INSTRUCTION}\n\n{question}"
 
 
 def answer_type(answer: str) -> str:
@@ -67,58 +88,65 @@ def image_is_readable(data: bytes, *, full_decode: bool) -> bool:
     return True
 
 
+def image_bytes(field: object) -> bytes | None:
+    """The image's bytes: a ``{"bytes": ...}`` dict or bare bytes; None when there are none."""
+    data = field.get("bytes") if isinstance(field, dict) else field
+    return bytes(data) if isinstance(data, (bytes, bytearray)) and data else None
+
+
 def convert_record(
-    record: dict[str, Any], split: str, index: int, *, full_decode: bool
+    record: dict[str, Any], split: str, index: int, *, full_decode: bool, find_inline_options: bool = False
 ) -> tuple[dict[str, Any] | None, str]:
-    """One MMK12 record to an RL row, or ``(None, reason)`` when it is dropped."""
+    """One MMK12 record to an RL row (``index``: its place among the kept rows), or
+    ``(None, reason)`` when it is dropped."""
     question = str(record.get("question") or "").strip()
     if not question:
         return None, DROP_EMPTY_QUESTION
     answer = str(record.get("answer") or "").strip()
     if not answer:
         return None, DROP_EMPTY_ANSWER
-    image = record.get("image")
-    if not isinstance(image, dict) or not isinstance(image.get("bytes"), bytes) or not image["bytes"]:
+    data = image_bytes(record.get("image"))
+    if data is None:
         return None, DROP_MISSING_IMAGE
-    data: bytes = image["bytes"]
     if not image_is_readable(data, full_decode=full_decode):
         return None, DROP_UNREADABLE_IMAGE
-    options = parse_inline_options(question)
+    options = (inline_options(question) or mmk12_options(question)) if find_inline_options else mmk12_options(question)
     row = rl_row(
         data_source=DATA_SOURCE,
-        messages=[
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": f"<image>{question}"},
-        ],
+        messages=[{"role": "user", "content": user_prompt(question)}],
         ground_truth=answer,
-        ability="math",
-        images=[{"bytes": data, "path": image.get("path")}],
+        ability=ABILITY,
+        images=[{"bytes": data}],
         extra_info={
             "split": split,
             "index": index,
-            "id": str(record.get("id", "")),
+            "id": str(record.get("id") or ""),
+            "dataset": DATASET_NAME,
             "subject": str(record.get("subject") or ""),
-            "question": question,
-            "answer": answer,
-            "answer_type": answer_type(answer),
+            "raw_question": question,
+            "raw_answer": answer,
             "options": json.dumps(options, ensure_ascii=False),
         },
     )
     return row, ""
 
 
-def convert(input_dir: Path, output_dir: Path, *, full_decode: bool = False) -> ConversionReport:
+def convert(
+    input_dir: Path, output_dir: Path, *, full_decode: bool = False, find_inline_options: bool = False
+) -> ConversionReport:
     report = ConversionReport("mmk12")
     for split, files in find_split_files(input_dir, (".parquet",)).items():
-        rows = []
+        rows: list[dict[str, Any]] = []
         counts = report.split(split)
-        for index, record in enumerate(read_records(files, required=COLUMNS)):
-            row, reason = convert_record(record, split, index, full_decode=full_decode)
+        for record in read_records(files, required=COLUMNS):
+            row, reason = convert_record(
+                record, split, len(rows), full_decode=full_decode, find_inline_options=find_inline_options
+            )
             if row is None:
                 counts.drop(reason)
                 continue
             counts.keep()
-            counts.tally("answer_type", row["extra_info"]["answer_type"])
+            counts.tally("answer_type", answer_type(row["reward_model"]["ground_truth"]))
             rows.append(row)
         report.outputs[split] = str(write_rl_parquet(rows, output_dir / f"{split}.parquet"))
     return report

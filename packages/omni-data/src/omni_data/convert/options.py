@@ -1,25 +1,68 @@
-"""Parsing lettered choice options ("A. text") out of question text or option lists."""
+"""Lettered choice options ("A. text"), read as verl-omni's converters read them.
+
+verl-omni a1139baf: ``examples/gspo_trainer/data_process/avqa.py`` (``normalize_options``)
+and ``mmk12.py`` (``parse_options``). The options end up in the prompt (AVQA) and in
+``extra_info["options"]``, which MMK12's reward reads, so they must come out the same.
+"""
 
 from __future__ import annotations
 
 import re
 
-# A letter marker at the start of the text or after whitespace: "A.", "A．", "A:", "A)", "(A)".
-_MARKER = re.compile(r"(?:(?<=\s)|^)\(?([A-H])\s*[\.．:：\)）]\s*")
-_LINE = re.compile(r"^\s*([A-H])\s*[\.．:：\)）]\s*(\S.*)$", re.S)
+# AVQA: one whole option per list entry, "A." "A)" "A、" "A:" (either case) then the text.
+_AVQA_OPTION = re.compile(r"\s*([A-Ha-h])[.)、:]\s*(.+?)\s*")
+# MMK12: an option per line of the question, letters A-E upper case, "A." "A)" "A、".
+_MMK12_OPTION_LINE = re.compile(r"^\s*([A-E])[.)、]\s*(.+?)\s*$", re.MULTILINE)
+# MMK12 with --inline-options: a marker at the start or after whitespace, options on one line.
+_INLINE_MARKER = re.compile(r"(?:(?<=\s)|^)\(?([A-H])\s*[\.．:：\)）]\s*")
 
 
-def parse_inline_options(text: str) -> dict[str, str]:
-    """Options written inside a question, as ``{"A": "...", "B": "..."}``.
+def avqa_options(entries: object) -> tuple[list[str], dict[str, str]] | None:
+    """AVQA's option list as prompt lines (``"B. applause"``) and a letter → text map.
+
+    Each entry is read as text (``None`` as empty), letters upper-cased; any order and any
+    count from one up. None when the list is empty or not a list, an entry is not an option,
+    its text is empty, or a letter repeats.
+    """
+    if not isinstance(entries, list) or not entries:
+        return None
+    lines: list[str] = []
+    options: dict[str, str] = {}
+    for entry in entries:
+        match = _AVQA_OPTION.fullmatch(str(entry or "").strip())
+        if match is None:
+            return None
+        letter, text = match.group(1).upper(), match.group(2).strip()
+        if not text or letter in options:
+            return None
+        options[letter] = text
+        lines.append(f"{letter}. {text}")
+    return lines, options
+
+
+def mmk12_options(question: str) -> dict[str, str]:
+    """Options written one per line in an MMK12 question (``A. 5.25`` / ``B) x`` / ``C、 y``).
+
+    A later line with the same letter replaces the text and keeps the first one's place.
+    Empty when there are none (a fill-in question).
+    """
+    options: dict[str, str] = {}
+    for match in _MMK12_OPTION_LINE.finditer(question):
+        options[match.group(1)] = match.group(2).strip()
+    return options
+
+
+def inline_options(text: str) -> dict[str, str]:
+    """Options written anywhere in a question, also several on one line (``A. 1 B. 2``),
+    as ``{"A": "1", "B": "2"}`` (MMK12's ``--inline-options``).
 
     Only a run of markers that starts at ``A`` and continues ``B``, ``C``, ... counts, so a
     stray "A." in prose does not produce options. At least two options are required;
     otherwise the result is empty.
     """
-    markers = [m for m in _MARKER.finditer(text)]
     chosen: list[re.Match[str]] = []
     expected = "A"
-    for marker in markers:
+    for marker in _INLINE_MARKER.finditer(text):
         if marker.group(1) == expected:
             chosen.append(marker)
             expected = chr(ord(expected) + 1)
@@ -32,23 +75,4 @@ def parse_inline_options(text: str) -> dict[str, str]:
         if not body:
             return {}
         options[marker.group(1)] = body
-    return options
-
-
-def parse_option_lines(lines: object) -> dict[str, str] | None:
-    """A list like ``["A. cat", "B. dog"]`` as ``{"A": "cat", "B": "dog"}``.
-
-    Returns None unless it is a list of at least two strings, lettered A, B, C, ... in order,
-    each with non-empty text.
-    """
-    if not isinstance(lines, list) or len(lines) < 2:
-        return None
-    options: dict[str, str] = {}
-    for position, line in enumerate(lines):
-        if not isinstance(line, str):
-            return None
-        match = _LINE.match(line)
-        if match is None or match.group(1) != chr(ord("A") + position):
-            return None
-        options[match.group(1)] = match.group(2).strip()
     return options

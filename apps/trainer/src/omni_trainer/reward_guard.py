@@ -1,0 +1,110 @@
+"""``reward.max_error_rate``: stop a run whose scorer fails on most of a step's samples.
+
+A sample whose scorer raised or timed out scores 0 and is counted (``reward/errors``,
+``reward/timeouts``; on verl ``reward_error``, ``reward_timeout``). A few such samples are
+noise; most of a step means the scorer (or the data it reads) is broken, and training on
+those zeros would teach the policy nothing true. Both engines check each training step's
+share of failed samples against the rate and stop with :class:`RewardFailureError`.
+Samples skipped for an unknown data source (``on_unknown_data_source=skip``) were skipped
+on purpose and do not count; validation does not count either.
+
+- Local engine: :func:`omni_trainer.step.train_step` checks right after scoring, before
+  anything is trained on the step.
+- verl engine: verl scores each sample in its agent-loop workers and stores it; no hook of
+  verl 0.9.1's V1 loop sits between scoring and the update. Our workers tally each step's
+  ``reward_<status>`` indicators (:func:`count_sample`), and our agent-loop manager checks
+  the tallies (:class:`StepFailureWatch`) each time it dispatches a batch: the run stops
+  when the next batch is dispatched, after the failing step's update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+FAILED_STATUSES = ("error", "timeout")
+
+
+class RewardFailureError(RuntimeError):
+    """A training step's scorer failed on more than ``reward.max_error_rate`` of its samples."""
+
+
+def check_reward_failures(
+    step: int, failed: int, total: int, max_error_rate: float, examples: Sequence[str] = (), *, run_dir: str = ""
+) -> None:
+    """Raise when ``failed / total`` exceeds ``max_error_rate`` (never for an empty step).
+
+    Raises:
+        RewardFailureError: the message names the step, the share, the first failures and
+            what to do.
+    """
+    if total <= 0 or failed / total <= max_error_rate:
+        return
+    shown = "".join(f"\n    {example}" for example in examples[:5])
+    kept = f" Once fixed, the same command resumes from the newest checkpoint in {run_dir}." if run_dir else ""
+    raise RewardFailureError(
+        f"step {step}: the reward scorer failed (error or timeout) on {failed} of {total} samples "
+        f"({failed / total:.0%}), more than reward.max_error_rate={max_error_rate:g}; the run stops instead "
+        f"of training on their zero scores.{' First failures:' if shown else ''}{shown}\n"
+        "  Fix the scorer (reward.custom_reward_function, or the built-in scorer of the data_source) or the "
+        "data it reads; a slow scorer needs a larger reward.timeout_s. reward.max_error_rate=1.0 never stops."
+        + kept
+    )
+
+
+@dataclass
+class StepTally:
+    """A training step's scored samples and how many of them failed."""
+
+    failed: int = 0
+    total: int = 0
+
+
+def count_sample(tallies: dict[int, StepTally], step: int, reward_info: Mapping[str, Any]) -> None:
+    """Count one sample of ``step`` from its ``reward_<status>`` indicators (0/1; see
+    :mod:`omni_trainer.verl_engine.reward`). A sample without them was not scored by omni-rewards:
+    not counted."""
+    if "reward_ok" not in reward_info:
+        return
+    tally = tallies.setdefault(step, StepTally())
+    tally.total += 1
+    tally.failed += any(float(reward_info.get(f"reward_{status}", 0.0)) for status in FAILED_STATUSES)
+
+
+class StepFailureWatch:
+    """Merges the tallies of several workers and checks each step once it is decided.
+
+    Args:
+        samples_per_step: the samples a training step scores (``train_batch_size * rollout.n``).
+        max_error_rate: ``reward.max_error_rate``.
+    """
+
+    def __init__(self, samples_per_step: int, max_error_rate: float) -> None:
+        self.samples_per_step = samples_per_step
+        self.max_error_rate = max_error_rate
+        self.tallies: dict[int, StepTally] = {}
+
+    def add(self, tallies: Mapping[int, StepTally]) -> None:
+        for step, tally in tallies.items():
+            merged = self.tallies.setdefault(step, StepTally())
+            merged.failed += tally.failed
+            merged.total += tally.total
+
+    def check(self, run_dir: str = "") -> None:
+        """Check every step whose samples are all in, or whose failures already exceed the rate.
+
+        Raises:
+            RewardFailureError: such a step's failed share exceeds ``max_error_rate``.
+        """
+        for step in sorted(self.tallies):
+            tally = self.tallies[step]
+            complete = tally.total >= self.samples_per_step
+            # An unfinished step is measured against all its samples: it stops once its failures
+            # alone exceed the rate, whatever the rest score.
+            check_reward_failures(
+                step, tally.failed, tally.total if complete else self.samples_per_step, self.max_error_rate,
+                run_dir=run_dir,
+            )
+            if complete:
+                del self.tallies[step]

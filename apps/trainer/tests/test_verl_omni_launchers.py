@@ -1,0 +1,202 @@
+"""verl-omni's Qwen3-Omni launchers carry over: every Hydra override they pass is a key here.
+
+The launchers' overrides are short extracts (``verl_omni_launchers/*.overrides``, verl-omni
+a1139baf), expanded by bash as the scripts expand them (quotes, ``${VAR}``, ``$((...))``).
+
+- verl engine: each key reaches verl's config with the launcher's value at verl's path, except
+  where omni-rl does that job its own way (:data:`OWN_WAY_ON_VERL`: verl-omni's dataset class,
+  a reward-function file, a hand-written deploy file), which the pre-flight names.
+- local engine: each key is honoured, or refused by name, one problem per key
+  (:mod:`omni_trainer.verl_keys`).
+
+Needs verl's packaged config (the distributed extra); verl itself is not imported.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from omni_trainer.config import LIST_KEYS, Config, load_config
+from omni_trainer.preflight import COMMON_CHECKS, ENGINE_CHECKS, Findings, preflight
+from omni_trainer.verl_keys import select, verl_key
+
+if importlib.util.find_spec("verl") is None:  # pragma: no cover
+    pytest.skip("needs the distributed extra (uv sync --extra distributed --extra gpu)", allow_module_level=True)
+
+from omni_trainer.verl_engine import launch  # noqa: E402
+from omni_trainer.verl_engine.settings import SETTINGS_ENV  # noqa: E402
+from omni_trainer.verl_engine.translate import to_verl_config  # noqa: E402
+
+LAUNCHERS = sorted((Path(__file__).parent / "verl_omni_launchers").glob("*.overrides"))
+EXCLUDE_MODULES = ".*talker.*|.*code2wav.*|.*code_predictor.*|.*visual.*|.*audio_tower.*"
+REWARD_FILES = ("verl_omni/utils/reward_score/mmk12_reward.py", "verl_omni/utils/reward_score/choice_reward.py")
+EXTERNAL_LIB = "verl_omni/models/transformers/qwen3_omni_thinker.py"
+"""Stand-ins for the files of a verl-omni checkout the launchers name (verl imports the
+``external_lib`` module in its workers; the pre-flight checks that it can)."""
+OWN_WAY_ON_VERL = {
+    "data.custom_cls.path": "data.custom_cls",  # omni-data's dataset is the one (a warning for verl-omni's)
+    "data.custom_cls.name": "data.custom_cls",
+    "reward.custom_reward_function.path": "reward.custom_reward_function.path",  # scorers are registered
+    "reward.custom_reward_function.name": "reward.custom_reward_function.path",
+    "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.stage_configs_path":
+        "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.stage_configs_path",  # the deploy file is generated
+}
+"""Launcher keys whose job omni-rl does its own way on verl -> what the pre-flight's message names."""
+REFUSED_ON_BOTH = ("actor_rollout_ref.rollout.engine_kwargs.vllm_omni.stage_configs_path",)
+AT_VERL: dict[str, Callable[[Any, Any], Any]] = {
+    "trainer.logger": lambda verl, settings: verl.trainer.logger[:-1],  # ours adds verl's "file" logger last
+    "actor_rollout_ref.model.lora_dtype": lambda verl, settings: settings["lora_dtype"],  # verl-omni's key: our engine
+}
+"""Where a launcher value lands when it is not verl's config at the key's own path."""
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny checkpoint, gsm8k-sourced parquet files and the launchers' reward files."""
+    from omni_qwen3.tiny import build_tiny_qwen3_omni
+
+    directory = tmp_path_factory.mktemp("launchers")
+    (directory / "model").symlink_to(build_tiny_qwen3_omni())
+    for name in ("train", "test"):
+        pq.write_table(pa.table({"data_source": ["openai/gsm8k"] * 256, "prompt": ["q"] * 256}),
+                       directory / f"{name}.parquet")
+    for reward in REWARD_FILES:
+        (directory / reward).parent.mkdir(parents=True, exist_ok=True)
+        (directory / reward).write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                                        "    return 0.0\n")
+    (directory / EXTERNAL_LIB).parent.mkdir(parents=True)
+    (directory / EXTERNAL_LIB).write_text("")
+    return directory
+
+
+@pytest.fixture(autouse=True)
+def in_workdir(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(workdir)  # the launchers name their reward files relative to the checkout
+    monkeypatch.syspath_prepend(str(workdir))
+    # verl's own checks import verl (~25 s); test_verl_launch_cpu.py covers them.
+    monkeypatch.setattr(launch, "verl_problems", lambda config: [])
+
+
+def launcher_overrides(launcher: Path, workdir: Path) -> list[str]:
+    """The launcher's overrides as its script passes them, its shell variables set here."""
+    lines = [line for line in launcher.read_text().splitlines() if line and not line.startswith("#")]
+    env = {
+        **os.environ, "MODEL_PATH": str(workdir / "model"), "TRAIN_FILE": str(workdir / "train.parquet"),
+        "VAL_FILE": str(workdir / "test.parquet"), "DATA_DIR": str(workdir), "EXCLUDE_MODULES": EXCLUDE_MODULES,
+        "NUM_GPUS": "2", "TOTAL_TRAIN_STEPS": "2", "ROLLOUT_TP": "2", "NUM_GPUS_ACTOR_ROLLOUT_REWARD": "16",
+        "REWARD_FUNCTION_PATH": REWARD_FILES[0], "STAGE_CONFIG": str(workdir / "stage.yaml"),
+    }
+    script = "set -eu\nprintf '%s\\n' " + " ".join(lines)
+    return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, check=True).stdout.splitlines()
+
+
+def split(override: str) -> tuple[str, Any]:
+    key, _, raw = override.partition("=")
+    key = key.lstrip("+")
+    value = yaml.safe_load(raw) if raw else ""
+    return key, [value] if key in LIST_KEYS and isinstance(value, str) else value
+
+
+def same(expected: Any, actual: Any) -> bool:
+    """The launcher's value (as YAML reads it: ``3e-4`` is a string there) and verl's."""
+    if isinstance(actual, float) and isinstance(expected, (str, int)) and not isinstance(expected, bool):
+        return float(expected) == actual
+    return bool(expected == actual)
+
+
+def findings(config: Config) -> tuple[list[str], list[str]]:
+    """The pre-flight's ``(problems, warnings)``: its checks, run as :func:`preflight` runs them
+    (which raises the problems and drops the warnings when there are any)."""
+    found = Findings()
+    for check in (*COMMON_CHECKS, *ENGINE_CHECKS[config.trainer.engine]):
+        check(config, found)
+    if not found.problems:
+        assert preflight(config) == found.warnings
+    return found.problems, found.warnings
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS, ids=lambda path: path.stem)
+def test_every_key_reaches_verl_with_the_launchers_value(launcher: Path, workdir: Path) -> None:
+    overrides = launcher_overrides(launcher, workdir)
+    config = load_config(overrides + ["trainer.engine=verl", f"trainer.default_local_dir={workdir / 'run'}"])
+    verl = to_verl_config(config, lora_target_modules=None, lora_exclude_modules=None)
+    settings = json.loads(verl.ray_kwargs.ray_init.runtime_env.env_vars[SETTINGS_ENV])
+    problems, warnings = findings(config)
+    missing = []
+    for key, expected in map(split, overrides):
+        if key in OWN_WAY_ON_VERL:
+            assert any(OWN_WAY_ON_VERL[key] in line for line in problems + warnings), (key, problems, warnings)
+            continue
+        at = AT_VERL.get(key)
+        actual = at(verl, settings) if at else OmegaConf.select(verl, key, default="<absent>")
+        actual = OmegaConf.to_container(actual) if OmegaConf.is_config(actual) else actual
+        if not same(expected, actual):
+            missing.append((key, expected, actual))
+    assert missing == []
+    # What the pre-flight refuses, it refuses by a launcher key's name.
+    launcher_keys = {split(o)[0] for o in overrides}
+    for problem in problems:
+        named = problem.removeprefix("trainer.engine=verl: ")
+        assert any(named.startswith(key) for key in launcher_keys), problem
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS, ids=lambda path: path.stem)
+def test_the_local_engine_honours_each_key_or_refuses_it_by_name(launcher: Path, workdir: Path) -> None:
+    overrides = launcher_overrides(launcher, workdir)
+    config = load_config(overrides + [f"trainer.default_local_dir={workdir / 'run'}"])
+    assert config.trainer.engine == "local"
+    problems, _ = findings(config)
+    for key, _value in map(split, overrides):
+        refusals = [p for p in problems if p.startswith(f"{key}=")]
+        spec = verl_key(key)
+        owner = spec.key.removesuffix(".*") if spec else key
+        refused = key in REFUSED_ON_BOTH or (spec is not None and not spec.honoured(select(config, owner), config))
+        assert len(refusals) == (1 if refused else 0), (key, refusals)
+        if spec is not None and refused:
+            (refusal,) = refusals
+            assert "is a verl-engine setting" in refusal and "the local engine" in refusal
+    launcher_keys = {split(o)[0] for o in overrides}
+    assert all(any(p.startswith(f"{key}=") for key in launcher_keys) for p in problems), problems
+
+
+def test_the_reference_launchers_seven_silent_keys_are_refused_or_honoured(workdir: Path) -> None:
+    """The keys the local engine used to drop in silence, on the seeds' reference launcher."""
+    (launcher,) = [path for path in LAUNCHERS if path.stem == "run_qwen3_omni_thinker_gspo_lora_v1"]
+    overrides = launcher_overrides(launcher, workdir)
+    problems, _ = findings(load_config(overrides + [f"trainer.default_local_dir={workdir / 'run'}"]))
+    refused = {p.split("=", 1)[0] for p in problems}
+    assert {"actor_rollout_ref.actor.strategy", "trainer.n_gpus_per_node",
+            "actor_rollout_ref.rollout.tensor_model_parallel_size", "actor_rollout_ref.rollout.gpu_memory_utilization",
+            "actor_rollout_ref.model.use_remove_padding"} <= refused
+    # One node, and autoregressive text: what the local engine does.
+    assert {"trainer.nnodes", "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.output_mode"}.isdisjoint(refused)
+    problems, _ = findings(load_config(overrides + ["trainer.nnodes=2", f"trainer.default_local_dir={workdir / 'run'}"]))
+    assert any(p.startswith("trainer.nnodes=2 is a verl-engine setting") for p in problems)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", LAUNCHERS, ids=lambda path: path.stem)
+def test_verl_accepts_the_translated_launcher(launcher: Path, workdir: Path) -> None:
+    """verl's own checks and config classes take the launcher's values (what its trainer and
+    workers build; the keys omni-rl refuses left out)."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    overrides = [o for o in launcher_overrides(launcher, workdir) if split(o)[0] not in OWN_WAY_ON_VERL]
+    verl = to_verl_config(load_config(overrides + ["trainer.engine=verl"]), lora_target_modules=None,
+                          lora_exclude_modules=None)
+    validate_config(config=verl, use_reference_policy=need_reference_policy(verl), use_critic=need_critic(verl))
+    for section in (verl.actor_rollout_ref.actor, verl.actor_rollout_ref.rollout, verl.actor_rollout_ref.model):
+        omega_conf_to_dataclass(section)

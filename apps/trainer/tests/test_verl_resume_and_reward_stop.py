@@ -1,0 +1,176 @@
+"""The verl engine's side of resuming (verl's resume_mode/resume_from_path, the settings
+check) and of ``reward.max_error_rate`` (our workers tally, our manager stops the run).
+Nothing here launches verl; it needs verl's installed code (the distributed extra)."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from omni_trainer.config import ConfigError, load_config
+from omni_trainer.resume_check import data_fingerprint, record_run
+from omni_trainer.reward_guard import RewardFailureError, StepFailureWatch, StepTally, count_sample
+
+if importlib.util.find_spec("verl") is None:  # pragma: no cover
+    pytest.skip("needs the distributed extra (uv sync --extra distributed)", allow_module_level=True)
+
+from omni_trainer.verl_engine.launch import record_start, resumed_step  # noqa: E402
+from omni_trainer.verl_engine.settings import SETTINGS_ENV, VerlSettings  # noqa: E402
+from omni_trainer.verl_engine.translate import config_problems, settings_for, to_verl_config  # noqa: E402
+
+
+def verl_run(tmp_path: Path, *extra: str) -> list[str]:
+    train = tmp_path / "train.parquet"
+    if not train.exists():
+        train.write_bytes(b"rows")
+    return ["trainer.engine=verl", "actor_rollout_ref.model.path=/models/m", f"data.train_files={train}",
+            "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe",
+            f"trainer.default_local_dir={tmp_path / 'run'}", *extra]
+
+
+def test_resume_path_reaches_verl_absolute_and_a_folder_verl_cannot_read_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    resume = ["trainer.resume_mode=resume_path", "trainer.resume_from_path=runs/a/global_step_40"]
+    verl = to_verl_config(load_config(verl_run(tmp_path, *resume)), lora_target_modules=None, lora_exclude_modules=None)
+    # verl's task runner resolves a relative path from its own directory: it gets ours, absolute.
+    assert verl.trainer.resume_mode == "resume_path"
+    assert verl.trainer.resume_from_path == str(tmp_path / "runs" / "a" / "global_step_40")
+    local_layout = load_config(verl_run(tmp_path, "trainer.resume_mode=resume_path",
+                                        "trainer.resume_from_path=runs/a/checkpoints/step_000040"))
+    # verl asserts "global_step_" in the path and reads the step from it: refused before launch.
+    assert any("verl resumes from a global_step_<N> folder" in p for p in config_problems(local_layout))
+    settings = settings_for(load_config(verl_run(tmp_path, "reward.max_error_rate=0.25")), "/models/m")
+    assert settings.reward_max_error_rate == 0.25  # our agent-loop manager reads it
+
+
+def test_the_step_verl_resumes_and_the_run_it_belongs_to(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    assert resumed_step(load_config(verl_run(tmp_path)), run) is None  # nothing saved yet
+    (run / "latest_checkpointed_iteration.txt").write_text("6")
+    assert resumed_step(load_config(verl_run(tmp_path)), run) == (6, run)
+    assert resumed_step(load_config(verl_run(tmp_path, "trainer.resume_mode=disable")), run) is None
+    other = tmp_path / "other" / "global_step_12"
+    resume = ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={other}"]
+    assert resumed_step(load_config(verl_run(tmp_path, *resume)), run) == (12, other.parent)
+
+
+def test_a_verl_run_resumed_with_other_settings_is_refused_and_its_config_kept(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    first = load_config(verl_run(tmp_path))
+    record_run(run, first, data_fingerprint(first), step=0)
+    saved = (run / "config.yaml").read_text()
+    (run / "latest_checkpointed_iteration.txt").write_text("6")
+    with pytest.raises(ConfigError, match=r"at step 6 .*\n.*actor_rollout_ref.actor.optim.lr: 3e-06 -> 1e-05"):
+        record_start(load_config(verl_run(tmp_path, "actor_rollout_ref.actor.optim.lr=1e-5")), run)
+    assert (run / "config.yaml").read_text() == saved
+    assert record_start(load_config(verl_run(tmp_path, "trainer.total_training_steps=50")), run) == 6
+    assert (run / "config.before_step_6.yaml").read_text() == saved
+
+
+def test_the_watch_stops_a_step_whose_scorer_failed_on_most_samples() -> None:
+    """verl scores in several agent-loop workers: their tallies add up per step."""
+    ok, error, timeout = ({"reward_ok": 1.0, "reward_error": 0.0, "reward_timeout": 0.0},
+                          {"reward_ok": 0.0, "reward_error": 1.0, "reward_timeout": 0.0},
+                          {"reward_ok": 0.0, "reward_error": 0.0, "reward_timeout": 1.0})
+    one: dict[int, StepTally] = {}
+    two: dict[int, StepTally] = {}
+    for info in (ok, error):
+        count_sample(one, 1, info)
+    for info in (ok, ok, error, timeout):
+        count_sample(two, 2, info)
+    count_sample(two, 1, {"score": 0.0})  # not scored by omni-rewards (no reward_ok): not counted
+    watch = StepFailureWatch(samples_per_step=4, max_error_rate=0.5)
+    watch.add(one)
+    watch.check()  # step 1: 1 failed of 2 so far, 2 to come: undecided
+    watch.add({1: StepTally(failed=0, total=2)})
+    watch.check()  # step 1 complete, 1 of 4; step 2 complete, 2 of 4: not more than half
+    assert watch.tallies == {}
+    watch.add({3: StepTally(failed=3, total=3)})  # 3 of 4 failed before the last sample is in
+    with pytest.raises(RewardFailureError, match=r"step 3: .* on 3 of 4 samples \(75%\)"):
+        watch.check(run_dir="/runs/x")
+
+
+def test_our_workers_tally_training_samples_and_the_manager_checks_before_dispatching(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ
+
+    from omni_trainer.verl_engine import agent_loop
+
+    worker: Any = object.__new__(agent_loop.OmniAgentLoopWorkerTQ)  # the tally needs none of verl's set-up
+    failed = SimpleNamespace(extra_fields={"reward_extra_info": {"reward_ok": 0.0, "reward_error": 1.0}})
+    for step, validate in ((5, False), (5, False), (5, True)):
+        worker.after_postprocess([failed], validate, {"global_steps": step})
+    assert worker.take_reward_tallies() == {5: StepTally(failed=2, total=2)}  # validation not counted
+    assert worker.take_reward_tallies() == {}
+
+    class Handle:
+        class take_reward_tallies:  # noqa: N801  (stands in for a Ray actor method)
+            @staticmethod
+            def remote() -> dict[int, StepTally]:
+                return {5: StepTally(failed=2, total=2)}
+
+    dispatched: list[Any] = []
+    monkeypatch.setattr(agent_loop.ray, "get", lambda refs: refs)  # the handles answer at once
+    monkeypatch.setattr(AgentLoopManagerTQ, "generate_sequences", lambda self, prompts: dispatched.append(prompts))
+    monkeypatch.setenv(SETTINGS_ENV, VerlSettings(model_path="/m", reward_max_error_rate=0.5).to_env())
+    manager: Any = object.__new__(agent_loop.OmniAgentLoopManager)
+    manager.config = SimpleNamespace(data=SimpleNamespace(train_batch_size=1),
+                                     actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(n=2)),
+                                     trainer=SimpleNamespace(default_local_dir="runs/x"))
+    manager.agent_loop_workers, manager.reward_watch = [Handle()], None
+    with pytest.raises(RewardFailureError, match="step 5: .* on 2 of 2 samples"):
+        manager.generate_sequences("the next batch")
+    assert dispatched == []  # the run stops instead of dispatching another step
+
+
+def test_verls_postprocessing_still_scores_before_our_hook_sees_the_trajectory() -> None:
+    """Canary for ``compat.AfterPostprocess``: verl's V1 worker scores the trajectory (and sets
+    ``reward_extra_info``) inside ``_agent_loop_postprocess(output, validate, **kwargs)``, whose
+    kwargs carry ``global_steps``."""
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
+
+    from omni_trainer.verl_engine.compat import AfterPostprocess, ray_actor_class
+
+    method = vars(ray_actor_class(AgentLoopWorkerTQ))["_agent_loop_postprocess"]
+    parameters = [name for name in inspect.signature(method).parameters if name != "_ray_trace_ctx"]  # Ray's tracing
+    assert parameters == ["self", "output", "validate", "kwargs"]
+    source = inspect.getsource(method)
+    assert "await self._compute_score(outputs" in source and 'kwargs["global_steps"]' in source
+
+    seen: list[Any] = []
+
+    class Base:
+        async def _agent_loop_postprocess(self, output: Any, validate: bool, **kwargs: Any) -> None:
+            seen.append("scored")
+
+    class Worker(AfterPostprocess, Base):
+        def after_postprocess(self, outputs: list[Any], validate: bool, sample: dict[str, Any]) -> None:
+            seen.append((outputs, validate, sample))
+
+    import asyncio
+
+    asyncio.run(Worker()._agent_loop_postprocess("out", False, global_steps=3))
+    assert seen == ["scored", (["out"], False, {"global_steps": 3})]
+
+
+def test_a_failure_raised_in_verls_task_runner_reaches_the_cli_as_its_message() -> None:
+    from ray.exceptions import RayTaskError
+
+    from omni_trainer.verl_engine.launch import unwrap_reward_failure
+
+    cause = RewardFailureError("step 3: the reward scorer failed")
+    wrapped = RayTaskError("TaskRunner.run", "Traceback (most recent call last): ...", cause).as_instanceof_cause()
+    assert str(unwrap_reward_failure(wrapped)) == "step 3: the reward scorer failed"
+    assert unwrap_reward_failure(RayTaskError("f", "tb", ValueError("other"))) is None
+    assert json.loads(VerlSettings(model_path="/m").to_env())["reward_max_error_rate"] == 0.5
