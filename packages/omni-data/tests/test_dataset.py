@@ -231,3 +231,6 @@ def test_rows_without_a_ground_truth_are_bad_rows_never_scored(tmp_path: Path, f
     assert (dataset.report.kept, dict(dataset.report.dropped)) == (2, {"empty_ground_truth": 2})
     assert "dropped 2 (empty_ground_truth=2)" in dataset.report.format()
     assert [dataset[i]["reward_model"]["ground_truth"] for i in range(len(dataset))] == ["0", "3"]
+    # A speech stage scores the audio: its rows keep an empty ground truth, as written.
+    speech = RLDataset(path, fake_processor, DatasetConfig(require_ground_truth=False))
+    assert [speech[i]["reward_model"]["ground_truth"] for i in range(len(speech))] == ["0", None, "  ", "3"]

@@ -242,9 +242,10 @@ class LocalTrainer:
                 rows = speech_task.speech_rows(cfg.data.builtin_task_size, seed=cfg.data.seed)
                 return BuiltinPrompts(rows, self._encode_speech), []
             if cfg.data.spoken_text == "thinker":
-                answers = DatasetPrompts(cfg.data.train_files, self.processor, cfg)
+                answers = DatasetPrompts(cfg.data.train_files, self.processor, cfg, require_ground_truth=False)
                 return SpokenPrompts(answers, self.tokenizer, self._thinker_answer), []
-            spoken = DatasetPrompts(cfg.data.train_files, self.processor, cfg, required_extra_info=("spoken_text",))
+            spoken = DatasetPrompts(cfg.data.train_files, self.processor, cfg, required_extra_info=("spoken_text",),
+                                    require_ground_truth=False)
             return SpokenPrompts(spoken, self.tokenizer, lambda p: (p.extra_info or {})["spoken_text"]), []
         if cfg.data.train_files is None:
             train = builtin_task.builtin_rows(cfg.data.builtin_task_size, seed=cfg.data.seed)

@@ -52,7 +52,13 @@ class DatasetPrompts:
     overlong prompts)."""
 
     def __init__(
-        self, files: Sequence[str], processor: Any, config: Config, *, required_extra_info: tuple[str, ...] = ()
+        self,
+        files: Sequence[str],
+        processor: Any,
+        config: Config,
+        *,
+        required_extra_info: tuple[str, ...] = (),
+        require_ground_truth: bool = True,
     ) -> None:
         from omni_data import DatasetConfig, RLDataset
 
@@ -62,6 +68,7 @@ class DatasetPrompts:
             on_bad_row=data.on_bad_row,  # type: ignore[arg-type]  # checked by load_config
             mm_processor_kwargs=dict(data.mm_processor_kwargs),
             required_extra_info=required_extra_info,
+            require_ground_truth=require_ground_truth,
         )
         self.dataset = RLDataset(list(files), processor, settings)
         self.dropped = sum(self.dataset.report.dropped.values())

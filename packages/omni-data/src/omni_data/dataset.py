@@ -60,6 +60,10 @@ class DatasetConfig:
     required_extra_info: tuple[str, ...] = ()
     """``extra_info`` keys every row must hold as a non-empty string (a speech stage's
     ``spoken_text``); a row without one is a bad row (``missing_extra_info``)."""
+    require_ground_truth: bool = True
+    """A row whose ``reward_model.ground_truth`` is null or empty is a bad row
+    (``empty_ground_truth``). Off only where nothing scores against it: a speech stage, whose
+    rewards score the audio."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -192,9 +196,10 @@ class RLDataset:
                 reason="bad_reward_model",
             )
         truth = reward["ground_truth"]
-        if truth is None or (isinstance(truth, str) and not truth.strip()) or (
+        empty = truth is None or (isinstance(truth, str) and not truth.strip()) or (
             isinstance(truth, (list, tuple, Mapping)) and not truth
-        ):
+        )
+        if empty and self.config.require_ground_truth:
             raise RowError(
                 f"{where}: reward_model.ground_truth is {truth!r}; a row without a ground truth cannot be "
                 "scored (every answer would score 0). Fix the row, or set on_bad_row=skip to leave such "

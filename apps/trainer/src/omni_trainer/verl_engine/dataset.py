@@ -36,8 +36,9 @@ class OmniRLHFDataset(Dataset):
     ) -> None:
         # verl's own processor is None for Qwen3-Omni (see verl_engine.processor): inside a
         # verl run, templating needs the adapter's, which carries the chat template.
-        if processor is None and os.environ.get(SETTINGS_ENV):
-            processor = adapter_processor(VerlSettings.from_env())
+        settings = VerlSettings.from_env() if os.environ.get(SETTINGS_ENV) else None
+        if processor is None and settings is not None:
+            processor = adapter_processor(settings)
         self.dataset = RLDataset(
             list(data_files) if not isinstance(data_files, (str, os.PathLike)) else data_files,
             processor if processor is not None else tokenizer,
@@ -47,6 +48,8 @@ class OmniRLHFDataset(Dataset):
                 prompt_key=str(config.get("prompt_key", "prompt")),
                 on_bad_row=str(config.get("on_bad_row", "raise")),  # type: ignore[arg-type]
                 mm_processor_kwargs=dict(config.get("mm_processor_kwargs") or {}),
+                # a speech stage scores the audio, never against a ground truth
+                require_ground_truth=settings is None or settings.stage != "talker",
             ),
         )
         print(self.dataset.report.format(), flush=True)
