@@ -149,3 +149,40 @@ def test_distillation_with_an_omni_local_teacher(inputs: tuple[str, Path, Path],
     assert max(abs(second["actor/distillation/loss_min"]), abs(second["actor/distillation/loss_max"])) > 1e-4, second
     for row in steps:
         assert row[PEARSON] >= 0.999, (row["step"], row[PEARSON])
+
+
+def test_a_talker_run_through_omni_local(inputs: tuple[str, Path, Path], tmp_path: Path) -> None:
+    """``stage=talker``: each ``omni_local`` request is the thinker's greedy answer, then the
+    talker's speech of it (the local engine's ``sample_speech``); verl's agent loop scores the
+    waveform with the audio rewards and the FSDP actor recomputes the talker's log-probs from
+    the conditioning the sample carries. The weight sync sends the talker only."""
+    from omni_data.schema import rl_row, write_rl_parquet
+
+    tiny, _, _ = inputs
+    rows = [rl_row(data_source="my/speech", messages=[{"role": "user", "content": question}], ground_truth="",
+                   ability="speech", extra_info={"index": i})
+            for i, question in enumerate(("How many fruits?", "Say something kind.", "What is the sun?", "Hello!"))]
+    train = write_rl_parquet(rows, tmp_path / "speech.parquet")
+    run_dir = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "omni_trainer.cli", "trainer.engine=verl", "trainer.device=cpu",
+        "trainer.n_gpus_per_node=1", f"actor_rollout_ref.model.path={tiny}", f"data.train_files=[{train}]",
+        "actor_rollout_ref.model.stage=talker", "actor_rollout_ref.rollout.pipeline_mode=talker",
+        "actor_rollout_ref.model.use_remove_padding=false", "data.spoken_text=thinker", "data.max_spoken_tokens=8",
+        "reward.audio_rewards=[{name: duration, weight: 1.0}]",
+        "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "actor_rollout_ref.rollout.n=2",
+        "data.max_response_length=8", "actor_rollout_ref.model.lora_rank=0", "actor_rollout_ref.actor.optim.lr=1e-3",
+        "trainer.total_training_steps=2", "trainer.save_freq=-1", "trainer.val_before_train=false",
+        "trainer.test_freq=-1", f"trainer.default_local_dir={run_dir}",
+    ]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=900, env=RUN_ENV)
+    log = run.stdout + run.stderr
+    assert run.returncode == 0, log[-6000:]
+    (steps,) = launches(run_dir)
+    assert [row["step"] for row in steps] == [1, 2]
+    for row in steps:
+        assert row[PEARSON] >= 0.999, (row["step"], row[PEARSON])  # the talker's log-probs, recomputed
+        assert row["critic/rewards/mean"] > 0, row  # every waveform scored (a failed scorer gives 0)
+    # The replica sampled step 2 with the talker's weights after step 1's update.
+    assert {(0, 1)} <= weight_syncs(log).keys()

@@ -25,6 +25,19 @@ def test_sampling_options_that_change_the_distribution_are_refused_by_name() -> 
         sampling_settings({"ignore_eos": True}, 5)
 
 
+def test_a_speech_stage_samples_its_full_distribution_at_a_temperature() -> None:
+    """``SpeechPolicy.sample_speech`` takes a temperature only: what the actor recomputes."""
+    from omni_trainer.verl_engine.local_rollout import sampling_settings
+    from omni_trainer.verl_engine.local_speech import SpeechSettings, speech_settings
+
+    assert speech_settings(sampling_settings({"temperature": 0.8}, 12)) == SpeechSettings(0.8, 12)
+    for params in ({"top_p": 0.9}, {"top_k": 5}, {"stop_token_ids": [3]}):
+        with pytest.raises(ValueError, match="at a temperature only"):
+            speech_settings(sampling_settings(params, 12))
+    with pytest.raises(ValueError, match="positive temperature"):
+        speech_settings(sampling_settings({"temperature": 0.0}, 12))
+
+
 def test_experts_verl_streams_unfused_are_packed_back_exactly() -> None:
     import torch
     from verl.workers.engine.fsdp.utils import unfuse_moe_params

@@ -191,15 +191,25 @@ def test_a_cpu_distillation_run_serves_its_teacher_on_omni_local(tmp_path: Path)
     assert verl.ray_kwargs.ray_init.num_gpus == 3  # two student ranks and the teacher's slot
 
 
-def test_what_the_cpu_run_does_not_serve_is_refused_by_name(tmp_path: Path) -> None:
+def test_a_cpu_talker_run_is_checked_as_a_gpu_one_and_takes_the_thinkers_budget(tmp_path: Path) -> None:
     from omni_trainer.config import load_config
-    from omni_trainer.verl_engine.translate import config_problems
+    from omni_trainer.verl_engine.translate import config_problems, settings_for
 
-    config = load_config([
-        "trainer.engine=verl", "trainer.device=cpu", f"actor_rollout_ref.model.path={tmp_path}",
-        f"data.train_files=[{tmp_path / 'train.parquet'}]", "actor_rollout_ref.model.stage=talker",
-    ])
-    assert any("stage=talker" in problem and "trainer.device=cpu" in problem for problem in config_problems(config))
+    talker = [
+        "trainer.engine=verl", f"actor_rollout_ref.model.path={tmp_path}", "actor_rollout_ref.model.stage=talker",
+        "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe",
+        f"data.train_files=[{tmp_path / 'train.parquet'}]", "data.max_spoken_tokens=8",
+    ]
+    problems = config_problems(load_config([*talker, "trainer.device=cpu"]))
+    # The speech checks hold on the CPU too (a speech pipeline mode, the thinker's answer) ...
+    assert any("samples stage 0" in p for p in problems) and any("data.spoken_text=thinker" in p for p in problems)
+    # ... but omni_local's thinker answers within data.max_spoken_tokens, where vLLM-Omni's uses its own.
+    assert not any("max_spoken_tokens" in p for p in problems)
+    assert any("max_spoken_tokens" in p for p in config_problems(load_config(talker)))
+    ready = load_config([*talker, "trainer.device=cpu", "actor_rollout_ref.rollout.pipeline_mode=talker",
+                         "actor_rollout_ref.model.use_remove_padding=false", "data.spoken_text=thinker"])
+    assert not [p for p in config_problems(ready) if "talker" in p or "trainer.device=cpu" in p]
+    assert settings_for(ready, str(tmp_path)).max_spoken_tokens == 8
 
 
 VERL_BASE = ["actor_rollout_ref.model.path=/m", "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe",

@@ -251,6 +251,7 @@ class LocalRolloutServer:
         self._calls = 0
         self._port_reservation: Any = None
         self._media: dict[str, dict[str, Any]] = {}
+        self.speaker: Any = None  # a speech stage's LocalSpeaker (local_speech)
 
     def get_master_address(self) -> tuple[str, int, int]:
         return ray.util.get_node_ip_address(), 0, 0
@@ -281,6 +282,16 @@ class LocalRolloutServer:
         pipeline = rollout_adapter(settings)
         tokenizer = getattr(self.processor, "tokenizer", self.processor)
         eos = tokenizer.eos_token_id
+        self._arrived = asyncio.Event()
+        self._batches = asyncio.create_task(self._batch_loop())
+        if pipeline.policy_stage_id(settings.pipeline_mode) != 0:  # a speech stage: thinker, then talker
+            from omni_trainer.verl_engine.local_speech import LocalSpeaker
+
+            self.speaker = LocalSpeaker(
+                self.model, pipeline, tokenizer, suppress_token_ids=banned_token_ids(self.processor),
+                answer_tokens=settings.max_spoken_tokens,
+            )
+            return
         self.engine = LocalEngine(
             find_policy_module(self.model, pipeline, settings.pipeline_mode),
             eos_token_ids=(eos,),
@@ -289,8 +300,6 @@ class LocalRolloutServer:
             suppress_token_ids=tuple(banned_token_ids(self.processor)),
             prompts_per_call=int(self.config.max_num_seqs) if self.config.max_num_seqs else None,
         )
-        self._arrived = asyncio.Event()
-        self._batches = asyncio.create_task(self._batch_loop())
 
     def get_server_address(self) -> tuple[str, int]:
         """``(ip, port)``: verl's load balancer keys replicas by it (a free port, held)."""
@@ -330,12 +339,20 @@ class LocalRolloutServer:
         if max_tokens is None:
             max_tokens = min(self.config.response_length, self.config.prompt_length + self.config.response_length - len(prompt_ids))
         settings = sampling_settings(params, max(1, min(int(max_tokens), room)))
+        if self.speaker is not None:
+            from omni_trainer.verl_engine.local_speech import speech_settings
+
+            speech_settings(settings)  # refused here, in the request that asked for it
         inputs = await self._inputs(prompt_ids, image_data, video_data, audio_data, mm_processor_kwargs)
         assert self._arrived is not None, "generate before launch_server"
         request = _Request(inputs, settings, asyncio.get_running_loop().create_future())
         self._pending.append(request)
         self._arrived.set()
         rollout = await request.done
+        if self.speaker is not None:
+            output: TokenOutput = rollout
+            output.extra_fields["global_steps"] = self.global_steps
+            return output
         sample = rollout.outputs[0]
         return TokenOutput(
             token_ids=list(sample.token_ids),
@@ -382,6 +399,9 @@ class LocalRolloutServer:
                 await self._run(settings, requests)
 
     async def _run(self, settings: SamplingSettings, requests: list[_Request]) -> None:
+        if self.speaker is not None:
+            await self._speak(settings, requests)
+            return
         self._calls += 1
         seeded = replace(settings, seed=self._seed())
         try:
@@ -392,6 +412,26 @@ class LocalRolloutServer:
             return
         for request, rollout in zip(requests, rollouts, strict=True):
             request.done.set_result(rollout)
+
+    async def _speak(self, settings: SamplingSettings, requests: list[_Request]) -> None:
+        """A speech stage's requests: one ``sample_speech`` call per prompt, for all of its samples."""
+        from omni_trainer.verl_engine.local_speech import speech_settings
+
+        by_prompt: dict[tuple[int, ...], list[_Request]] = {}
+        for request in requests:
+            by_prompt.setdefault(tuple(request.inputs["input_ids"][0].tolist()), []).append(request)
+        for prompt_ids, group in by_prompt.items():
+            self._calls += 1
+            try:
+                outputs = await asyncio.to_thread(
+                    self.speaker.speak, prompt_ids, len(group), speech_settings(settings), self._seed()
+                )
+            except Exception as exc:  # each waiting request gets the failure, none is left hanging
+                for request in group:
+                    request.done.set_exception(exc)
+                continue
+            for request, output in zip(group, outputs, strict=True):
+                request.done.set_result(output)
 
     def _seed(self) -> int:
         return int(self.config.seed) * 1_000_003 + self.replica_rank * 10_007 + self._calls

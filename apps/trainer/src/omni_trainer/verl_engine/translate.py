@@ -70,6 +70,7 @@ def settings_for(config: Config, model_path: str) -> VerlSettings:
         pipeline_name=rollout.pipeline(), pipeline_mode=rollout.pipeline_mode,
         audio_rewards_json=json.dumps([dict(spec) for spec in config.reward.audio_rewards], sort_keys=True),
         lora_dtype=model.lora_dtype, reward_max_error_rate=config.reward.max_error_rate,
+        max_spoken_tokens=config.data.max_spoken_tokens,
     )
 
 
@@ -123,7 +124,7 @@ def config_problems(config: Config) -> list[str]:
         )
     if config.trainer.device == "cpu":
         problems.extend(cpu_problems(config))
-    elif config.actor_rollout_ref.model.stage == "talker":
+    if config.actor_rollout_ref.model.stage == "talker":
         problems.extend(speech_problems(config))
     resume_from = config.trainer.resume_from_path
     if config.trainer.resume_mode == "resume_path" and resume_from and "global_step_" not in Path(resume_from).name:
@@ -204,15 +205,8 @@ def _importable(module: str) -> bool:
 
 
 def cpu_problems(config: Config) -> list[str]:
-    """What ``trainer.device=cpu`` does not run yet: its rollout (``omni_local``) samples a text
-    policy."""
+    """What ``trainer.device=cpu`` cannot run: a rollout other than ``omni_local``."""
     problems = []
-    if config.actor_rollout_ref.model.stage != "thinker":
-        problems.append(
-            f"trainer.device=cpu: actor_rollout_ref.model.stage={config.actor_rollout_ref.model.stage} is not "
-            "served by the CPU rollout (omni_local samples a thinker's text); train the talker with "
-            "trainer.engine=local, or on verl with vLLM-Omni on GPUs"
-        )
     if config.actor_rollout_ref.rollout.name not in ("vllm_omni", LOCAL_ROLLOUT_NAME):
         problems.append(
             f"trainer.device=cpu: actor_rollout_ref.rollout.name={config.actor_rollout_ref.rollout.name} has no "
@@ -253,9 +247,9 @@ def speech_problems(config: Config) -> list[str]:
             "actor_rollout_ref.model.stage=talker speaks vLLM-Omni's thinker's own answer on the verl engine "
             "(extra_info.spoken_text is for the local engine); set data.spoken_text=thinker"
         )
-    if config.data.max_spoken_tokens != type(config.data)().max_spoken_tokens:
+    if config.trainer.device != "cpu" and config.data.max_spoken_tokens != type(config.data)().max_spoken_tokens:
         problems.append(
-            "data.max_spoken_tokens applies to the local engine; on verl the thinker answers with vLLM-Omni's "
+            "data.max_spoken_tokens applies to the local engine and omni_local; on verl the thinker answers with vLLM-Omni's "
             "production sampling (greedy, at most 2048 tokens); leave it unset"
         )
     if rollout.speaker is not None:
