@@ -38,6 +38,8 @@ def test_short_run_writes_outputs_and_resumes(tmp_path: Path, isolated_cache: No
                 "training/rollout_actor_probs_pearson_corr", "rollout_corr/log_ppl_diff", "reward/timeouts"):
         assert all(isinstance(row[key], float) and math.isfinite(row[key]) for row in rows), key
     assert rows[-1]["training/rollout_actor_probs_pearson_corr"] > 0.99
+    # The actor masks the placeholders the sampler never draws: no log(1 - P(masked)) bias.
+    assert all(abs(row["rollout_corr/log_ppl_diff"]) < 1e-4 for row in rows), [r["rollout_corr/log_ppl_diff"] for r in rows]
     assert (run / "curve.png").stat().st_size > 0 and (run / "config.yaml").exists()
     assert (run / "checkpoints" / "step_000002" / "adapter" / "adapter_config.json").exists()
 

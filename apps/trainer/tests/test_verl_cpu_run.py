@@ -1,11 +1,12 @@
 """verl's own trainer loop on the CPU (``trainer.engine=verl trainer.device=cpu``), whole runs.
 
 What runs is ``uv run trainer``'s code path in a process of its own: verl 0.9.1's task
-runner on a local Ray, its FSDP2 actor on two gloo ranks, the ``omni_local`` rollout (one
-replica per rank) taking the actor's weights every step through verl's weight sync,
-TransferQueue, verl's reward loop with our scorer, verl-format checkpoints, and
-``resume_mode=auto`` after the run is killed. The data is the built-in task's image+audio
-rows. Metrics are read from the run's verl ``file`` logger.
+runner on Ray, its FSDP2 actor on two gloo ranks, the ``omni_local`` rollout (one replica
+per rank) taking the actor's weights every step through verl's weight sync, TransferQueue,
+verl's reward loop with our scorer, verl-format checkpoints, and ``resume_mode=auto`` after
+the run is killed. The three runs cover two Ray nodes (image+audio and video rows, killed and
+resumed), on-policy distillation with a teacher replica, and the talker stage on two ranks of
+one node. Metrics are read from the run's verl ``file`` logger.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
+HERE = Path(__file__).resolve().parent
 PEARSON = "training/rollout_actor_probs_pearson_corr"
+LOG_PPL_DIFF = "rollout_corr/log_ppl_diff"
 SYNC_LINE = re.compile(r"omni_local replica (\d+): weights of step (\d+) loaded \(\d+ tensors, sha256 ([0-9a-f]{16})\)")
 
 
@@ -73,39 +76,91 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, Path]:
     return tiny, train, val
 
 
-def test_two_ranks_train_save_and_resume_after_a_kill(inputs: tuple[str, Path, Path], tmp_path: Path) -> None:
-    tiny, train, val = inputs
-    run_dir = tmp_path / "run"
-    command = trainer_command(tiny, train, val, run_dir)
-    log = (tmp_path / "first.log").open("w")
-    first = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=RUN_ENV)
-    latest = run_dir / "latest_checkpointed_iteration.txt"
-    deadline = time.monotonic() + 600
-    try:
-        # Killed once the second checkpoint is written and both replicas hold step 2's weights.
-        while not (
-            latest.is_file() and latest.read_text().strip() == "2"
-            and {(0, 2), (1, 2)} <= weight_syncs((tmp_path / "first.log").read_text(errors="replace")).keys()
-        ):
-            assert first.poll() is None, f"the run ended before its second checkpoint:\n{_tail(tmp_path / 'first.log')}"
-            assert time.monotonic() < deadline, "no second checkpoint within 10 minutes"
-            time.sleep(0.5)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(first.pid, signal.SIGKILL)  # the driver and the local Ray it started
-        first.wait()
-    assert (run_dir / "global_step_2" / "actor").is_dir()
+def mixed_rows(root: Path, image_audio: Path) -> Path:
+    """The built-in task's image+audio rows interleaved with video rows: with
+    ``data.shuffle=false`` and batches of two, every step trains on both modalities."""
+    import pyarrow.parquet as pq
 
-    second = subprocess.run(command, capture_output=True, text=True, timeout=600, env=RUN_ENV)
-    assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
+    sys.path.insert(0, str(HERE.parents[2] / "tests"))
+    from test_data_qwen3_processor import write_mp4
+
+    from omni_data import rl_row, write_rl_parquet
+    from omni_trainer.builtin_task import DATA_SOURCE
+
+    pictures = pq.read_table(image_audio).to_pylist()
+    clips = [write_mp4(root / f"clip{i}.mp4", frames=4 + 2 * i, fps=4, size=32 + 16 * i) for i in range(3)]
+    videos = [
+        rl_row(data_source=DATA_SOURCE, messages=[{"role": "user", "content": f"<video>How many seconds is this clip? ({i})"}],
+               ground_truth=str(1 + i), ability="digits", extra_info={"split": "train", "index": 100 + i}, videos=[clip])
+        for i, clip in enumerate(clips)
+    ]
+    rows = [row for pair in zip(pictures, videos, strict=False) for row in pair]
+    return write_rl_parquet(rows, root / "mixed.parquet")
+
+
+def test_two_ranks_on_two_nodes_train_save_and_resume_after_a_kill(inputs: tuple[str, Path, Path], tmp_path: Path) -> None:
+    """Two Ray nodes on this machine (Ray's ``cluster_utils.Cluster``, joined through
+    ``ray_kwargs.ray_init.address`` as a cluster started with ``ray start`` would be), one rank
+    slot each: verl places one FSDP rank and the ``omni_local`` replica serving it on each
+    node, and the two ranks shard the actor over gloo. Each step trains on an image+audio row
+    and a video row. The run is killed after its second checkpoint and rerun on the same
+    cluster: it resumes at step 3 from that checkpoint's weights, bit for bit."""
+    from ray.cluster_utils import Cluster
+
+    tiny, train, val = inputs
+    data = mixed_rows(tmp_path, train)
+    run_dir = tmp_path / "run"
+    # Each node: one rank slot (Ray's GPU resource, logical on the CPU) and scheduling slots
+    # for verl's actors (the CPU counts are logical too).
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 32, "num_gpus": 1})
+    try:
+        cluster.add_node(num_cpus=32, num_gpus=1)
+        cluster.wait_for_nodes()
+        command = trainer_command(
+            tiny, data, val, run_dir, "trainer.nnodes=2", "data.shuffle=false", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+            f"ray_kwargs.ray_init.address={cluster.address}",
+        )
+        command = [arg for arg in command if arg not in ("trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2")]
+        command.append("trainer.n_gpus_per_node=1")
+        log = (tmp_path / "first.log").open("w")
+        first = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=RUN_ENV)
+        latest = run_dir / "latest_checkpointed_iteration.txt"
+        deadline = time.monotonic() + 600
+        try:
+            # Killed once the second checkpoint is written and both replicas hold step 2's weights.
+            while not (
+                latest.is_file() and latest.read_text().strip() == "2"
+                and {(0, 2), (1, 2)} <= weight_syncs((tmp_path / "first.log").read_text(errors="replace")).keys()
+            ):
+                assert first.poll() is None, f"the run ended before its second checkpoint:\n{_tail(tmp_path / 'first.log')}"
+                assert time.monotonic() < deadline, "no second checkpoint within 10 minutes"
+                time.sleep(0.5)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(first.pid, signal.SIGKILL)  # the driver; Ray ends the actors of its job
+            first.wait()
+        assert (run_dir / "global_step_2" / "actor").is_dir()
+        placement = node_of_each_rank(cluster.address)
+
+        second = subprocess.run(command, capture_output=True, text=True, timeout=600, env=RUN_ENV)
+        assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
+    finally:
+        cluster.shutdown()
     killed, resumed = launches(run_dir)
     # Killed after its second checkpoint (its step-2 line may not have been written yet).
     assert [row["step"] for row in killed] in ([1], [1, 2])
     # The rerun starts at the step after the newest checkpoint, from that checkpoint's weights.
     assert [row["step"] for row in resumed] == [3]
     assert "global_step_2" in second.stdout + second.stderr
-    assert (run_dir / "global_step_3" / "actor").is_dir()
     assert latest.read_text().strip() == "3"
+    # The actor's two shards were written by the two nodes' ranks, at every checkpoint.
+    for step in (2, 3):
+        assert sorted(p.name for p in (run_dir / f"global_step_{step}" / "actor").glob("model_world_size_2_rank_*.pt")) == [
+            "model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"
+        ]
+    # One rank and one rollout server on each node.
+    assert len(placement["ranks"]) == 2 and len(set(placement["ranks"])) == 2, placement
+    assert len(placement["servers"]) == 2 and set(placement["servers"]) == set(placement["ranks"]), placement
     # Same weights after the resume, bit for bit: the resumed actor's first sync (labelled with
     # the checkpoint's step) equals what the killed actor synced after its second update.
     before = weight_syncs((tmp_path / "first.log").read_text(errors="replace"))
@@ -113,9 +168,29 @@ def test_two_ranks_train_save_and_resume_after_a_kill(inputs: tuple[str, Path, P
     assert before[0, 2] == before[1, 2] != before[0, 1] != before[0, 0]  # the weights moved every step
     assert (0, 0) not in after and after[0, 2] == after[1, 2] == before[0, 2]
     assert after[0, 3] != after[0, 2]
-    # The rollout samples with the actor's weights at every step, before and after the resume.
+    # The rollout samples with the actor's weights at every step, before and after the resume,
+    # and the actor scores the distribution it sampled from (placeholders masked on both
+    # sides; unmasked, the bias was 1.7e-3 on these rows).
     for row in killed + resumed:
         assert row[PEARSON] >= 0.999, (row["step"], row[PEARSON])
+        assert abs(row[LOG_PPL_DIFF]) < 1e-4, (row["step"], row[LOG_PPL_DIFF])
+
+
+def node_of_each_rank(address: str) -> dict[str, Any]:
+    """The nodes the run's actor ranks and ``omni_local`` servers ran on, from Ray's state API
+    (finished actors stay listed while the cluster lives)."""
+    script = (
+        "import json, ray\n"
+        "from ray.util.state import list_actors\n"
+        f"ray.init(address={address!r}, log_to_driver=False)\n"
+        "actors = list_actors(limit=10000, detail=True)\n"
+        "ranks = [a.node_id for a in actors if 'WorkerDict' in a.class_name or 'ActorRollout' in a.class_name]\n"
+        "servers = [a.node_id for a in actors if a.class_name == 'LocalRolloutServer']\n"
+        "print(json.dumps({'ranks': ranks, 'servers': servers, 'classes': sorted({a.class_name for a in actors})}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True).stdout
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
 
 
 def _tail(path: Path, lines: int = 60) -> str:
@@ -155,7 +230,8 @@ def test_a_talker_run_through_omni_local(inputs: tuple[str, Path, Path], tmp_pat
     """``stage=talker``: each ``omni_local`` request is the thinker's greedy answer, then the
     talker's speech of it (the local engine's ``sample_speech``); verl's agent loop scores the
     waveform with the audio rewards and the FSDP actor recomputes the talker's log-probs from
-    the conditioning the sample carries. The weight sync sends the talker only."""
+    the conditioning the sample carries. Two ranks on one node shard the talker's actor; the
+    weight sync sends the talker only."""
     from omni_data.schema import rl_row, write_rl_parquet
 
     tiny, _, _ = inputs
@@ -166,12 +242,12 @@ def test_a_talker_run_through_omni_local(inputs: tuple[str, Path, Path], tmp_pat
     run_dir = tmp_path / "run"
     command = [
         sys.executable, "-m", "omni_trainer.cli", "trainer.engine=verl", "trainer.device=cpu",
-        "trainer.n_gpus_per_node=1", f"actor_rollout_ref.model.path={tiny}", f"data.train_files=[{train}]",
+        "trainer.n_gpus_per_node=2", f"actor_rollout_ref.model.path={tiny}", f"data.train_files=[{train}]",
         "actor_rollout_ref.model.stage=talker", "actor_rollout_ref.rollout.pipeline_mode=talker",
         "actor_rollout_ref.model.use_remove_padding=false", "data.spoken_text=thinker", "data.max_spoken_tokens=8",
         "reward.audio_rewards=[{name: duration, weight: 1.0}]",
         "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.rollout.n=2",
         "data.max_response_length=8", "actor_rollout_ref.model.lora_rank=0", "actor_rollout_ref.actor.optim.lr=1e-3",
         "trainer.total_training_steps=2", "trainer.save_freq=-1", "trainer.val_before_train=false",
         "trainer.test_freq=-1", f"trainer.default_local_dir={run_dir}",
@@ -184,5 +260,6 @@ def test_a_talker_run_through_omni_local(inputs: tuple[str, Path, Path], tmp_pat
     for row in steps:
         assert row[PEARSON] >= 0.999, (row["step"], row[PEARSON])  # the talker's log-probs, recomputed
         assert row["critic/rewards/mean"] > 0, row  # every waveform scored (a failed scorer gives 0)
-    # The replica sampled step 2 with the talker's weights after step 1's update.
-    assert {(0, 1)} <= weight_syncs(log).keys()
+    # Both ranks' replicas sampled step 2 with the talker's weights after step 1's update.
+    syncs = weight_syncs(log)
+    assert {(0, 1), (1, 1)} <= syncs.keys() and syncs[0, 1] == syncs[1, 1] != syncs[0, 0]

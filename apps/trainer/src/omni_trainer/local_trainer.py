@@ -19,6 +19,7 @@ import torch
 from omegaconf import OmegaConf
 
 from omni_contracts import (
+    LogitMask,
     TalkerDriftProbe,
     get_rollout_adapter,
     require_omni_processor,
@@ -35,7 +36,7 @@ from omni_trainer.config import Config, ConfigError
 from omni_trainer.interrupts import StopRequest, workers_ignore_sigint
 from omni_trainer.loggers import build_sinks
 from omni_trainer.model_folder import require_usable_tokenizer
-from omni_trainer.placeholders import placeholder_token_ids
+from omni_trainer.placeholders import policy_logit_mask
 from omni_trainer.preflight import distillation_settings
 from omni_trainer.prompts import (
     BuiltinPrompts,
@@ -63,6 +64,7 @@ from omni_trainer.settings_builders import (
 from omni_trainer.speech_step import SpeechParts, speech_policy, write_speech_samples
 from omni_trainer.step import StepDiscarded, StepParts, train_step
 from omni_training.actor import Actor, Regularizer
+from omni_training.logit_mask import masked_ids
 from omni_training.checkpoint import load_checkpoint, save_checkpoint
 from omni_training.distillation import DistillationSettings, Teacher, check_shared_tokenizer
 
@@ -102,6 +104,7 @@ class LocalTrainer:
             print(f"model: tiny Qwen3-Omni built offline at {model_path}")
         self.model_path = model_path
         hf_config = AutoConfig.from_pretrained(model_path)
+        self.hf_config = hf_config
         stage = cfg.actor_rollout_ref.model.stage
         self.speaks = stage == "talker"  # the trained stage outputs speech: the built-in speech task
         self.training_adapter = resolve_training_adapter(hf_config, stage, adapter_options(cfg))
@@ -127,6 +130,8 @@ class LocalTrainer:
             optim=optim_settings(cfg, self.total_steps),
         )
         self.teacher: Teacher | None = self._load_teacher() if distillation is not None else None
+        if not self.speaks:  # a speech policy masks its own control ids in its forward
+            self.actor.mask_logits(self._logit_mask(self.mode))
         self.engine: LocalEngine | None = None
         self.speech: SpeechParts | None = None
         self._answers: LocalEngine | None = None  # data.spoken_text=thinker: the thinker's answers
@@ -265,12 +270,18 @@ class LocalTrainer:
         never sampling a media placeholder (nor ``also_suppressed``)."""
         eos = self.tokenizer.eos_token_id
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
+        module = find_policy_module(self.actor.model, self.rollout_adapter, mode)
+        width = int(module.get_output_embeddings().weight.shape[0])
         return LocalEngine(
-            find_policy_module(self.actor.model, self.rollout_adapter, mode), eos_token_ids=(eos,), pad_token_id=pad,
-            stage_id=stage_id,
-            suppress_token_ids=(*placeholder_token_ids(self.tokenizer, self.processor), *also_suppressed),
+            module, eos_token_ids=(eos,), pad_token_id=pad, stage_id=stage_id,
+            suppress_token_ids=(*masked_ids(self._logit_mask(mode), width), *also_suppressed),
             autocast_dtype=self.actor.autocast_dtype,  # the actor's compute dtype (full fine-tune: bf16 on fp32)
         )
+
+    def _logit_mask(self, mode: str) -> LogitMask:
+        """What ``mode``'s policy stage never samples: the media placeholders, and the output
+        head's tail past the tokenizer (both engines' rollouts and the actor mask it)."""
+        return policy_logit_mask(self.rollout_adapter, mode, self.hf_config, self.processor, self.tokenizer)
 
     def _thinker_answer(self, prepared: Prepared) -> str:
         """The frozen thinker's greedy answer to ``prepared`` (``data.spoken_text=thinker``).

@@ -24,11 +24,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from omni_contracts import TrainingAdapter
+from omni_contracts import LogitMask, TrainingAdapter
 from omni_training.aggregation import aggregate_loss
 from omni_training.batching import MicroBatch, adapter_model_inputs
 from omni_training.distillation import distillation_loss
 from omni_training.kl import kl_estimate
+from omni_training.logit_mask import mask_policy_logits
 from omni_training.logprobs import ResponseLogProbs, response_log_probs
 from omni_training.model_loading import load_policy, precision
 from omni_training.policy_loss import BatchCounts, get_policy_loss
@@ -83,6 +84,13 @@ class Actor:
         self._reference: Any = (
             copy.deepcopy(model).eval().requires_grad_(False) if keep and not self.uses_lora else None
         )
+
+    def mask_logits(self, mask: LogitMask) -> None:
+        """Score the distribution the rollout samples from: the ids ``mask`` forbids are
+        masked in the forward of the policy and of its reference (:mod:`omni_training.logit_mask`)."""
+        for module in (self.model, self._reference):
+            if module is not None:
+                mask_policy_logits(module, mask)
 
     @classmethod
     def from_pretrained(

@@ -33,7 +33,10 @@ from omni_trainer.verl_engine.compat import (
     empty_weights_for_transformers,
     model_class_for,
 )
+from omni_trainer.placeholders import policy_logit_mask
+from omni_trainer.verl_engine.processor import adapter_processor
 from omni_trainer.verl_engine.settings import OMNI_MODEL_TYPE, VerlSettings
+from omni_training.logit_mask import mask_policy_logits
 from omni_training.model_loading import DEFAULT_AUTO_CLASS  # what the local engine loads
 
 
@@ -191,4 +194,12 @@ class OmniFSDPEngine(FSDPEngineWithLMHead):
         with as_language_model(self.model_config), empty_weights_for_transformers():
             module = super()._build_module()
         configure_for_training(module, self.model_config.hf_config, settings)
+        # The actor (and the ref) score what vLLM-Omni samples: its processed log-probs are
+        # under the policy stage's logit mask (omni_training.logit_mask).
+        processor = adapter_processor(settings)
+        mask = policy_logit_mask(
+            rollout_adapter(settings), settings.pipeline_mode, self.model_config.hf_config, processor,
+            getattr(processor, "tokenizer", processor),
+        )
+        mask_policy_logits(module, mask)
         return module

@@ -46,9 +46,11 @@ from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 from omni_rollout.local_engine import LocalEngine, find_policy_module
 from omni_rollout.sampling import SamplingSettings
+from omni_trainer.placeholders import banned_token_ids, policy_logit_mask
 from omni_trainer.verl_engine.adapters import rollout_adapter, training_adapter
-from omni_trainer.verl_engine.processor import adapter_processor, banned_token_ids
+from omni_trainer.verl_engine.processor import adapter_processor
 from omni_trainer.verl_engine.settings import LOCAL_ROLLOUT_NAME, VerlSettings
+from omni_training.logit_mask import masked_ids
 
 logger = logging.getLogger(__name__)
 
@@ -292,12 +294,14 @@ class LocalRolloutServer:
                 answer_tokens=settings.max_spoken_tokens,
             )
             return
+        module = find_policy_module(self.model, pipeline, settings.pipeline_mode)
+        mask = policy_logit_mask(pipeline, settings.pipeline_mode, hf_config, self.processor, tokenizer)
         self.engine = LocalEngine(
-            find_policy_module(self.model, pipeline, settings.pipeline_mode),
+            module,
             eos_token_ids=(eos,),
             pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos,
             stage_id=pipeline.policy_stage_id(settings.pipeline_mode),
-            suppress_token_ids=tuple(banned_token_ids(self.processor)),
+            suppress_token_ids=masked_ids(mask, int(module.get_output_embeddings().weight.shape[0])),
             prompts_per_call=int(self.config.max_num_seqs) if self.config.max_num_seqs else None,
         )
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from omni_contracts import LogitMask, RolloutAdapter, require_omni_processor
+from omni_contracts import require_omni_processor
 from omni_trainer.model_folder import require_usable_tokenizer
-from omni_trainer.placeholders import placeholder_token_ids
+from omni_trainer.placeholders import banned_token_ids, policy_logit_mask
 from omni_trainer.verl_engine.adapters import training_adapter
 from omni_trainer.verl_engine.settings import VerlSettings
 
@@ -31,22 +31,3 @@ def adapter_processor(settings: VerlSettings) -> Any:
     require_omni_processor(processor, adapter)
     require_usable_tokenizer(getattr(processor, "tokenizer", processor), settings.model_path)
     return processor
-
-
-def banned_token_ids(processor: Any) -> list[int]:
-    """Every multimodal placeholder the policy must never sample (image, video, audio pads
-    and media delimiters), where verl bans only image and video pads."""
-    return list(placeholder_token_ids(processor))
-
-
-def policy_logit_mask(adapter: RolloutAdapter, mode: str, hf_config: Any, processor: Any, tokenizer: Any) -> LogitMask:
-    """What vLLM-Omni's policy stage masks: the rollout adapter's answer for ``mode``, given
-    the mask of a text policy (the tokenizer's length, :func:`banned_token_ids`). A talker
-    policy gets its own codec vocabulary and bans, never the thinker's placeholders.
-
-    A placeholder id at or past the tokenizer's length cannot be sampled, so it is not banned:
-    a checkpoint saved from transformers' default config with a small tokenizer (verl-omni's
-    tiny one) keeps the released model's media ids (151646-151656) beside a few hundred tokens."""
-    width = len(tokenizer)
-    text = LogitMask(width, tuple(i for i in banned_token_ids(processor) if i < width))
-    return adapter.policy_logit_mask(mode, hf_config, text)
