@@ -27,7 +27,8 @@ SHORT = [
 @pytest.mark.slow
 def test_short_run_writes_outputs_and_resumes(tmp_path: Path, isolated_cache: None, capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "run"
-    assert main([*SHORT, f"trainer.default_local_dir={run}", "trainer.total_training_steps=2"]) == 0
+    logged = ["trainer.log_val_generations=3", "trainer.logger=[console,tensorboard]"]
+    assert main([*SHORT, *logged, f"trainer.default_local_dir={run}", "trainer.total_training_steps=2"]) == 0
     first = capsys.readouterr().out
     assert "step    2/2" in first and f"run directory: {run.resolve()}" in first
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -42,25 +43,49 @@ def test_short_run_writes_outputs_and_resumes(tmp_path: Path, isolated_cache: No
     assert all(abs(row["rollout_corr/log_ppl_diff"]) < 1e-4 for row in rows), [r["rollout_corr/log_ppl_diff"] for r in rows]
     assert (run / "curve.png").stat().st_size > 0 and (run / "config.yaml").exists()
     assert (run / "checkpoints" / "step_000002" / "adapter" / "adapter_config.json").exists()
+    # trainer.log_val_generations=3: each validation's samples (before training, then the final
+    # one), the same prompts each time.
+    generations = {path.name: [json.loads(line) for line in path.read_text().splitlines()]
+                   for path in (run / "val_generations").iterdir()}
+    assert sorted(generations) == ["step_0.jsonl", "step_2.jsonl"]
+    assert [len(rows) for rows in generations.values()] == [3, 3]
+    assert [row["step"] for row in generations["step_2.jsonl"]] == [2, 2, 2]
+    assert [row["input"] for row in generations["step_0.jsonl"]] == [row["input"] for row in generations["step_2.jsonl"]]
+    assert all(row["input"] and row["status"] == "ok" and 0 <= row["score"] <= 1 for row in generations["step_2.jsonl"])
 
     # The same command with a longer horizon continues from the checkpoint.
-    assert main([*SHORT, f"trainer.default_local_dir={run}", "trainer.total_training_steps=3"]) == 0
+    assert main([*SHORT, *logged, f"trainer.default_local_dir={run}", "trainer.total_training_steps=3"]) == 0
     second = capsys.readouterr().out
     assert "resumed from" in second and "step_000002 (step 2)" in second
     assert "step    1/3" not in second and "step    3/3" in second
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [0.0, 1.0, 2.0, 3.0]
+    assert sorted(path.name for path in (run / "val_generations").iterdir()) == [
+        "step_0.jsonl", "step_2.jsonl", "step_3.jsonl"]
+    assert tensorboard_steps(run / "tensorboard", "val/generations/text_summary") == [0, 2, 3]  # add_text's tag
 
     # Once more: nothing to do, and it says so (before: "3 steps in 0 s").
-    assert main([*SHORT, f"trainer.default_local_dir={run}", "trainer.total_training_steps=3"]) == 0
+    assert main([*SHORT, *logged, f"trainer.default_local_dir={run}", "trainer.total_training_steps=3"]) == 0
     third = capsys.readouterr().out
     assert "is already complete (3 of 3 steps" in third and "trainer.resume_mode=disable" in third
+
+
+def tensorboard_steps(directory: Path, tag: str) -> list[int]:
+    from tensorboard.backend.event_processing.event_accumulator import (  # type: ignore[import-untyped]
+        TENSORS,
+        EventAccumulator,
+    )
+
+    events = EventAccumulator(str(directory), size_guidance={TENSORS: 0})
+    events.Reload()
+    return sorted(event.step for event in events.Tensors(tag))
 
 
 @pytest.mark.slow
 def test_ctrl_c_saves_the_last_finished_step_and_resumes(tmp_path: Path, isolated_cache: None) -> None:
     """One SIGINT to the process group, delivered twice (as uv forwards it): the run stops at
-    a step boundary, never trains on the interrupted step, saves, exits 0; the same command resumes."""
+    a step boundary, never trains on the interrupted step, saves, exits 0; the same command resumes.
+    Its output, start-up included, is also checked for silenced library noise."""
     import os
     import signal
     import subprocess
@@ -82,6 +107,9 @@ def test_ctrl_c_saves_the_last_finished_step_and_resumes(tmp_path: Path, isolate
     output = "".join(seen) + process.stdout.read()
     assert process.wait(timeout=300) == 0, output
     assert "stopped after step" in output and "checkpoint saved" in output, output
+    # The whole output (stderr too) is free of the library noise omni_trainer.library_noise silences:
+    # before, every Qwen3-Omni config load printed this (five times at start-up).
+    assert "Unrecognized keys in `rope_parameters`" not in output, output
     rows = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     saved = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert saved == [f"step_{int(rows[-1]):06d}"] and rows == [float(s) for s in range(1, len(rows) + 1)], (saved, rows)

@@ -68,9 +68,11 @@ def test_changed_settings_are_listed_and_refused_unless_asked_for(tmp_path: Path
 def test_longer_training_and_other_logging_resume_and_are_shown(tmp_path: Path) -> None:
     run = tmp_path / "run"
     saved_run(run, load_config(overrides(run)))
-    start = prepare_run_dir(load_config(overrides(run, "trainer.total_training_steps=90", "trainer.save_freq=5")))
+    start = prepare_run_dir(load_config(overrides(run, "trainer.total_training_steps=90", "trainer.save_freq=5",
+                                                  "trainer.log_val_generations=4")))
     assert start.start_step == 4
     assert "  trainer.total_training_steps: 60 -> 90" in start.notes and "  trainer.save_freq: 20 -> 5" in start.notes
+    assert "  trainer.log_val_generations: 0 -> 4" in start.notes
 
 
 def test_changed_training_data_is_refused_and_moved_data_is_not(tmp_path: Path) -> None:

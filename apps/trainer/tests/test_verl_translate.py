@@ -243,6 +243,12 @@ def test_what_we_set_by_default_follows_the_users_value() -> None:
     assert arr.actor.fsdp_config.param_offload is True and arr.ref.fsdp_config.param_offload is True
 
 
+def test_log_val_generations_reaches_verl_unchanged() -> None:
+    """verl logs the samples itself (its ValidationGenerationsLogger); 0, its default, is none."""
+    assert _verl().trainer.log_val_generations == 0
+    assert _verl("trainer.log_val_generations=5", "data.val_files=[/v.parquet]").trainer.log_val_generations == 5
+
+
 def test_verl_omni_launcher_keys_reach_what_verl_reads() -> None:
     verl = _verl(
         "actor_rollout_ref.rollout.prompt_length=4160", "data.max_prompt_length=4096", "data.max_response_length=1000",

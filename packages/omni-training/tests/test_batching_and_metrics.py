@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from omni_training.batching import collate, plan_micro_batches
-from omni_training.consistency import rollout_actor_consistency
+from omni_training.consistency import pearson_undefined_reason, rollout_actor_consistency
 from omni_training.metrics import length_metrics
 
 
@@ -64,6 +64,23 @@ def test_consistency_metrics() -> None:
     shifted = rollout_actor_consistency(logp + 0.1, logp, mask)  # rollout 0.1 nat more confident
     assert shifted["rollout_corr/log_ppl_diff"] == pytest.approx(0.1)
     assert math.isnan(rollout_actor_consistency(logp, logp, torch.zeros_like(mask))["rollout_corr/log_ppl_diff"])
+    assert same["training/rollout_actor_probs_tokens"] == 5.0 and pearson_undefined_reason(same) is None
+
+
+def test_an_undefined_pearson_stays_nan_and_says_why() -> None:
+    """The step line printed ``pearson nan``; now it says why (reporting.pearson_text)."""
+    sure = torch.zeros(2, 3)  # log-prob 0: probability 1 for every token, so no variance
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    flat = rollout_actor_consistency(sure, sure, mask)
+    assert math.isnan(flat["training/rollout_actor_probs_pearson_corr"])  # as verl logs it
+    assert flat["training/rollout_actor_probs_tokens"] == 3
+    assert pearson_undefined_reason(flat) == "no variance"
+    one = rollout_actor_consistency(torch.log(torch.tensor([[0.5, 0.2]])), sure[:1, :2], torch.tensor([[1, 0]]))
+    assert math.isnan(one["training/rollout_actor_probs_pearson_corr"]) and pearson_undefined_reason(one) == "<2 tokens"
+    broken = rollout_actor_consistency(torch.full((2, 3), float("nan")), sure, mask)
+    assert pearson_undefined_reason(broken) == "non-finite log-probs"
+    # Not measured here (a verl run's metrics carry no token count): no reason is made up.
+    assert pearson_undefined_reason({"training/rollout_actor_probs_pearson_corr": float("nan")}) is None
 
 
 def test_length_metrics() -> None:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from omni_contracts import ModelPackageImportError, ModelPackageLoader, rollout_adapters, training_adapters
+from omni_trainer.library_noise import silence_known_noise
 from omni_trainer.subcommands import SUBCOMMANDS
 
 if TYPE_CHECKING:
@@ -93,6 +94,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    silence_known_noise()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SUBCOMMANDS:
         run, _ = SUBCOMMANDS[argv[0]]

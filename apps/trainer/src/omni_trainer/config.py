@@ -342,6 +342,10 @@ class TrainerConfig:
     save_freq: int = 20  # -1 (verl's default) or 0: only at the end
     test_freq: int = -1  # -1 or 0: no periodic validation
     val_before_train: bool = True  # validate before the first step (as verl does)
+    # verl's: at each validation, this many samples (prompt, response, score; verl's fixed-seed
+    # choice) to <run_dir>/val_generations/step_<N>.jsonl (local engine) and to the TensorBoard /
+    # W&B loggers as val/generations. 0: none.
+    log_val_generations: int = 0
     # Local engine, thinker runs of a checkpoint that speaks: report talker/drift_kl with each
     # validation (a frozen copy of the checkpoint speaks fixed probes; twice the weights' memory).
     talker_drift: bool = False

@@ -63,6 +63,7 @@ from omni_trainer.settings_builders import (
 )
 from omni_trainer.speech_step import SpeechParts, speech_policy, write_speech_samples
 from omni_trainer.step import StepDiscarded, StepParts, train_step
+from omni_trainer.val_generations import ValGeneration, ValGenerationsLog
 from omni_training.actor import Actor, Regularizer
 from omni_training.logit_mask import masked_ids
 from omni_training.checkpoint import load_checkpoint, save_checkpoint
@@ -87,6 +88,7 @@ class LocalTrainer:
         for note in self.start.notes:
             print(note)
         self.complete = False
+        self.generations: ValGenerationsLog | None = None  # trainer.log_val_generations, set by fit
         torch.manual_seed(config.trainer.seed)
         random.seed(config.trainer.seed)
 
@@ -349,6 +351,11 @@ class LocalTrainer:
             cfg.trainer.logger, self.run_dir, project=cfg.trainer.project_name,
             experiment=cfg.trainer.experiment_name or "", config=OmegaConf.to_container(OmegaConf.structured(cfg)),  # type: ignore[arg-type]
         )
+        if cfg.trainer.log_val_generations > 0:
+            self.generations = ValGenerationsLog(
+                self.run_dir / "val_generations", cfg.trainer.log_val_generations, sinks,
+                resume_after=start_step if self.start.resume_from else None,
+            )
         stop = self.stop
         step, done, last, final = start_step, start_step, {}, {}
         started = time.perf_counter()
@@ -359,7 +366,7 @@ class LocalTrainer:
                 print("reward: starting the scorer processes", flush=True)
                 self.rewards.start()  # their imports: Ctrl-C here stops the run (start-up)
                 if cfg.trainer.val_before_train and start_step == 0 and self.engine is not None:  # speech: none
-                    before = self.validate()
+                    before = self.validate(0)
                     print(validation_line(0, before), flush=True)
                     self._log(0, {"step": 0.0, **before}, sinks)
                 stop.begin_training()
@@ -375,7 +382,7 @@ class LocalTrainer:
                         raise
                     done = step
                     if cfg.trainer.test_freq > 0 and step % cfg.trainer.test_freq == 0:
-                        last.update(self.validate())
+                        last.update(self.validate(step))
                     self._log(step, last, sinks)
                     report_step(self.run_dir, self.log, cfg, step, self.total_steps, last)
                     if self.speech is not None and step in (start_step + 1, self.total_steps):
@@ -388,7 +395,7 @@ class LocalTrainer:
                     self._save(done)
                     print(f"\nstopped after step {done}; checkpoint saved. Run the same command to resume.")
                 else:
-                    final = {k: v for k, v in last.items() if k.startswith("val-core/")} or self.validate()
+                    final = {k: v for k, v in last.items() if k.startswith("val-core/")} or self.validate(done)
             finally:
                 self.rewards.close()  # the parent stops the workers (they ignore SIGINT)
                 for audio_rewards in (self.probe_rewards, self.speech.rewards if self.speech else None):
@@ -428,10 +435,11 @@ class LocalTrainer:
         return metrics
 
     @torch.no_grad()
-    def validate(self) -> dict[str, float]:
+    def validate(self, step: int) -> dict[str, float]:
         """``rollout.val_kwargs`` responses on the validation prompts:
         ``val-core/<data_source>/<metric>/mean@<n>`` (none for the speech task: its training
-        curve is the measurement; none without ``data.val_files``)."""
+        curve is the measurement; none without ``data.val_files``). With
+        ``trainer.log_val_generations``, samples of them are logged as ``step``'s."""
         if self.engine is None:
             return {}
         drift = self._drift_metrics()
@@ -453,6 +461,13 @@ class LocalTrainer:
             for key in scored[0].result if scored else ():
                 values = [o.result[key] for o in scored]
                 metrics[f"val-core/{source}/{key}/mean@{sampling.n}"] = sum(values) / len(values)
+        if self.generations is not None:
+            prompts = [self.tokenizer.decode(p.inputs["input_ids"][0], skip_special_tokens=True) for p in self.val_rows]
+            inputs = [text for text, r in zip(prompts, rollouts, strict=True) for _ in r.outputs]
+            self.generations.log(step, [
+                ValGeneration(prompt, text, outcome.score, p.ground_truth, p.data_source, outcome.status)
+                for prompt, text, outcome, p in zip(inputs, texts, result.outcomes, owners, strict=True)
+            ])
         return {**metrics, **drift}
 
     def _save(self, step: int) -> None:

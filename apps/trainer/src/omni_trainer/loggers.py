@@ -1,5 +1,11 @@
 """Experiment loggers (``trainer.logger``): the console line is always printed; these add
-TensorBoard event files and Weights & Biases runs."""
+TensorBoard event files and Weights & Biases runs.
+
+Besides the metrics, a sink takes the validation samples of ``trainer.log_val_generations``
+(:mod:`omni_trainer.val_generations`) in the layout verl's ``ValidationGenerationsLogger``
+gives them, so dashboards built on a verl run read a local one: ``val/generations``, a
+Markdown text per validation in TensorBoard, a table with one row per validation in W&B.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +16,31 @@ from pathlib import Path
 from typing import Any, Protocol
 
 LOGGERS = ("console", "tensorboard", "wandb")
+GENERATIONS_KEY = "val/generations"
+"""verl's key for the logged validation samples."""
+
+Generation = tuple[str, str, float]
+"""A validation sample as verl's logger takes it: prompt, response, score."""
 
 
 class MetricsSink(Protocol):
     def log(self, step: int, metrics: Mapping[str, float]) -> None: ...
+    def log_generations(self, step: int, samples: Sequence[Generation]) -> None: ...
     def close(self) -> None: ...
+
+
+def generations_markdown(step: int, samples: Sequence[Generation]) -> str:
+    """The samples as verl writes them to TensorBoard: a heading, then each sample's prompt,
+    response and score."""
+    parts = [f"**Generation Results - Step {step}**\n\n"]
+    for number, (prompt, response, score) in enumerate(samples, 1):
+        parts.append(f"### Sample {number}\n**Input:** {prompt}\n\n**Output:** {response}\n\n**Score:** {score}\n\n---\n\n")
+    return "".join(parts)
+
+
+def generations_columns(count: int) -> list[str]:
+    """verl's W&B table columns: ``step``, then ``input_i``, ``output_i``, ``score_i`` per sample."""
+    return ["step", *(f"{name}_{i}" for i in range(1, count + 1) for name in ("input", "output", "score"))]
 
 
 class TensorBoardSink:
@@ -31,6 +57,10 @@ class TensorBoardSink:
                 self.writer.add_scalar(key, value, step)
         self.writer.flush()
 
+    def log_generations(self, step: int, samples: Sequence[Generation]) -> None:
+        self.writer.add_text(GENERATIONS_KEY, generations_markdown(step, samples), step)
+        self.writer.flush()
+
     def close(self) -> None:
         self.writer.close()
 
@@ -41,9 +71,18 @@ class WandbSink:
 
         self.wandb = wandb
         self.run = wandb.init(project=project, name=name, config=dict(config), dir=str(run_dir))
+        self.generation_rows: list[list[Any]] = []
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
         self.run.log({k: v for k, v in metrics.items() if k != "step"}, step=step)
+
+    def log_generations(self, step: int, samples: Sequence[Generation]) -> None:
+        """One row per validation, all rows logged anew each time (a W&B table logged under one
+        key is replaced, not extended; verl does the same)."""
+        self.generation_rows.append([step, *(value for sample in samples for value in sample)])
+        columns: list[str | int] = [*generations_columns(len(samples))]
+        table = self.wandb.Table(columns=columns, data=self.generation_rows)
+        self.run.log({GENERATIONS_KEY: table}, step=step)
 
     def close(self) -> None:
         self.run.finish()

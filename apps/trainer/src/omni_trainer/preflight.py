@@ -225,6 +225,7 @@ def _ranges(config: Config, found: Findings) -> None:
         "trainer.max_checkpoints_to_keep": (trainer.max_checkpoints_to_keep, 1),
         "trainer.save_freq": (trainer.save_freq, -1),
         "trainer.test_freq": (trainer.test_freq, -1),
+        "trainer.log_val_generations": (trainer.log_val_generations, 0),
         "distillation.teacher_models.teacher_model.log_prob_micro_batch_size_per_gpu": (
             config.distillation.teacher_models.teacher_model.log_prob_micro_batch_size_per_gpu, 1),
     }
@@ -309,6 +310,13 @@ def _warnings(config: Config, found: Findings) -> None:
         found.warnings.append(
             f"{NO_VALIDATION} (the training rows are not scored as validation); set data.val_files, e.g. "
             "the test or validation split `trainer convert` wrote"
+        )
+    if config.trainer.log_val_generations > 0 and (
+        config.actor_rollout_ref.model.stage == "talker" or (config.data.train_files and not config.data.val_files)
+    ):
+        found.warnings.append(
+            f"trainer.log_val_generations={config.trainer.log_val_generations} logs validation samples, and this "
+            "run validates nothing (no data.val_files, or stage=talker): none are logged"
         )
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 
 from omni_trainer.config import Config, uses_embedded_default
 from omni_trainer.run_dir import MetricsLog, draw_curve
+from omni_training.consistency import PEARSON, pearson_undefined_reason
 
 DROPPED_KEY = "data/dropped_rows"
 """Rows of the train files left out at load (bad rows with ``on_bad_row=skip``, overlong prompts)."""
@@ -16,12 +18,22 @@ def step_line(step: int, total: int, m: Mapping[str, float]) -> str:
     acc = f"acc {m['critic/acc/mean']:.3f} | " if "critic/acc/mean" in m else ""  # verl's training has none
     line = (
         f"step {step:>4}/{total} | reward {m['critic/score/mean']:.3f} | {acc}"
-        f"pearson {m.get('training/rollout_actor_probs_pearson_corr', float('nan')):.4f} | "
+        f"{pearson_text(m)} | "
         f"grad {m.get('actor/grad_norm', float('nan')):.3f} | {m['timing_s/step']:.1f} s"
     )
     if m.get(DROPPED_KEY):
         line += f" | dropped rows {int(m[DROPPED_KEY])}"
     return line
+
+
+def pearson_text(m: Mapping[str, float]) -> str:
+    """``pearson 0.9990``, or ``pearson n/a (why)`` where it is undefined; the metric itself
+    stays NaN (verl's too)."""
+    value = m.get(PEARSON, float("nan"))
+    if not math.isnan(value):
+        return f"pearson {value:.4f}"
+    reason = pearson_undefined_reason(m)
+    return f"pearson n/a ({reason})" if reason else "pearson n/a"
 
 
 def report_step(run_dir: Path, log: MetricsLog, config: Config, step: int, total: int, m: Mapping[str, float]) -> None:

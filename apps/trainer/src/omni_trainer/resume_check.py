@@ -39,7 +39,8 @@ MODEL_IDENTITY_KEYS = ("path", "stage", "lora_rank", "lora_alpha", "target_modul
 """Compared by the checkpoint's identity check (run_dir), so not listed twice here."""
 FREE_TO_CHANGE = (
     "trainer.total_training_steps", "trainer.total_epochs", "trainer.save_freq", "trainer.test_freq",
-    "trainer.val_before_train", "trainer.max_checkpoints_to_keep", "trainer.logger", "trainer.project_name",
+    "trainer.val_before_train", "trainer.log_val_generations", "trainer.max_checkpoints_to_keep", "trainer.logger",
+    "trainer.project_name",
     "trainer.experiment_name", "trainer.default_local_dir", "trainer.resume_mode", "trainer.resume_from_path",
     "trainer.resume_anyway", "trainer.nnodes", "trainer.n_gpus_per_node", "reward.num_workers",
     "reward.max_error_rate", "ray_kwargs.",

@@ -402,6 +402,8 @@ def _values(
         "trainer.save_freq": trainer.save_freq or -1,
         "trainer.test_freq": (trainer.test_freq or -1) if data.val_files else -1,
         "trainer.val_before_train": trainer.val_before_train and bool(data.val_files),
+        # verl logs them itself (ValidationGenerationsLogger) to its wandb/tensorboard/... loggers.
+        "trainer.log_val_generations": trainer.log_val_generations,
         "trainer.max_actor_ckpt_to_keep": trainer.max_checkpoints_to_keep,
         "trainer.resume_mode": trainer.resume_mode,
         # verl resolves a relative path from its task runner's directory, which need not be ours.

@@ -1,0 +1,23 @@
+"""The step line: what each number says, and why one is missing."""
+
+from __future__ import annotations
+
+from omni_trainer.reporting import step_line
+
+STEP = {"critic/score/mean": 0.5, "critic/acc/mean": 0.25, "actor/grad_norm": 0.125, "timing_s/step": 1.5}
+
+
+def test_the_step_line_shows_pearson_or_why_there_is_none() -> None:
+    """It printed ``pearson nan`` for a step whose token probabilities had no variance."""
+    measured = {**STEP, "training/rollout_actor_probs_pearson_corr": 0.99951,
+                "training/rollout_actor_probs_tokens": 8.0, "rollout_corr/log_ppl_diff": 0.0}
+    assert step_line(3, 10, measured) == (
+        "step    3/10 | reward 0.500 | acc 0.250 | pearson 0.9995 | grad 0.125 | 1.5 s"
+    )
+    flat = {**measured, "training/rollout_actor_probs_pearson_corr": float("nan")}
+    assert "| pearson n/a (no variance) |" in step_line(3, 10, flat)
+    one_token = {**flat, "training/rollout_actor_probs_tokens": 1.0}
+    assert "| pearson n/a (<2 tokens) |" in step_line(3, 10, one_token)
+    verl_row = {**STEP, "training/rollout_actor_probs_pearson_corr": float("nan")}  # no token count to tell why
+    assert "| pearson n/a |" in step_line(3, 10, verl_row)
+    assert "nan" not in step_line(3, 10, flat)
