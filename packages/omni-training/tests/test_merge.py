@@ -6,6 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from omni_training.merge import merge_lora
 
 #: Side files of the kinds the old fixed list missed (sentencepiece, tiktoken, named templates,
@@ -36,7 +38,8 @@ def test_merge_copies_every_tokenizer_and_processor_file_byte_for_byte(tmp_path:
         (base / name).write_bytes(content)
     (base / "README.md").write_text("not a tokenizer file")
     adapter = tmp_path / "adapter"
-    get_peft_model(AutoModelForCausalLM.from_pretrained(base), LoraConfig(r=2, target_modules=["q_proj"])).save_pretrained(adapter)
+    lora = get_peft_model(AutoModelForCausalLM.from_pretrained(base), LoraConfig(r=2, target_modules=["q_proj"]))
+    lora.save_pretrained(adapter)
 
     out = merge_lora(base, adapter, tmp_path / "merged", auto_class="AutoModelForCausalLM")
 
@@ -44,3 +47,14 @@ def test_merge_copies_every_tokenizer_and_processor_file_byte_for_byte(tmp_path:
     assert copied == SIDE  # generation_config.json too: the base's, not the re-serialized one
     assert not (out / "README.md").exists()
     assert (out / "model.safetensors").is_file() and (out / "config.json").is_file()
+
+
+def test_merge_refuses_a_broken_tokenizer_config_before_writing(tmp_path: Path) -> None:
+    base, adapter = tmp_path / "base", tmp_path / "adapter"
+    for folder, name in ((base, "config.json"), (adapter, "adapter_config.json")):
+        folder.mkdir()
+        (folder / name).write_text("{}")
+    (base / "tokenizer_config.json").write_text("not json")
+    with pytest.raises(ValueError, match=r"tokenizer_config.json is not a JSON object"):
+        merge_lora(base, adapter, tmp_path / "merged")
+    assert not (tmp_path / "merged").exists()

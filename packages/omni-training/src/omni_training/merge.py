@@ -25,7 +25,8 @@ def merge_lora(base: str | Path, adapter: str | Path, out: str | Path, *, auto_c
     Raises:
         FileExistsError: ``out`` exists.
         FileNotFoundError: ``adapter`` has no ``adapter_config.json`` or ``base`` no ``config.json``.
-        ValueError: ``auto_class`` is not a transformers auto class.
+        ValueError: ``auto_class`` is not a transformers auto class, or a ``tokenizer_config.json``
+            of ``base`` is not a JSON object.
     """
     out = Path(out)
     if out.exists():
@@ -34,6 +35,7 @@ def merge_lora(base: str | Path, adapter: str | Path, out: str | Path, *, auto_c
         raise FileNotFoundError(f"{adapter} has no adapter_config.json; pass the checkpoint's adapter/ directory.")
     if not (Path(base) / "config.json").is_file():
         raise FileNotFoundError(f"{base} has no config.json; pass the base model's checkpoint directory.")
+    copied = side_files(base)  # a broken tokenizer_config.json is refused before anything is written
     import transformers
     from peft import PeftModel
 
@@ -43,7 +45,7 @@ def merge_lora(base: str | Path, adapter: str | Path, out: str | Path, *, auto_c
     model = getattr(transformers, auto_class).from_pretrained(base)
     merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     merged.save_pretrained(out)
-    for name in side_files(base):
+    for name in copied:
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(Path(base) / name, out / name)
     return out

@@ -48,9 +48,10 @@ def side_files(folder: str | Path) -> list[Path]:
     """
     root = Path(folder)
     found: set[Path] = set()
-    tokenizer_dirs = [root] + sorted(d for d in root.iterdir() if d.is_dir() and (d / "tokenizer_config.json").is_file())
+    extra_tokenizers = (d for d in root.iterdir() if d.is_dir() and (d / "tokenizer_config.json").is_file())
+    tokenizer_dirs = [root, *sorted(extra_tokenizers)]
     for directory in tokenizer_dirs:
-        names = set(TOKENIZER_VOCAB_FILES | FIXED_SIDE_FILES) | set(_fast_tokenizer_files(directory))
+        names = TOKENIZER_VOCAB_FILES | FIXED_SIDE_FILES | set(_fast_tokenizer_files(directory))
         found.update(directory / name for name in names if (directory / name).is_file())
         found.update(p for pattern in SIDE_FILE_PATTERNS for p in directory.glob(pattern) if p.is_file())
     return sorted(p.relative_to(root) for p in found)
@@ -62,6 +63,6 @@ def _fast_tokenizer_files(directory: Path) -> list[str]:
         return []
     try:
         names = json.loads(config.read_text(encoding="utf-8")).get("fast_tokenizer_files", [])
-    except (json.JSONDecodeError, AttributeError) as exc:
+    except (ValueError, AttributeError) as exc:  # not JSON, not UTF-8, or not an object
         raise ValueError(f"{config} is not a JSON object ({exc}); repair or remove it.") from exc
     return [n for n in names if isinstance(n, str) and "/" not in n and n != ".."]
