@@ -213,6 +213,28 @@ def test_same_model_by_content_and_for_checkpoints_saved_before_fingerprints(tmp
     assert same_model({"path": None, "model": None}, {"path": None, "model": None})  # the embedded default
 
 
+def test_the_derived_run_name_counts_the_model_by_content(tmp_path: Path) -> None:
+    """A run restarted through a symlink or a copy of its model finds its run directory."""
+    model = minimal_checkpoint(tmp_path / "models" / "m")
+    link = tmp_path / "links" / "m"
+    link.parent.mkdir()
+    link.symlink_to(model, target_is_directory=True)
+    copy = Path(shutil.copytree(model, tmp_path / "copies" / "m"))
+    other = Path(shutil.copytree(model, tmp_path / "others" / "m"))
+    save_file({"w": np.full(4, 2.0, np.float32)}, str(other / "model.safetensors"))  # same shapes, other values
+
+    def run_dir(path: Path | str) -> str:
+        return load_config([f"{KEY}={path}", "data.train_files=/d/gsm8k/train.parquet"]).trainer.default_local_dir
+
+    name = run_dir(model)
+    assert name.startswith("runs/m-gsm8k-train-")
+    assert run_dir(link) == name and run_dir(copy) == name  # today: three directories
+    assert run_dir(other) != name
+    # No model folder there (a typo, a hub id): the resolved path, so a symlinked parent counts once.
+    (tmp_path / "alias").symlink_to(tmp_path / "models", target_is_directory=True)
+    assert run_dir(tmp_path / "alias" / "absent") == run_dir(tmp_path / "models" / "absent") != name
+
+
 def run_with(model: Path, run: Path) -> list[str]:
     return [f"{KEY}={model}", f"trainer.default_local_dir={run}"]
 

@@ -73,7 +73,13 @@ def test_thinker_run_reports_talker_drift_and_the_penalty_reduces_it(tmp_path: P
     """The embedded thinker run with ``trainer.talker_drift=true``: no drift before training
     (the probe's thinker is the policy's), some after updates of the thinker; the same run
     with the penalty in the thinker's loss drifts less. (Measured: 2.0e-5 free, 1.8e-6 with
-    coef 1000 after 5 steps; a much larger coef oscillates under Adam's normalised steps.)"""
+    coef 1000 after 5 steps; a much larger coef oscillates under Adam's normalised steps.)
+
+    At step 1's update the penalty is exactly 0 but its gradient is rounding noise, not 0
+    (``q * sum(p) - p`` per logit at ``q == p``, times the coef), and AdamW's first step,
+    ``g / (|g| + eps)`` per element, moves by up to lr the elements whose policy gradient is as
+    small: the step-1 drifts differ by 0.4% here, 1.2% on a CI machine (each run is bitwise
+    repeatable), while the gradient norms differ by 7e-8 relative."""
     free = thinker_run_with_drift(tmp_path, "free", "trainer.talker_drift_rewards=[{name: duration, weight: 1.0}]")
     assert free[0.0]["talker/drift_kl"] < 1e-9  # the same thinker: the same distributions
     for step in (0.0, 5.0):  # the probes spoken anew from the thinker being trained, scored
@@ -82,7 +88,13 @@ def test_thinker_run_reports_talker_drift_and_the_penalty_reduces_it(tmp_path: P
     assert all(free[step]["actor/grad_norm"] > 0 for step in (1.0, 2.0, 3.0, 4.0, 5.0))
     assert free[5.0]["talker/drift_kl"] > 5e-6
     held = thinker_run_with_drift(tmp_path, "held", "actor_rollout_ref.actor.talker_drift_coef=1000")
-    assert held[1.0]["talker/drift_kl"] == pytest.approx(free[1.0]["talker/drift_kl"], rel=1e-2)  # KL 0: no pull yet
+    # Step 1: nothing to pull against yet (the probe's thinker is the policy's) ...
+    assert held[1.0]["actor/talker_drift_penalty"] < 1e-9
+    # ... so the penalty's gradient is noise beside the policy's: measured 7e-8 relative on the
+    # norm; a pull of 0.5% of the policy gradient, even orthogonal, moves it by 1.25e-5.
+    assert held[1.0]["actor/grad_norm"] == pytest.approx(free[1.0]["actor/grad_norm"], rel=1e-5)
+    # ... and after Adam's step the drifts agree to well within the tenfold gap of step 5.
+    assert held[1.0]["talker/drift_kl"] == pytest.approx(free[1.0]["talker/drift_kl"], rel=0.1)
     assert "actor/talker_drift_penalty" in held[2.0] and "actor/talker_drift_penalty" not in free[2.0]
     assert held[5.0]["talker/drift_kl"] < 0.3 * free[5.0]["talker/drift_kl"]
 

@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from omni_trainer.loggers import LOGGERS
+from omni_trainer.model_folder import model_fingerprint
 
 
 @dataclass
@@ -682,8 +683,10 @@ def derived_experiment_name(config: Config | DictConfig) -> str:
     of different models or data never share a run directory.
 
     ``tiny-default`` for the embedded default; otherwise ``<model>-<data>-<digest>``, e.g.
-    ``Qwen3-Omni-30B-A3B-Instruct-gsm8k-train-1f3a9c``, where the digest covers the full
-    model path and train-file paths (equal names in different places stay apart).
+    ``Qwen3-Omni-30B-A3B-Instruct-gsm8k-train-1f3a9c``, where the digest covers the model and
+    the train-file paths (equal names in different places stay apart). The model counts by
+    content (:func:`_model_identity`), so a symlink or a copy of it in a folder of the same
+    name finds the run; ``<model>`` is the folder name as given.
     """
     if uses_embedded_default(config):
         return "tiny-default"
@@ -691,9 +694,21 @@ def derived_experiment_name(config: Config | DictConfig) -> str:
     files = list(config.data.train_files or [])
     model = Path(model_path).name if model_path else "tiny-qwen3-omni"
     data = _data_name(files) if files else "builtin-task"
-    identity = json.dumps([os.path.abspath(model_path) if model_path else None, [os.path.abspath(f) for f in files]])
+    identity = json.dumps([_model_identity(model_path) if model_path else None, [os.path.abspath(f) for f in files]])
     digest = hashlib.sha1(identity.encode()).hexdigest()[:6]
     return re.sub(r"[^A-Za-z0-9._+-]+", "_", f"{model}-{data}-{digest}")
+
+
+def _model_identity(model_path: str) -> str:
+    """The model's content digest (:func:`omni_trainer.model_folder.model_fingerprint`: config
+    and weight headers, a few ms for the tiny model, cached per process, and the run directory
+    computes it again anyway), or its resolved path when nothing readable with a config.json
+    is there (a missing folder; the pre-flight says what is wrong with it)."""
+    try:
+        fingerprint = model_fingerprint(model_path)
+    except OSError:
+        fingerprint = None
+    return f"content:{fingerprint}" if fingerprint else os.path.realpath(os.path.expanduser(model_path))
 
 
 def _data_name(files: list[str]) -> str:

@@ -3,7 +3,9 @@
 ``python -m omni_training.merge --base BASE --adapter RUN/step_N/adapter --out OUT``
 
 The base is loaded whole (nothing stripped), so the result is a complete checkpoint of the
-original architecture; tokenizer, processor and chat-template files are copied from the base.
+original architecture; every tokenizer, processor, chat-template and generation file of the
+base (``omni_training.side_files``) is copied byte for byte, replacing the generation config
+``save_pretrained`` re-serialized.
 """
 
 from __future__ import annotations
@@ -14,12 +16,7 @@ import sys
 from pathlib import Path
 
 from omni_training.cli_messages import one_line
-
-SIDE_FILES = (
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
-    "chat_template.json", "chat_template.jinja", "processor_config.json", "preprocessor_config.json",
-    "video_preprocessor_config.json", "generation_config.json",
-)
+from omni_training.side_files import side_files
 
 
 def merge_lora(base: str | Path, adapter: str | Path, out: str | Path, *, auto_class: str = "AutoModelForMultimodalLM") -> Path:
@@ -28,7 +25,8 @@ def merge_lora(base: str | Path, adapter: str | Path, out: str | Path, *, auto_c
     Raises:
         FileExistsError: ``out`` exists.
         FileNotFoundError: ``adapter`` has no ``adapter_config.json`` or ``base`` no ``config.json``.
-        ValueError: ``auto_class`` is not a transformers auto class.
+        ValueError: ``auto_class`` is not a transformers auto class, or a ``tokenizer_config.json``
+            of ``base`` is not a JSON object.
     """
     out = Path(out)
     if out.exists():
@@ -37,6 +35,7 @@ def merge_lora(base: str | Path, adapter: str | Path, out: str | Path, *, auto_c
         raise FileNotFoundError(f"{adapter} has no adapter_config.json; pass the checkpoint's adapter/ directory.")
     if not (Path(base) / "config.json").is_file():
         raise FileNotFoundError(f"{base} has no config.json; pass the base model's checkpoint directory.")
+    copied = side_files(base)  # a broken tokenizer_config.json is refused before anything is written
     import transformers
     from peft import PeftModel
 
@@ -46,10 +45,9 @@ def merge_lora(base: str | Path, adapter: str | Path, out: str | Path, *, auto_c
     model = getattr(transformers, auto_class).from_pretrained(base)
     merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     merged.save_pretrained(out)
-    for name in SIDE_FILES:
-        source = Path(base) / name
-        if source.is_file() and not (out / name).exists():
-            shutil.copy2(source, out / name)
+    for name in copied:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(Path(base) / name, out / name)
     return out
 
 
