@@ -32,7 +32,9 @@ print("PROBE:" + json.dumps({"code": code, "leaked": leaked}))
 
 def test_embedded_default_run_leaves_vllm_unimported(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, "trainer.total_training_steps=1", f"trainer.default_local_dir={tmp_path / 'run'}"],
+        [sys.executable, "-c", PROBE, "trainer.total_training_steps=1", "trainer.val_before_train=false",
+         "data.train_batch_size=2", "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+         f"trainer.default_local_dir={tmp_path / 'run'}"],
         capture_output=True, text=True, timeout=900,
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("PROBE:")]

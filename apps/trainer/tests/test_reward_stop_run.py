@@ -14,11 +14,12 @@ from omni_trainer.cli import main
 
 @pytest.mark.slow
 def test_a_scorer_that_breaks_stops_the_run_and_keeps_the_trained_steps(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Before, every later step trained on zeros (GRPO: no signal, the KL term alone moving
     the policy) and the run reported success."""
-    monkeypatch.setenv("OMNI_RL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("OMNI_RL_CACHE", str(tmp_path_factory.getbasetemp() / "omni-rl-cache"))  # the session's
     calls = tmp_path / "calls"
     scorer = tmp_path / "scorer.py"
     scorer.write_text(textwrap.dedent(f"""

@@ -4,8 +4,8 @@ What runs is ``uv run trainer``'s code path in a process of its own: verl 0.9.1'
 runner on Ray, its FSDP2 actor on two gloo ranks, the ``omni_local`` rollout (one replica
 per rank) taking the actor's weights every step through verl's weight sync, TransferQueue,
 verl's reward loop with our scorer, verl-format checkpoints, and ``resume_mode=auto`` after
-the run is killed. The three runs cover two Ray nodes (image+audio and video rows, killed and
-resumed), on-policy distillation with a teacher replica, and the talker stage on two ranks of
+the run is killed. The two runs cover two Ray nodes with a teacher on a third (image+audio and
+video rows, on-policy distillation, killed and resumed), and the talker stage on two ranks of
 one node. Metrics are read from the run's verl ``file`` logger.
 """
 
@@ -29,6 +29,7 @@ pytestmark = pytest.mark.slow
 HERE = Path(__file__).resolve().parent
 PEARSON = "training/rollout_actor_probs_pearson_corr"
 LOG_PPL_DIFF = "rollout_corr/log_ppl_diff"
+DISTILL_MIN, DISTILL_MAX = "actor/distillation/loss_min", "actor/distillation/loss_max"
 SYNC_LINE = re.compile(r"omni_local replica (\d+): weights of step (\d+) loaded \(\d+ tensors, sha256 ([0-9a-f]{16})\)")
 
 
@@ -98,13 +99,17 @@ def mixed_rows(root: Path, image_audio: Path) -> Path:
     return write_rl_parquet(rows, root / "mixed.parquet")
 
 
-def test_two_ranks_on_two_nodes_train_save_and_resume_after_a_kill(inputs: tuple[str, Path, Path], tmp_path: Path) -> None:
-    """Two Ray nodes on this machine (Ray's ``cluster_utils.Cluster``, joined through
+def test_two_nodes_distil_save_and_resume_after_a_kill(inputs: tuple[str, Path, Path], tmp_path: Path) -> None:
+    """Three Ray nodes on this machine (Ray's ``cluster_utils.Cluster``, joined through
     ``ray_kwargs.ray_init.address`` as a cluster started with ``ray start`` would be), one rank
-    slot each: verl places one FSDP rank and the ``omni_local`` replica serving it on each
-    node, and the two ranks shard the actor over gloo. Each step trains on an image+audio row
-    and a video row. The run is killed after its second checkpoint and rerun on the same
-    cluster: it resumes at step 3 from that checkpoint's weights, bit for bit."""
+    slot each: verl places one FSDP rank and the ``omni_local`` replica serving it on each of
+    two nodes (the two ranks shard the actor over gloo), and its teacher manager an
+    ``omni_local`` teacher replica on the third. Each step trains on an image+audio row and a
+    video row, with on-policy distillation: every sample's prompt + response (with its
+    media) is scored by the teacher, which is the student's checkpoint, so before the first
+    update verl's per-token divergence is zero to fp32 noise (a teacher answer one token off,
+    or without the media, would not be). The run is killed after its second checkpoint and
+    rerun on the same cluster: it resumes at step 3 from that checkpoint's weights, bit for bit."""
     from ray.cluster_utils import Cluster
 
     tiny, train, val = inputs
@@ -114,11 +119,15 @@ def test_two_ranks_on_two_nodes_train_save_and_resume_after_a_kill(inputs: tuple
     # for verl's actors (the CPU counts are logical too).
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 32, "num_gpus": 1})
     try:
-        cluster.add_node(num_cpus=32, num_gpus=1)
+        for _ in range(2):
+            cluster.add_node(num_cpus=32, num_gpus=1)
         cluster.wait_for_nodes()
         command = trainer_command(
             tiny, data, val, run_dir, "trainer.nnodes=2", "data.shuffle=false", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
             f"ray_kwargs.ray_init.address={cluster.address}",
+            "distillation.enabled=true", f"distillation.teacher_models.teacher_model.model_path={tiny}",
+            "distillation.nnodes=1", "distillation.n_gpus_per_node=1",
+            "distillation.distillation_loss.loss_mode=kl", "distillation.distillation_loss.use_policy_gradient=true",
         )
         command = [arg for arg in command if arg not in ("trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2")]
         command.append("trainer.n_gpus_per_node=1")
@@ -158,9 +167,16 @@ def test_two_ranks_on_two_nodes_train_save_and_resume_after_a_kill(inputs: tuple
         assert sorted(p.name for p in (run_dir / f"global_step_{step}" / "actor").glob("model_world_size_2_rank_*.pt")) == [
             "model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"
         ]
-    # One rank and one rollout server on each node.
+    # One rank and one rollout server on each of two nodes, the teacher on the third.
     assert len(placement["ranks"]) == 2 and len(set(placement["ranks"])) == 2, placement
     assert len(placement["servers"]) == 2 and set(placement["servers"]) == set(placement["ranks"]), placement
+    assert len(placement["teachers"]) == 1 and placement["teachers"][0] not in placement["ranks"], placement
+    assert "omni_local teacher replica 0" in (tmp_path / "first.log").read_text(errors="replace")
+    # The teacher is the student's checkpoint: no divergence before the first update; after
+    # updates at lr 1e-3 the student has moved away from it.
+    first_step = killed[0]
+    assert max(abs(first_step[DISTILL_MIN]), abs(first_step[DISTILL_MAX])) < 1e-4, first_step
+    assert max(abs(resumed[0][DISTILL_MIN]), abs(resumed[0][DISTILL_MAX])) > 1e-4, resumed[0]
     # Same weights after the resume, bit for bit: the resumed actor's first sync (labelled with
     # the checkpoint's step) equals what the killed actor synced after its second update.
     before = weight_syncs((tmp_path / "first.log").read_text(errors="replace"))
@@ -185,8 +201,10 @@ def node_of_each_rank(address: str) -> dict[str, Any]:
         f"ray.init(address={address!r}, log_to_driver=False)\n"
         "actors = list_actors(limit=10000, detail=True)\n"
         "ranks = [a.node_id for a in actors if 'WorkerDict' in a.class_name or 'ActorRollout' in a.class_name]\n"
-        "servers = [a.node_id for a in actors if a.class_name == 'LocalRolloutServer']\n"
-        "print(json.dumps({'ranks': ranks, 'servers': servers, 'classes': sorted({a.class_name for a in actors})}))\n"
+        "servers = [a.node_id for a in actors if a.class_name == 'LocalRolloutServer' and 'teacher' not in (a.name or '')]\n"
+        "teachers = [a.node_id for a in actors if a.class_name == 'LocalRolloutServer' and 'teacher' in (a.name or '')]\n"
+        "print(json.dumps({'ranks': ranks, 'servers': servers, 'teachers': teachers,\n"
+        "                  'classes': sorted({a.class_name for a in actors})}))\n"
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True).stdout
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
@@ -195,35 +213,6 @@ def node_of_each_rank(address: str) -> dict[str, Any]:
 
 def _tail(path: Path, lines: int = 60) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-
-def test_distillation_with_an_omni_local_teacher(inputs: tuple[str, Path, Path], tmp_path: Path) -> None:
-    """On-policy distillation: verl's teacher manager starts an ``omni_local`` teacher replica
-    on a rank slot of its own, and every sample's prompt + response (with its picture and
-    tone) is scored there. The teacher is the student's checkpoint, so before the first
-    update the per-token divergence verl computes is zero to fp32 noise; a teacher answer
-    one token off, or without the media, would not be."""
-    tiny, train, val = inputs
-    run_dir = tmp_path / "run"
-    command = trainer_command(
-        tiny, train, val, run_dir,
-        "distillation.enabled=true", f"distillation.teacher_models.teacher_model.model_path={tiny}",
-        "distillation.nnodes=1", "distillation.n_gpus_per_node=1",
-        "distillation.distillation_loss.loss_mode=kl", "distillation.distillation_loss.use_policy_gradient=true",
-    )
-    command = [arg for arg in command if arg not in ("trainer.n_gpus_per_node=2", "trainer.total_training_steps=3", "trainer.save_freq=1")]
-    command += ["trainer.n_gpus_per_node=1", "trainer.total_training_steps=2", "trainer.save_freq=-1"]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=900, env=RUN_ENV)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
-    assert "omni_local teacher replica 0" in run.stdout + run.stderr
-    (steps,) = launches(run_dir)
-    assert [row["step"] for row in steps] == [1, 2]
-    first, second = steps
-    assert abs(first["actor/distillation/loss_min"]) < 1e-4 and abs(first["actor/distillation/loss_max"]) < 1e-4, first
-    # After an update at lr 1e-3 the student has moved away from its teacher.
-    assert max(abs(second["actor/distillation/loss_min"]), abs(second["actor/distillation/loss_max"])) > 1e-4, second
-    for row in steps:
-        assert row[PEARSON] >= 0.999, (row["step"], row[PEARSON])
 
 
 def test_a_talker_run_through_omni_local(inputs: tuple[str, Path, Path], tmp_path: Path) -> None:

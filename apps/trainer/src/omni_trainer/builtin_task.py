@@ -49,6 +49,22 @@ def register_scorer() -> None:
         SCORERS.add(DATA_SOURCE, score_digits)
 
 
+ANY_NUMBER = "any number"
+"""The ground truth of a question with no single right number (the reward asks for a number)."""
+
+
+def expected_answer(template: str, a: int, b: int) -> str:
+    """What a row's question asks for, written as its ground truth (the reward is the number's
+    format, not its value: see :func:`score_digits`)."""
+    if "+" in template:
+        return str(a + b)
+    if "times" in template:
+        return str(a * b)
+    if "1, 2, 3" in template:
+        return "4"
+    return ANY_NUMBER
+
+
 def builtin_rows(count: int, seed: int = 0) -> list[dict[str, Any]]:
     """``count`` task rows: chat messages, one picture, one tone, the reward fields."""
     import numpy as np
@@ -58,7 +74,8 @@ def builtin_rows(count: int, seed: int = 0) -> list[dict[str, Any]]:
     rows = []
     for index in range(count):
         a, b = rng.randint(1, 9), rng.randint(1, 9)
-        question = rng.choice(QUESTIONS).format(a=a, b=b)
+        template = rng.choice(QUESTIONS)
+        question = template.format(a=a, b=b)
         colour = tuple(rng.randint(0, 255) for _ in range(3))
         picture = Image.new("RGB", (64, 64), colour)
         hz = rng.choice((220.0, 330.0, 440.0, 660.0))
@@ -74,7 +91,7 @@ def builtin_rows(count: int, seed: int = 0) -> list[dict[str, Any]]:
                 "images": [picture],
                 "audios": [tone],
                 "data_source": DATA_SOURCE,
-                "ground_truth": str(a + b),
+                "ground_truth": expected_answer(template, a, b),
                 "index": index,
             }
         )

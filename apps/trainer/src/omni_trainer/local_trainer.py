@@ -65,7 +65,7 @@ from omni_trainer.speech_step import SpeechParts, speech_policy, write_speech_sa
 from omni_trainer.step import StepDiscarded, StepParts, train_step
 from omni_trainer.val_generations import ValGeneration, ValGenerationsLog
 from omni_training.actor import Actor, Regularizer
-from omni_training.logit_mask import masked_ids
+from omni_training.logit_mask import mask_policy_logits, masked_ids
 from omni_training.checkpoint import load_checkpoint, save_checkpoint
 from omni_training.distillation import DistillationSettings, Teacher, check_shared_tokenizer
 
@@ -221,6 +221,9 @@ class LocalTrainer:
             teacher.model_path, self.teacher_adapter, dtype=model_dtype(cfg, self.device),
             device=device, offload=teacher.param_offload,
         )
+        # The teacher scores the student's samples under the mask they were sampled with
+        # (its mass on ids no sample can hold would add log(1 - P(masked)) to every token).
+        mask_policy_logits(loaded.model, self._logit_mask(self.mode))
         print(f"teacher: {teacher.model_path} (frozen, {'offloaded to CPU' if teacher.param_offload else 'resident'})")
         return loaded
 

@@ -50,7 +50,7 @@ from omni_trainer.placeholders import banned_token_ids, policy_logit_mask
 from omni_trainer.verl_engine.adapters import rollout_adapter, training_adapter
 from omni_trainer.verl_engine.processor import adapter_processor
 from omni_trainer.verl_engine.settings import LOCAL_ROLLOUT_NAME, VerlSettings
-from omni_training.logit_mask import masked_ids
+from omni_training.logit_mask import mask_policy_logits, masked_ids
 
 logger = logging.getLogger(__name__)
 
@@ -231,6 +231,19 @@ def _digest_into(digest: Any, value: Any) -> None:
         digest.update(repr(value).encode())
 
 
+async def _settle(requests: list[_Request], call: Any, *args: Any) -> None:
+    """Run ``call(*args)`` in a thread; its results answer ``requests`` in order, or its failure
+    answers each of them (none is left waiting)."""
+    try:
+        results = await asyncio.to_thread(call, *args)
+    except Exception as exc:
+        for request in requests:
+            request.done.set_exception(exc)
+        return
+    for request, result in zip(requests, results, strict=True):
+        request.done.set_result(result)
+
+
 class LocalRolloutServer:
     """One replica's sampler: the policy in this process, batched ``generate`` calls.
 
@@ -274,6 +287,13 @@ class LocalRolloutServer:
             path = str(self.model_config.path)
             adapter = training_adapter(AutoConfig.from_pretrained(path), settings)
             self.teacher = Teacher.from_pretrained(path, adapter, dtype="float32")
+            # The student's samples were drawn under its logit mask; the teacher scores them
+            # under the same one (omni_training.logit_mask).
+            student = AutoConfig.from_pretrained(settings.model_path)
+            tokenizer = getattr(self.processor, "tokenizer", self.processor)
+            mask_policy_logits(self.teacher.model, policy_logit_mask(
+                rollout_adapter(settings), settings.pipeline_mode, student, self.processor, tokenizer,
+            ))
             self._teacher_calls = asyncio.Lock()
             print(f"{LOCAL_ROLLOUT_NAME} teacher replica {self.replica_rank}: {path} loaded", flush=True)
             return
@@ -408,14 +428,7 @@ class LocalRolloutServer:
             return
         self._calls += 1
         seeded = replace(settings, seed=self._seed())
-        try:
-            rollouts = await asyncio.to_thread(self.engine.generate, [r.inputs for r in requests], seeded)
-        except Exception as exc:  # each waiting request gets the failure, none is left hanging
-            for request in requests:
-                request.done.set_exception(exc)
-            return
-        for request, rollout in zip(requests, rollouts, strict=True):
-            request.done.set_result(rollout)
+        await _settle(requests, self.engine.generate, [r.inputs for r in requests], seeded)
 
     async def _speak(self, settings: SamplingSettings, requests: list[_Request]) -> None:
         """A speech stage's requests: one ``sample_speech`` call per prompt, for all of its samples."""
@@ -426,16 +439,7 @@ class LocalRolloutServer:
             by_prompt.setdefault(tuple(request.inputs["input_ids"][0].tolist()), []).append(request)
         for prompt_ids, group in by_prompt.items():
             self._calls += 1
-            try:
-                outputs = await asyncio.to_thread(
-                    self.speaker.speak, prompt_ids, len(group), speech_settings(settings), self._seed()
-                )
-            except Exception as exc:  # each waiting request gets the failure, none is left hanging
-                for request in group:
-                    request.done.set_exception(exc)
-                continue
-            for request, output in zip(group, outputs, strict=True):
-                request.done.set_result(output)
+            await _settle(group, self.speaker.speak, prompt_ids, len(group), speech_settings(settings), self._seed())
 
     def _seed(self) -> int:
         return int(self.config.seed) * 1_000_003 + self.replica_rank * 10_007 + self._calls
