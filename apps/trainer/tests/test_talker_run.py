@@ -72,8 +72,9 @@ def thinker_run_with_drift(tmp_path: Path, name: str, *extra: str) -> dict[float
 def test_thinker_run_reports_talker_drift_and_the_penalty_reduces_it(tmp_path: Path) -> None:
     """The embedded thinker run with ``trainer.talker_drift=true``: no drift before training
     (the probe's thinker is the policy's), some after updates of the thinker; the same run
-    with the penalty in the thinker's loss drifts less. (Measured: 2.0e-5 free, 1.8e-6 with
-    coef 1000 after 5 steps; a much larger coef oscillates under Adam's normalised steps.)
+    with the penalty in the thinker's loss drifts less. (Measured with the actor scoring the
+    masked distribution it samples from: 6.8e-6 free, 2.4e-6 with coef 3000 after 5 steps,
+    4.7e-6 with 1000; before that mask, 2.0e-5 free and 1.8e-6 with 1000.)
 
     At step 1's update the penalty is exactly 0 but its gradient is rounding noise, not 0
     (``q * sum(p) - p`` per logit at ``q == p``, times the coef), and AdamW's first step,
@@ -87,7 +88,7 @@ def test_thinker_run_reports_talker_drift_and_the_penalty_reduces_it(tmp_path: P
         assert 0.0 <= spoken <= 1.0 and free[step]["talker/probe/audio_reward/duration/errors"] == 0
     assert all(free[step]["actor/grad_norm"] > 0 for step in (1.0, 2.0, 3.0, 4.0, 5.0))
     assert free[5.0]["talker/drift_kl"] > 5e-6
-    held = thinker_run_with_drift(tmp_path, "held", "actor_rollout_ref.actor.talker_drift_coef=1000")
+    held = thinker_run_with_drift(tmp_path, "held", "actor_rollout_ref.actor.talker_drift_coef=3000")
     # Step 1: nothing to pull against yet (the probe's thinker is the policy's) ...
     assert held[1.0]["actor/talker_drift_penalty"] < 1e-9
     # ... so the penalty's gradient is noise beside the policy's: measured 7e-8 relative on the
@@ -96,7 +97,7 @@ def test_thinker_run_reports_talker_drift_and_the_penalty_reduces_it(tmp_path: P
     # ... and after Adam's step the drifts agree to well within the tenfold gap of step 5.
     assert held[1.0]["talker/drift_kl"] == pytest.approx(free[1.0]["talker/drift_kl"], rel=0.1)
     assert "actor/talker_drift_penalty" in held[2.0] and "actor/talker_drift_penalty" not in free[2.0]
-    assert held[5.0]["talker/drift_kl"] < 0.3 * free[5.0]["talker/drift_kl"]
+    assert held[5.0]["talker/drift_kl"] < 0.5 * free[5.0]["talker/drift_kl"]
 
 
 def speech_rows(tmp_path: Path) -> Path:

@@ -186,6 +186,14 @@ def main(out_dir: Path, remove_padding: bool, model: str) -> None:
 
     hf_architecture = json.loads((Path(tiny) / "config.json").read_text())["architectures"][0]
     actor = Actor.from_pretrained(tiny, get_training_adapter(hf_architecture, "thinker"), settings=ActorSettings(loss_mode="gspo"))
+    # As the local trainer does, and verl's engine: the actor scores the rollout's masked distribution.
+    from omni_contracts import get_rollout_adapter
+    from omni_trainer.placeholders import policy_logit_mask
+
+    rollout = config.actor_rollout_ref.rollout
+    actor.mask_logits(policy_logit_mask(
+        get_rollout_adapter(rollout.pipeline()), rollout.pipeline_mode, actor.model_config, processor, processor.tokenizer,
+    ))
 
     report: dict[str, Any] = {
         "engine_class": type(engine).__name__, "module_class": type(engine.module).__name__,

@@ -219,6 +219,15 @@ def local_step(config: Any, tiny: str, ours: list[dict[str, Any]]) -> dict[str, 
     actor = Actor.from_pretrained(
         tiny, adapter, settings=actor_settings(config), lora=lora_settings(config), optim=optim_settings(config, None)
     )
+    # As the local trainer does, and verl's engine: the actor scores the rollout's masked distribution.
+    from omni_contracts import get_rollout_adapter
+    from omni_trainer.placeholders import policy_logit_mask
+
+    processor = adapter.configure_processor(tiny, actor.model_config)
+    rollout = config.actor_rollout_ref.rollout
+    actor.mask_logits(policy_logit_mask(
+        get_rollout_adapter(rollout.pipeline()), rollout.pipeline_mode, actor.model_config, processor, processor.tokenizer,
+    ))
     name, param = watched(actor.model.named_parameters())
     before = full(param)
     rows = [(o, response, advantage) for o, (response, advantage) in zip(ours, ROWS.values(), strict=True)]
