@@ -118,8 +118,10 @@ def test_ctrl_c_while_the_reward_workers_import_stops_at_once(tmp_path: Path, st
             with stop.installed():
                 with workers_ignore_sigint():
                     pool.launch()
-                print("importing", flush=True)
                 try:
+                    # Inside the try: the test's SIGINT follows this line at once, and Python
+                    # may run the handler before the next statement.
+                    print("importing", flush=True)
                     pool.start()
                 except KeyboardInterrupt:
                     pool.close()
