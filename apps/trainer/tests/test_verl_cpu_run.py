@@ -4,9 +4,10 @@ What runs is ``uv run trainer``'s code path in a process of its own: verl 0.9.1'
 runner on Ray, its FSDP2 actor on two gloo ranks, the ``omni_local`` rollout (one replica
 per rank) taking the actor's weights every step through verl's weight sync, TransferQueue,
 verl's reward loop with our scorer, verl-format checkpoints, and ``resume_mode=auto`` after
-the run is killed. The two runs cover two Ray nodes with a teacher on a third (image+audio and
-video rows, on-policy distillation, killed and resumed), and the talker stage on two ranks of
-one node. Metrics are read from the run's verl ``file`` logger.
+the run is killed. The runs cover two Ray nodes with a teacher on a third (image+audio and
+video rows, on-policy distillation, killed and resumed), the talker stage on two ranks of
+one node, and a user's reward file on one rank whose scorer fails on the second step.
+Metrics are read from the run's verl ``file`` logger.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import re
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -252,3 +254,35 @@ def test_a_talker_run_through_omni_local(inputs: tuple[str, Path, Path], tmp_pat
     # Both ranks' replicas sampled step 2 with the talker's weights after step 1's update.
     syncs = weight_syncs(log)
     assert {(0, 1), (1, 1)} <= syncs.keys() and syncs[0, 1] == syncs[1, 1] != syncs[0, 0]
+
+
+def test_a_users_reward_file_scores_and_a_failing_step_stops_before_its_update(
+    inputs: tuple[str, Path, Path], tmp_path: Path
+) -> None:
+    """verl-omni's ``reward.custom_reward_function`` on verl: verl's reward loop calls the
+    user's function (with its ``reward_kwargs``) through ours. When it fails on every sample
+    of step 2, the run stops as the trainer takes that step's batch: step 2 is never trained
+    on and no checkpoint follows it (before, the check ran at the next dispatch, so the last
+    step trained on zeros and the run ended with exit 0)."""
+    tiny, train, val = inputs
+    scorer = tmp_path / "my_reward.py"
+    scorer.write_text(textwrap.dedent("""
+        def my_score(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):
+            if extra_info["index"] >= 2:  # the second step's rows (data.shuffle=false)
+                raise ConnectionError("the grading service is down")
+            return 0.5 + bonus
+    """))
+    run_dir = tmp_path / "run"
+    command = [arg for arg in trainer_command(tiny, train, val, run_dir) if not arg.startswith(
+        ("trainer.n_gpus_per_node=", "trainer.total_training_steps="))]
+    command += ["trainer.n_gpus_per_node=1", "trainer.total_training_steps=2", "data.shuffle=false",
+                f"reward.custom_reward_function.path={scorer}", "reward.custom_reward_function.name=my_score",
+                "reward.custom_reward_function.reward_kwargs.bonus=0.25"]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=600, env=RUN_ENV)
+    assert run.returncode == 2, run.stdout[-4000:] + run.stderr[-4000:]
+    assert "step 2: the reward scorer failed (error or timeout) on 4 of 4 samples (100%)" in run.stderr, run.stderr[-4000:]
+    assert "reward.max_error_rate=0.5" in run.stderr and "Traceback" not in run.stderr.split("error:")[-1]
+    (steps,) = launches(run_dir)
+    assert [row["step"] for row in steps] == [1]  # step 2 was never trained on
+    assert steps[0]["critic/score/mean"] == 0.75  # the user's function, with its reward_kwargs
+    assert sorted(p.name for p in run_dir.glob("global_step_*")) == ["global_step_1"]

@@ -5,7 +5,8 @@ a1139baf), expanded by bash as the scripts expand them (quotes, ``${VAR}``, ``$(
 
 - verl engine: each key reaches verl's config with the launcher's value at verl's path, except
   where omni-rl does that job its own way (:data:`OWN_WAY_ON_VERL`: verl-omni's dataset class,
-  a reward-function file, a hand-written deploy file), which the pre-flight names.
+  a hand-written deploy file), which the pre-flight names. A reward-function file reaches our
+  reward function in verl's slot (:data:`AT_VERL`).
 - local engine: each key is honoured, or refused by name, one problem per key
   (:mod:`omni_trainer.verl_keys`).
 
@@ -48,8 +49,6 @@ EXTERNAL_LIB = "verl_omni/models/transformers/qwen3_omni_thinker.py"
 OWN_WAY_ON_VERL = {
     "data.custom_cls.path": "data.custom_cls",  # omni-data's dataset is the one (a warning for verl-omni's)
     "data.custom_cls.name": "data.custom_cls",
-    "reward.custom_reward_function.path": "reward.custom_reward_function.path",  # scorers are registered
-    "reward.custom_reward_function.name": "reward.custom_reward_function.path",
     "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.stage_configs_path":
         "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.stage_configs_path",  # the deploy file is generated
 }
@@ -58,6 +57,10 @@ REFUSED_ON_BOTH = ("actor_rollout_ref.rollout.engine_kwargs.vllm_omni.stage_conf
 AT_VERL: dict[str, Callable[[Any, Any], Any]] = {
     "trainer.logger": lambda verl, settings: verl.trainer.logger[:-1],  # ours adds verl's "file" logger last
     "actor_rollout_ref.model.lora_dtype": lambda verl, settings: settings["lora_dtype"],  # verl-omni's key: our engine
+    # The user's file and function, called by ours in verl's slot (the path made absolute).
+    "reward.custom_reward_function.path":
+        lambda verl, settings: os.path.relpath(verl.reward.custom_reward_function.reward_kwargs.custom_path),
+    "reward.custom_reward_function.name": lambda verl, settings: verl.reward.custom_reward_function.reward_kwargs.custom_name,
 }
 """Where a launcher value lands when it is not verl's config at the key's own path."""
 

@@ -1,5 +1,5 @@
 """The verl engine's side of resuming (verl's resume_mode/resume_from_path, the settings
-check) and of ``reward.max_error_rate`` (our workers tally, our manager stops the run).
+check) and of ``reward.max_error_rate`` (our workers tally, our replay buffer stops the run).
 Nothing here launches verl; it needs verl's installed code (the distributed extra)."""
 
 from __future__ import annotations
@@ -100,10 +100,14 @@ def test_the_watch_stops_a_step_whose_scorer_failed_on_most_samples() -> None:
         watch.check(run_dir="/runs/x")
 
 
-def test_our_workers_tally_training_samples_and_the_manager_checks_before_dispatching(
+def test_our_workers_tally_training_samples_and_the_step_stops_before_its_update(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ
+    """The check runs when verl's trainer samples a step's batch from our replay buffer: that
+    step (the last one too) is never trained on; before, it ran when the next step was
+    dispatched, after an update on the failed step's zeros."""
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+    from verl.utils.import_utils import load_extern_object
 
     from omni_trainer.verl_engine import agent_loop
 
@@ -120,18 +124,42 @@ def test_our_workers_tally_training_samples_and_the_manager_checks_before_dispat
             def remote() -> dict[int, StepTally]:
                 return {5: StepTally(failed=2, total=2)}
 
-    dispatched: list[Any] = []
     monkeypatch.setattr(agent_loop.ray, "get", lambda refs: refs)  # the handles answer at once
-    monkeypatch.setattr(AgentLoopManagerTQ, "generate_sequences", lambda self, prompts: dispatched.append(prompts))
     monkeypatch.setenv(SETTINGS_ENV, VerlSettings(model_path="/m", reward_max_error_rate=0.5).to_env())
     manager: Any = object.__new__(agent_loop.OmniAgentLoopManager)
     manager.config = SimpleNamespace(data=SimpleNamespace(train_batch_size=1),
                                      actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(n=2)),
                                      trainer=SimpleNamespace(default_local_dir="runs/x"))
     manager.agent_loop_workers, manager.reward_watch = [Handle()], None
+    monkeypatch.setattr(agent_loop.OmniAgentLoopManager, "running", manager)
+    monkeypatch.setattr(ReplayBuffer, "sample", lambda self, global_steps, partition_id, batch_size: ("batch", {}))
+
+    # verl's trainer builds the replay buffer the translated config names.
+    verl = to_verl_config(load_config(["trainer.engine=verl", "actor_rollout_ref.model.path=/m", "data.train_files=[/d.parquet]",
+                                       "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe"]),
+                          lora_target_modules=None, lora_exclude_modules=None)
+    sampler = verl.trainer.v1.sampler.custom_sampler
+    buffer: Any = object.__new__(load_extern_object(sampler.path, sampler.name))
+    assert isinstance(buffer, agent_loop.RewardCheckedReplayBuffer)
+    assert buffer.sample(5, "val", 2) == ("batch", {})  # validation batches are not checked
     with pytest.raises(RewardFailureError, match="step 5: .* on 2 of 2 samples"):
-        manager.generate_sequences("the next batch")
-    assert dispatched == []  # the run stops instead of dispatching another step
+        buffer.sample(5, "train", 2)
+
+
+def test_verls_sync_trainer_samples_the_step_before_updating_and_after_every_session_settled() -> None:
+    """Canary for :class:`RewardCheckedReplayBuffer`: verl builds the replay buffer from
+    ``trainer.v1.sampler.custom_sampler``, samples a step's batch before computing anything
+    on it, and marks a prompt finished only after all its sessions (our tally included) ran."""
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    build = inspect.getsource(PPOTrainer._build_replay_buffer)
+    assert "custom_sampler" in build and "load_extern_type(custom_sampler.path, custom_sampler.name)" in build
+    step = inspect.getsource(PPOTrainer._step_once)
+    assert step.index("self.replay_buffer.sample(") < step.index("self._compute_old_log_prob(") < step.index(
+        "self._update_actor(")
+    run_prompt = inspect.getsource(AgentLoopWorkerTQ._run_prompt)
+    assert run_prompt.index("await _settle_session_tasks(tasks)") < run_prompt.index('tag={"status": status}')
 
 
 def test_verls_postprocessing_still_scores_before_our_hook_sees_the_trajectory() -> None:

@@ -124,6 +124,51 @@ def test_reward_function_counts_failures(monkeypatch: pytest.MonkeyPatch) -> Non
         manager.close()
 
 
+@needs_extras
+def test_a_users_reward_file_scores_every_sample_as_verl_calls_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """verl-omni's launchers pass ``reward.custom_reward_function``: verl's own loader, reading
+    the translated config in another directory (a Ray worker's), gets our function, which
+    calls the user's with its ``reward_kwargs`` for every data source (a built-in one too) and
+    counts the user's exceptions as failures."""
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    from omni_trainer.config import load_config
+    from omni_trainer.verl_engine import reward
+    from omni_trainer.verl_engine.translate import to_verl_config
+
+    (tmp_path / "my_reward.py").write_text(
+        "def my_score(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):\n"
+        "    if solution_str == 'boom':\n"
+        "        raise RuntimeError('scorer bug')\n"
+        "    return {'score': float(solution_str == ground_truth) + bonus, 'acc': float(data_source == 'my/source')}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    config = load_config([
+        "trainer.engine=verl", "actor_rollout_ref.model.path=/m", "data.train_files=[/d.parquet]", "reward.num_workers=1",
+        "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe",
+        "reward.custom_reward_function.path=my_reward.py", "reward.custom_reward_function.name=my_score",
+        "reward.custom_reward_function.reward_kwargs.bonus=0.25",
+    ])
+    verl = to_verl_config(config, lora_target_modules=None, lora_exclude_modules=None)
+    monkeypatch.chdir(Path(reward.__file__).parent)
+    monkeypatch.setattr(reward, "_managers", {})
+    score = get_custom_reward_fn(verl)
+    assert score is not None
+    try:
+        mine = score(data_source="my/source", solution_str="7", ground_truth="7", extra_info={})
+        gsm8k = score(data_source="openai/gsm8k", solution_str="7", ground_truth="7", extra_info={})  # built-in: 0
+        wrong = score(data_source="my/source", solution_str="8", ground_truth="7", extra_info={})
+        failed = score(data_source="my/source", solution_str="boom", ground_truth="7", extra_info={})
+    finally:
+        for manager in reward._managers.values():
+            manager.close()
+    assert (mine["score"], mine["acc"], mine["reward_ok"]) == (1.25, 1.0, 1.0)
+    assert (gsm8k["score"], gsm8k["acc"]) == (1.25, 0.0)
+    assert (wrong["score"], wrong["reward_ok"]) == (0.25, 1.0)
+    assert (failed["score"], failed["reward_error"], failed["reward_ok"]) == (0.0, 1.0, 0.0)
+    assert set(mine) == set(failed)
+
+
 def test_dataset_rows_have_the_shape_verls_agent_loop_reads(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq

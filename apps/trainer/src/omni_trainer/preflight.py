@@ -577,12 +577,6 @@ def _verl_engine(config: Config, found: Findings) -> None:
         found.problems.append(
             "trainer.device=npu: trainer.engine=verl runs on CUDA GPUs, or on the CPU (trainer.device=cpu)"
         )
-    if config.reward.custom_reward_function.path:
-        found.problems.append(
-            "reward.custom_reward_function.path: under trainer.engine=verl the reward function is omni-rl's "
-            "reward manager; register your scorer with omni_rewards.SCORERS in an installed package, or "
-            "use trainer.engine=local"
-        )
     from omni_trainer.verl_engine.translate import config_problems, config_warnings
 
     found.problems.extend(f"trainer.engine=verl: {problem}" for problem in config_problems(config))

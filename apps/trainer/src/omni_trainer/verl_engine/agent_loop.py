@@ -26,6 +26,7 @@ from verl.experimental.agent_loop.agent_loop import (
     register,
 )
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
 from omni_rewards.audio import WeightedAudioReward
 from omni_trainer.reward_guard import StepFailureWatch, StepTally, count_sample
@@ -76,18 +77,20 @@ class OmniAgentLoopWorkerTQ(RewardTallyMixin, AdapterProcessorMixin, ray_actor_c
 
 
 class OmniAgentLoopManager(AgentLoopManagerTQ):
-    """verl's V1 agent-loop manager, starting :class:`OmniAgentLoopWorkerTQ` workers; before it
-    dispatches a batch it stops the run if a step's scorer failed on more than
-    ``reward.max_error_rate`` of its samples (:mod:`omni_trainer.reward_guard`)."""
+    """verl's V1 agent-loop manager, starting :class:`OmniAgentLoopWorkerTQ` workers. It keeps
+    the scorer-failure tallies of ``reward.max_error_rate``, which
+    :class:`RewardCheckedReplayBuffer` checks as the trainer takes each step's batch.
+
+    One manager serves the trainer in its process (verl's task runner); :attr:`running` is it.
+    """
+
+    running: ClassVar[OmniAgentLoopManager | None] = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.agent_loop_workers_class = ray.remote(OmniAgentLoopWorkerTQ)
         self.reward_watch: StepFailureWatch | None = None
-
-    def generate_sequences(self, prompts: Any) -> None:
-        self.check_rewards()
-        super().generate_sequences(prompts)
+        OmniAgentLoopManager.running = self
 
     def check_rewards(self) -> None:
         """Collect the workers' tallies and check them.
@@ -105,6 +108,22 @@ class OmniAgentLoopManager(AgentLoopManagerTQ):
         for tallies in ray.get([worker.take_reward_tallies.remote() for worker in workers]):
             self.reward_watch.add(tallies)
         self.reward_watch.check(run_dir=str(config.trainer.default_local_dir))
+
+
+class RewardCheckedReplayBuffer(ReplayBuffer):
+    """verl's synchronous replay buffer (``trainer.v1.sampler.custom_sampler``, verl's hook for
+    it): once a step's training batch is sampled, every sample in it has been scored, and the
+    run stops there if the scorer failed on more than ``reward.max_error_rate`` of them, before
+    the policy is updated on their zeros (the last step included)."""
+
+    def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[Any, dict[str, Any]]:
+        batch, metrics = super().sample(global_steps, partition_id, batch_size)
+        # A prompt is sampled only once all its sessions finished, our tally included
+        # (verl writes its terminal status after they settle).
+        manager = OmniAgentLoopManager.running
+        if partition_id == "train" and manager is not None:
+            manager.check_rewards()
+        return batch, metrics
 
 
 @register(SPEECH_AGENT_LOOP)

@@ -8,17 +8,27 @@ and says so: the returned dict always carries ``reward_ok``, ``reward_timeout``,
 ``reward_error`` and ``reward_skipped`` (0/1), which verl averages into its step metrics,
 and the manager logs the first failure messages. The key set is fixed so every sample of
 a batch reports the same extra fields.
+
+A user's ``reward.custom_reward_function`` (verl's key) travels in the reward kwargs
+(``custom_path``, ``custom_name``, ``custom_kwargs``): every data source is then scored by
+that function (:mod:`omni_trainer.custom_reward`), called as verl calls it, with the same
+timeout and failure accounting.
 """
 
 from __future__ import annotations
 
 import atexit
 import threading
+import functools
+import json
 from collections.abc import Mapping
 from typing import Any
 
-from omni_rewards import RewardManager, RewardManagerConfig
+from omegaconf import OmegaConf
+
+from omni_rewards import SCORERS, RewardManager, RewardManagerConfig, ScorerRegistry
 from omni_trainer import builtin_task
+from omni_trainer.custom_reward import load_reward_function, score_with_file
 
 STATUS_KEYS = ("ok", "timeout", "error", "skipped")
 builtin_task.register_scorer()  # the embedded default's rows (omni_trainer.builtin_files)
@@ -26,18 +36,31 @@ _managers: dict[tuple[Any, ...], RewardManager] = {}
 _lock = threading.Lock()
 
 
-def _manager(num_workers: int | None, timeout_s: float, on_unknown_data_source: str) -> RewardManager:
-    key = (num_workers, timeout_s, on_unknown_data_source)
+def _manager(
+    num_workers: int | None, timeout_s: float, on_unknown_data_source: str, custom: tuple[str, str, str] | None,
+) -> RewardManager:
+    """This process's manager for these settings; ``custom`` is ``(path, name, kwargs as JSON)``
+    of a user's reward function (its registry starts empty: :func:`_route`)."""
+    key = (num_workers, timeout_s, on_unknown_data_source, custom)
     with _lock:
         if key not in _managers:
             manager = RewardManager(RewardManagerConfig(
                 num_workers=num_workers, timeout_s=timeout_s,
                 on_unknown_data_source=on_unknown_data_source,  # type: ignore[arg-type]
-            ))
+            ), registry=SCORERS if custom is None else ScorerRegistry())
             manager.start()
             atexit.register(manager.close)
             _managers[key] = manager
         return _managers[key]
+
+
+def _route(manager: RewardManager, data_source: str, custom: tuple[str, str, str]) -> None:
+    """Send ``data_source`` to the user's function (verl's custom reward function scores
+    every data source; the sources are learnt as samples arrive)."""
+    path, name, kwargs = custom
+    with _lock:
+        if data_source not in manager.registry:
+            manager.registry.add(data_source, functools.partial(score_with_file, path, name, data_source, **json.loads(kwargs)))
 
 
 def compute_score(
@@ -49,14 +72,25 @@ def compute_score(
     num_workers: int | None = None,
     timeout_s: float = 30.0,
     on_unknown_data_source: str = "raise",
+    custom_path: str | None = None,
+    custom_name: str = "compute_score",
+    custom_kwargs: Mapping[str, Any] | None = None,
     **_: Any,
 ) -> dict[str, float]:
     """One sample's reward: ``score``, ``acc`` and the ``reward_<status>`` indicators.
 
     Raises:
         UnknownDataSourceError: no scorer for ``data_source`` and the policy is ``raise``.
+        omni_trainer.custom_reward.CustomRewardError: ``custom_path`` cannot be loaded.
     """
-    manager = _manager(num_workers, timeout_s, on_unknown_data_source)
+    custom = None
+    if custom_path:
+        load_reward_function(custom_path, custom_name)  # a clear error here, not one per sample in the workers
+        kwargs = OmegaConf.to_container(custom_kwargs) if OmegaConf.is_config(custom_kwargs) else dict(custom_kwargs or {})
+        custom = (custom_path, custom_name, json.dumps(kwargs, sort_keys=True))
+    manager = _manager(num_workers, timeout_s, on_unknown_data_source, custom)
+    if custom is not None:
+        _route(manager, data_source, custom)
     outcome = manager.score_batch([data_source], [solution_str], [str(ground_truth)], [dict(extra_info or {})]).outcomes[0]
     result = {"score": float(outcome.score), "acc": float(outcome.result.get("acc", outcome.score))}
     result.update({f"reward_{status}": float(outcome.status == status) for status in STATUS_KEYS})

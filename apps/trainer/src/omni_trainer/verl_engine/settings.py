@@ -27,6 +27,9 @@ sampler behind verl's server interface."""
 AGENT_LOOP_MANAGER = "omni_trainer.verl_engine.agent_loop.OmniAgentLoopManager"
 """``actor_rollout_ref.rollout.agent.agent_loop_manager_class``: verl's hook for the class that
 starts the agent-loop workers."""
+REPLAY_BUFFER = ("pkg://omni_trainer.verl_engine.agent_loop", "RewardCheckedReplayBuffer")
+"""``trainer.v1.sampler.custom_sampler.{path,name}``: verl's hook for the replay buffer its
+trainer samples each step's batch from (ours checks ``reward.max_error_rate`` there)."""
 AGENT_LOOPS = {"single_turn_agent": "single_turn_agent"}
 """Our agent-loop names -> verl's agent loops (they get the adapter's processor from
 :class:`~omni_trainer.verl_engine.agent_loop.OmniAgentLoopManager`'s workers)."""

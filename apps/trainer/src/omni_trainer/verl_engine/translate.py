@@ -32,6 +32,7 @@ from omni_trainer.verl_engine.settings import (
     LOCAL_ROLLOUT_NAME,
     EXTERNAL_MODULES_ENV,
     OMNI_MODEL_TYPE,
+    REPLAY_BUFFER,
     SETTINGS_ENV,
     SPEECH_AGENT_LOOP,
     VerlSettings,
@@ -374,6 +375,8 @@ def _values(
             SPEECH_AGENT_LOOP if model.stage == "talker" else AGENT_LOOPS[rollout.agent.default_agent_loop]
         ),
         "actor_rollout_ref.rollout.agent.agent_loop_manager_class": AGENT_LOOP_MANAGER,
+        "trainer.v1.sampler.custom_sampler.path": REPLAY_BUFFER[0],
+        "trainer.v1.sampler.custom_sampler.name": REPLAY_BUFFER[1],
         "actor_rollout_ref.rollout.engine_kwargs.vllm_omni": {
             "pipeline_name": rollout.pipeline(), "pipeline_mode": rollout.pipeline_mode,
             **({"output_mode": rollout.engine_kwargs.vllm_omni.output_mode}
@@ -391,6 +394,7 @@ def _values(
             "num_workers": config.reward.num_workers or SCORER_PROCESSES_PER_REWARD_WORKER,
             "timeout_s": config.reward.timeout_s,
             "on_unknown_data_source": config.reward.on_unknown_data_source,
+            **custom_reward_kwargs(config),
         },
         # Our total_training_steps bounds the run on its own (epochs repeat, as on the local
         # engine); verl also stops at total_epochs, so give it enough epochs to reach the steps.
@@ -510,6 +514,21 @@ def cpu_values(config: Config, env_vars: dict[str, str]) -> dict[str, Any]:
             # Also logical: verl's actors and placement bundles each hold CPUs, more than a laptop has.
             values["ray_kwargs.ray_init.num_cpus"] = CPU_RUN_RAY_CPUS
     return values
+
+
+def custom_reward_kwargs(config: Config) -> dict[str, Any]:
+    """A user's ``reward.custom_reward_function``, for our reward function (verl's slot holds
+    ours, which gives every sample a timeout and counts failures): the file's absolute path
+    (verl resolves a relative one from its worker's directory, which need not be the user's),
+    the function's name and its ``reward_kwargs``."""
+    custom = config.reward.custom_reward_function
+    if not custom.path:
+        return {}
+    return {
+        "custom_path": os.path.abspath(os.path.expanduser(custom.path)),
+        "custom_name": custom.name,
+        "custom_kwargs": dict(custom.reward_kwargs),
+    }
 
 
 def _or(value: Any, default: Any) -> Any:
