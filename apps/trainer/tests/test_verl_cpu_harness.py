@@ -46,13 +46,20 @@ def run_harness(out_dir: Path, *flags: str, harness: Path = HARNESS) -> dict[str
     return report
 
 
-@pytest.fixture(
-    scope="module",
-    params=[("--model", "qwen3"), ("--model", "qwen3", "--remove-padding"), ("--model", "qwen25", "--remove-padding")],
-    ids=["qwen3-padded", "qwen3-remove_padding", "qwen25-remove_padding"],
-)
-def report(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return run_harness(tmp_path_factory.mktemp("verl-harness"), *request.param)
+VARIANTS = {"qwen3-padded": "qwen3", "qwen3-remove_padding": "qwen3:remove_padding",
+            "qwen25-remove_padding": "qwen25:remove_padding"}
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Every variant's report, from one harness process."""
+    return run_harness(tmp_path_factory.mktemp("verl-harness"), *VARIANTS.values())
+
+
+@pytest.fixture(params=list(VARIANTS))
+def report(request: pytest.FixtureRequest, reports: dict[str, Any]) -> dict[str, Any]:
+    variant: dict[str, Any] = reports[VARIANTS[request.param]]
+    return variant
 
 
 def row_of(report: dict[str, Any], modality: str) -> dict[str, Any]:

@@ -242,6 +242,13 @@ def main(out_dir: Path, remove_padding: bool, model: str) -> None:
 
 
 if __name__ == "__main__":
-    flags = sys.argv[2:]
-    main(Path(sys.argv[1]), remove_padding="--remove-padding" in flags,
-         model=flags[flags.index("--model") + 1] if "--model" in flags else "qwen3")
+    # Each argument after the output folder is a variant, MODEL or MODEL:remove_padding. One
+    # process runs them all (verl's imports cost more than a variant), each in a sub-folder;
+    # <out>/report.json maps each variant to its report.
+    root = Path(sys.argv[1])
+    reports = {}
+    for variant in sys.argv[2:] or ["qwen3"]:
+        model, _, padding = variant.partition(":")
+        main(root / variant.replace(":", "-"), remove_padding=padding == "remove_padding", model=model)
+        reports[variant] = json.loads((root / variant.replace(":", "-") / "report.json").read_text())
+    (root / "report.json").write_text(json.dumps(reports))
