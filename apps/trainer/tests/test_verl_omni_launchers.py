@@ -156,6 +156,23 @@ def test_every_key_reaches_verl_with_the_launchers_value(launcher: Path, workdir
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS, ids=lambda path: path.stem)
+def test_print_config_takes_the_launcher_on_verl(launcher: Path, workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``uv run trainer --print-config <the launcher's overrides> trainer.engine=verl``: no
+    refusal, except the deprecated launcher's hand-written deploy file (refused by name)."""
+    from omni_trainer.cli import main
+
+    overrides = launcher_overrides(launcher, workdir)
+    code = main(["--print-config", *overrides, "trainer.engine=verl", f"trainer.default_local_dir={workdir / 'run'}"])
+    printed = capsys.readouterr()
+    refused = [key for key in REFUSED_ON_BOTH if any(split(o)[0] == key for o in overrides)]
+    if refused:
+        assert code == 2 and all(key in printed.err for key in refused), printed.err
+    else:
+        assert code == 0, printed.err
+        assert "engine: verl" in printed.out
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS, ids=lambda path: path.stem)
 def test_the_local_engine_honours_each_key_or_refuses_it_by_name(launcher: Path, workdir: Path) -> None:
     overrides = launcher_overrides(launcher, workdir)
     config = load_config(overrides + [f"trainer.default_local_dir={workdir / 'run'}"])
