@@ -13,6 +13,8 @@ import pytest
 
 pytest.importorskip("verl", reason="needs the distributed extra (uv sync --extra distributed --extra gpu)")
 
+from omni_trainer.verl_engine.compat import PRIVATE_OVERRIDES  # noqa: E402  (imports no verl)
+
 pytestmark = pytest.mark.slow
 
 
@@ -277,3 +279,59 @@ def test_repaired_positions_keep_every_row_through_verls_chunking_and_selection(
         repair_3d_position_ids(selected)
         got = selected["position_ids"].unbind()
         assert [torch.equal(g, w) for g, w in zip(got, [rows[2 * number + 1], rows[2 * number]], strict=True)] == [True, True]
+
+
+OUR_VERL_MODULES = tuple(f"omni_trainer.verl_engine.{name}" for name in (
+    "agent_loop", "compat", "cpu_platform", "dataset", "engine", "local_rollout", "local_speech", "processor",
+    "reward", "rollout",
+))
+
+
+def _class(path: str) -> type:
+    import importlib
+
+    module, _, name = path.rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    if not inspect.isclass(cls):  # a @ray.remote class
+        from omni_trainer.verl_engine.compat import ray_actor_class
+
+        cls = ray_actor_class(cls)
+    return cls
+
+
+def _parameters(function: Any) -> list[str]:
+    return [name for name in inspect.signature(function).parameters if name != "_ray_trace_ctx"]  # Ray's tracing
+
+
+def test_every_private_verl_method_we_override_is_declared() -> None:
+    """Our classes in the verl engine, against the verl classes they derive from: each private
+    (non-dunder) method of ours that one of verl's defines is in ``PRIVATE_OVERRIDES``."""
+    import importlib
+
+    found = set()
+    for module_name in OUR_VERL_MODULES:
+        for cls in vars(importlib.import_module(module_name)).values():
+            if not inspect.isclass(cls) or cls.__module__ != module_name:
+                continue
+            mro = inspect.getmro(cls)
+            theirs = [k for k in mro if not k.__module__.startswith("omni_") and k is not object]
+            for ours in (k for k in mro if k.__module__.startswith("omni_")):
+                for name in vars(ours):
+                    if not name.startswith("_") or name.startswith("__") or name == "_abc_impl":
+                        continue
+                    owner = next((k for k in theirs if name in vars(k)), None)
+                    if owner is not None:
+                        found.add((f"{owner.__module__}.{owner.__qualname__}", name, f"{ours.__module__}.{ours.__qualname__}"))
+    assert found == set(PRIVATE_OVERRIDES)
+
+
+@pytest.mark.parametrize(("upstream", "method", "ours"), PRIVATE_OVERRIDES,
+                         ids=[f"{ours.rsplit('.', 1)[1]}.{method}" for _, method, ours in PRIVATE_OVERRIDES])
+def test_each_private_method_we_override_still_exists_upstream_with_our_parameters(
+    upstream: str, method: str, ours: str
+) -> None:
+    theirs = vars(_class(upstream)).get(method)
+    assert theirs is not None, f"verl's {upstream} no longer defines {method}"
+    mine = vars(_class(ours))[method]
+    assert inspect.iscoroutinefunction(theirs) == inspect.iscoroutinefunction(mine), (upstream, method)
+    assert _parameters(theirs) == _parameters(mine), (upstream, method)

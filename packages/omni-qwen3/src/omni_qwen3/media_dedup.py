@@ -112,9 +112,9 @@ def _repeat_vision(module: Any, output: Any, plan: DedupPlan, counts: list[int])
 
 
 def _repeat_audio(module: Any, output: Any, plan: DedupPlan, counts: list[int]) -> None:
-    from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import _get_feat_extract_output_lengths
+    from omni_qwen3.compat import audio_output_lengths
 
-    encoded = [int(n) for n in _get_feat_extract_output_lengths(torch.tensor(counts)).tolist()]
+    encoded = [int(n) for n in audio_output_lengths(torch.tensor(counts)).tolist()]
     output.last_hidden_state = repeat_rows(output.last_hidden_state, encoded, plan)
 
 

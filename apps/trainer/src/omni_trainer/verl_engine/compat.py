@@ -31,6 +31,10 @@ changes it. Nothing outside this module touches these names.
 - ``AfterPostprocess``: verl's V1 worker's ``_agent_loop_postprocess`` (scores a trajectory,
   then stores it in TransferQueue), extended to show each finished trajectory to our worker
   (it tallies scorer failures per step for ``reward.max_error_rate``).
+
+Our subclasses of verl's classes also override private methods where verl has no public
+hook; :data:`PRIVATE_OVERRIDES` lists each one. A parametrised canary checks that each still
+exists upstream with the parameters ours takes, and that the list is complete.
 """
 
 from __future__ import annotations
@@ -40,6 +44,34 @@ from contextlib import contextmanager
 from typing import Any
 
 VERL_LANGUAGE_MODEL = "language_model"
+
+PRIVATE_OVERRIDES: tuple[tuple[str, str, str], ...] = (
+    # (verl's class, its private method, our class overriding it), classes by module path.
+    # The FSDP engine builds its module in these two; ours loads the adapter's policy class
+    # and masks its placeholder logits (verl's engine registry picks the class, not the module).
+    ("verl.workers.engine.fsdp.transformer_impl.FSDPEngine", "_build_module",
+     "omni_trainer.verl_engine.engine.OmniFSDPEngine"),
+    ("verl.workers.engine.fsdp.transformer_impl.FSDPEngine", "_build_lora_module",
+     "omni_trainer.verl_engine.engine.OmniFSDPEngine"),
+    # verl's vLLM server, made vLLM-Omni's: its start-up, config checks, sleep level and
+    # engine-kwargs key and preprocessing (verl's rollout registry picks the class).
+    ("verl.workers.rollout.vllm_rollout.vllm_async_server.vLLMHttpServer", "_post_init",
+     "omni_trainer.verl_engine.rollout.VllmOmniHttpServer"),
+    ("verl.workers.rollout.vllm_rollout.vllm_async_server.vLLMHttpServer", "_validate_configs",
+     "omni_trainer.verl_engine.rollout.VllmOmniHttpServer"),
+    ("verl.workers.rollout.vllm_rollout.vllm_async_server.vLLMHttpServer", "_resolve_sleep_level",
+     "omni_trainer.verl_engine.rollout.VllmOmniHttpServer"),
+    ("verl.workers.rollout.vllm_rollout.vllm_async_server.vLLMHttpServer", "_get_engine_kwargs_key",
+     "omni_trainer.verl_engine.rollout.VllmOmniHttpServer"),
+    ("verl.workers.rollout.vllm_rollout.vllm_async_server.vLLMHttpServer", "_preprocess_engine_kwargs",
+     "omni_trainer.verl_engine.rollout.VllmOmniHttpServer"),
+    ("verl.workers.rollout.vllm_rollout.vllm_async_server.vLLMReplica", "_get_server_name_prefix",
+     "omni_trainer.verl_engine.rollout.VllmOmniReplica"),
+    ("verl.trainer.ppo.v1.agent_loop_tq.AgentLoopWorkerTQ", "_agent_loop_postprocess",
+     "omni_trainer.verl_engine.compat.AfterPostprocess"),
+)
+"""Every private verl method our classes override; ``apps/trainer/tests/test_verl_compat.py``
+fails when one is missing here, or no longer exists upstream with the same parameters."""
 
 
 def ray_actor_class(actor: Any) -> type:
