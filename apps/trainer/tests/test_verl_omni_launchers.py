@@ -30,7 +30,9 @@ import yaml
 from omegaconf import OmegaConf
 
 from omni_trainer.config import LIST_KEYS, Config, load_config
-from omni_trainer.preflight import COMMON_CHECKS, ENGINE_CHECKS, Findings, preflight
+from omni_trainer.engines import engine_for
+from omni_trainer.findings import Findings
+from omni_trainer.preflight import COMMON_CHECKS, preflight
 from omni_trainer.verl_keys import select, verl_key
 
 if importlib.util.find_spec("verl") is None:  # pragma: no cover
@@ -123,7 +125,7 @@ def findings(config: Config) -> tuple[list[str], list[str]]:
     """The pre-flight's ``(problems, warnings)``: its checks, run as :func:`preflight` runs them
     (which raises the problems and drops the warnings when there are any)."""
     found = Findings()
-    for check in (*COMMON_CHECKS, *ENGINE_CHECKS[config.trainer.engine]):
+    for check in (*COMMON_CHECKS, *engine_for(config.trainer.engine).checks):
         check(config, found)
     if not found.problems:
         assert preflight(config) == found.warnings

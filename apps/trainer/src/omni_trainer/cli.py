@@ -151,20 +151,11 @@ def _check_and_train(args: argparse.Namespace, stop: StopRequest) -> int:
 def _train(config: Config, stop: StopRequest) -> int:
     from pathlib import Path
 
+    from omni_trainer.engines import engine_for
     from omni_trainer.run_lock import RunDirLock
 
     with RunDirLock(Path(config.trainer.default_local_dir).expanduser()):  # before anything is read there
-        if config.trainer.engine == "verl":
-            from omni_trainer.verl_engine.launch import run as run_verl
-
-            return run_verl(config)
-        from omni_trainer.local_trainer import LocalTrainer
-        from omni_trainer.run_dir import prepare_run_dir
-
-        trainer = LocalTrainer(config, prepare_run_dir(config), stop)
-        trainer.setup()
-        trainer.fit()
-        return 0
+        return engine_for(config.trainer.engine).run(config, stop)
 
 
 if __name__ == "__main__":

@@ -6,35 +6,24 @@ exits with status 2) and returns the warnings. Closed vocabularies are checked a
 live registries (policy losses, advantage estimators, aggregation and KL modes, stages,
 rollout pipelines and their modes, agent loops, scorers), so a package that registers a new
 name is accepted without editing this file. The checks common to both engines live here;
-each engine adds its own through :data:`ENGINE_CHECKS`.
+each engine adds its own (:attr:`omni_trainer.engines.Engine.checks`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from omni_trainer.config import Config, ConfigError, uses_embedded_default
+from omni_trainer.engines import engine_for
+from omni_trainer.findings import Check, Findings, one_line, one_of
 
 GROUPED_ESTIMATORS = ("grpo", "grpo_passk", "rloo", "reinforce_plus_plus_baseline")
 """Estimators whose baseline is the prompt's group of ``rollout.n`` samples."""
 KNOWN_DATASET_CLASSES = ("QwenOmniRLHFDataset",)
 """verl-omni dataset classes whose job omni-data's dataset already does (media loading)."""
-
-
-@dataclass
-class Findings:
-    """What the checks found: problems stop the run, warnings are printed."""
-
-    problems: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-
-
-Check = Callable[[Config, Findings], None]
 
 
 def preflight(config: Config) -> list[str]:
@@ -44,7 +33,7 @@ def preflight(config: Config) -> list[str]:
         ConfigError: every problem found, one per line, each saying how to fix it.
     """
     findings = Findings()
-    for check in (*COMMON_CHECKS, *ENGINE_CHECKS.get(config.trainer.engine, ())):
+    for check in (*COMMON_CHECKS, *engine_for(config.trainer.engine).checks):
         check(config, findings)
     if findings.problems:
         raise ConfigError("Invalid configuration:\n  - " + "\n  - ".join(findings.problems))
@@ -62,11 +51,11 @@ def _vocabularies(config: Config, found: Findings) -> None:
 
     actor = config.actor_rollout_ref.actor
     rollout = config.actor_rollout_ref.rollout
-    _one_of(found, "actor_rollout_ref.actor.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
+    one_of(found, "actor_rollout_ref.actor.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
     kl_modes = (*KL_MODES, *(f"{mode}+" for mode in KL_MODES))
-    _one_of(found, "actor_rollout_ref.actor.kl_loss_type", actor.kl_loss_type, kl_modes)
-    _one_of(found, "algorithm.kl_penalty", config.algorithm.kl_penalty, kl_modes)
-    _one_of(found, "actor_rollout_ref.model.stage", config.actor_rollout_ref.model.stage, STAGES)
+    one_of(found, "actor_rollout_ref.actor.kl_loss_type", actor.kl_loss_type, kl_modes)
+    one_of(found, "algorithm.kl_penalty", config.algorithm.kl_penalty, kl_modes)
+    one_of(found, "actor_rollout_ref.model.stage", config.actor_rollout_ref.model.stage, STAGES)
     if config.trainer.talker_drift and (config.trainer.engine != "local" or config.actor_rollout_ref.model.stage != "thinker"):
         found.problems.append(
             "trainer.talker_drift=true is measured in thinker runs of the local engine only; set "
@@ -102,7 +91,7 @@ def _vocabularies(config: Config, found: Findings) -> None:
             f"data.spoken_text={config.data.spoken_text} chooses what a talker run's rows speak; it needs "
             "actor_rollout_ref.model.stage=talker and data.train_files"
         )
-    _one_of(found, "actor_rollout_ref.rollout.agent.default_agent_loop", rollout.agent.default_agent_loop,
+    one_of(found, "actor_rollout_ref.rollout.agent.default_agent_loop", rollout.agent.default_agent_loop,
             tuple(AGENT_LOOPS))
     _pipeline(config, found)
 
@@ -129,17 +118,7 @@ def _audio_reward_specs(key: str, specs: list[dict[str, Any]], found: Findings) 
     try:
         WeightedAudioReward(specs).close()
     except AudioRewardConfigError as exc:
-        found.problems.append(f"{key}: {_one_line(exc)}")
-
-
-def _local_algorithms(config: Config, found: Findings) -> None:
-    """The local engine runs omni-training's losses and estimators."""
-    from omni_training.advantages import ADVANTAGE_ESTIMATORS
-    from omni_training.policy_loss import POLICY_LOSSES
-
-    _one_of(found, "actor_rollout_ref.actor.policy_loss.loss_mode",
-            config.actor_rollout_ref.actor.policy_loss.loss_mode, tuple(POLICY_LOSSES))
-    _one_of(found, "algorithm.adv_estimator", config.algorithm.adv_estimator, tuple(ADVANTAGE_ESTIMATORS))
+        found.problems.append(f"{key}: {one_line(exc)}")
 
 
 def _pipeline(config: Config, found: Findings) -> None:
@@ -155,9 +134,9 @@ def _pipeline(config: Config, found: Findings) -> None:
     try:
         adapter_cls = rollout_adapters.get(rollout.pipeline_name)
     except OmniContractError as exc:
-        found.problems.append(f"actor_rollout_ref.rollout.pipeline_name={rollout.pipeline_name!r}: {_one_line(exc)}")
+        found.problems.append(f"actor_rollout_ref.rollout.pipeline_name={rollout.pipeline_name!r}: {one_line(exc)}")
         return
-    _one_of(found, "actor_rollout_ref.rollout.pipeline_mode", rollout.pipeline_mode, adapter_cls.modes)
+    one_of(found, "actor_rollout_ref.rollout.pipeline_mode", rollout.pipeline_mode, adapter_cls.modes)
     if rollout.pipeline_mode in adapter_cls.modes and config.actor_rollout_ref.model.stage == "thinker":
         policy = adapter_cls().policy_stage_id(rollout.pipeline_mode)
         if policy != 0:
@@ -176,7 +155,7 @@ def _distillation(config: Config, found: Findings) -> None:
     try:
         distillation_settings(config)
     except DistillationConfigError as exc:
-        found.problems.append(f"distillation.distillation_loss: {_one_line(exc)}")
+        found.problems.append(f"distillation.distillation_loss: {one_line(exc)}")
 
 
 def distillation_settings(config: Config) -> Any:
@@ -344,7 +323,7 @@ def _model_paths(config: Config, found: Findings) -> None:
         try:
             adapter = resolve_training_adapter(model_config, stage)
         except OmniContractError as exc:
-            found.problems.append(f"{key}={path} (stage {stage!r}): {_one_line(exc)}")
+            found.problems.append(f"{key}={path} (stage {stage!r}): {one_line(exc)}")
             continue
         found.problems.extend(
             f"{key}={path}: {problem}"
@@ -375,7 +354,7 @@ def _read_model_config(key: str, path: str, found: Findings) -> dict[str, Any] |
         found.problems.append(f"{key}={path} has no config.json; point it at a Hugging Face checkpoint directory")
         return None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        found.problems.append(f"{key}={path}: cannot read {config_file} ({_one_line(exc)})")
+        found.problems.append(f"{key}={path}: cannot read {config_file} ({one_line(exc)})")
         return None
     return loaded if isinstance(loaded, dict) else {}
 
@@ -430,7 +409,7 @@ def _parquet_sources(key: str, path: str, found: Findings) -> tuple[int, set[str
             return rows, set()
         column = parquet.read(columns=["data_source"]).column("data_source")
     except Exception as exc:  # pyarrow raises several types for a file that is not parquet
-        found.problems.append(f"{key}: cannot read {path} as parquet ({_one_line(exc)})")
+        found.problems.append(f"{key}: cannot read {path} as parquet ({one_line(exc)})")
         return 0, set()
     return rows, {value for value in column.to_pylist() if isinstance(value, str)}
 
@@ -509,110 +488,7 @@ def _reward_error_rate(config: Config, found: Findings) -> None:
         )
 
 
-def _verl_keys_locally(config: Config, found: Findings) -> None:
-    """verl-engine keys the overrides gave: honoured, or refused by name (:mod:`omni_trainer.verl_keys`)."""
-    from omni_trainer.verl_keys import local_refusals
-
-    found.problems.extend(local_refusals(config))
-    _local_device(config, found)
-
-
-def _local_device(config: Config, found: Findings) -> None:
-    """The local engine runs on the CPU or one CUDA GPU."""
-    device = config.trainer.device
-    if device == "npu":
-        found.problems.append(
-            "trainer.device=npu: the local engine runs on the CPU or one CUDA GPU; use trainer.device=cpu, "
-            "cuda or auto"
-        )
-    elif device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            found.problems.append(
-                "trainer.device=cuda: no CUDA device is visible here (torch.cuda.is_available() is False: "
-                f"torch {torch.__version__}, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); "
-                "use trainer.device=cpu or auto (cuda when one is visible), and see `uv run trainer doctor`"
-            )
-
-
-def _rollout_memory(config: Config, found: Findings) -> None:
-    """verl engine: the rollout's tensor-parallel groups tile the GPUs, and on GPUs its weights
-    per GPU leave vLLM room for a KV cache (:func:`omni_trainer.gpu_plan.rollout_memory_problem`)."""
-    rollout, trainer = config.actor_rollout_ref.rollout, config.trainer
-    if trainer.device == "cpu":
-        return  # omni_local: one process per replica, no tensor parallelism, no GPU memory
-    key = "actor_rollout_ref.rollout"
-    gpus = trainer.nnodes * trainer.n_gpus_per_node
-    tp = rollout.tensor_model_parallel_size
-    if tp < 1 or gpus % tp:
-        found.problems.append(
-            f"{key}.tensor_model_parallel_size={tp} does not divide the {gpus} GPUs of trainer.nnodes x "
-            f"trainer.n_gpus_per_node; on one GPU set {key}.tensor_model_parallel_size=1"
-        )
-        return
-    if not 0 < rollout.gpu_memory_utilization <= 1:
-        found.problems.append(f"{key}.gpu_memory_utilization={rollout.gpu_memory_utilization} must be in (0, 1]")
-        return
-    model_path = config.actor_rollout_ref.model.path
-    if rollout.name != "vllm_omni" or model_path is None:
-        return
-    from omni_trainer.gpu_plan import model_for_plan, rollout_memory_problem, visible_gpu
-
-    model = model_for_plan(config, model_path)
-    if model is None:
-        return  # the model check names the problem
-    try:
-        problem = rollout_memory_problem(config, *model, visible_gpu())
-    except ValueError as exc:
-        found.warnings.append(f"the rollout's memory was not checked: {_one_line(exc)}")
-        return
-    if problem:
-        found.problems.append(f"trainer.engine=verl: {problem}")
-
-
-def _verl_engine(config: Config, found: Findings) -> None:
-    """The verl engine's part: what verl and our translation refuse, before Ray starts."""
-    if config.trainer.device == "npu":
-        found.problems.append(
-            "trainer.device=npu: trainer.engine=verl runs on CUDA GPUs, or on the CPU (trainer.device=cpu)"
-        )
-    from omni_trainer.verl_engine.translate import config_problems, config_warnings
-
-    found.problems.extend(f"trainer.engine=verl: {problem}" for problem in config_problems(config))
-    found.warnings.extend(f"trainer.engine=verl: {warning}" for warning in config_warnings(config))
-    if found.problems:
-        return  # verl's own checks need a config that translates
-    from omni_trainer.verl_engine.errors import MissingExtrasError, require_extras
-
-    try:
-        require_extras()
-    except MissingExtrasError as exc:
-        found.problems.append(str(exc))
-        return
-    from omni_trainer.verl_engine.launch import verl_problems
-
-    found.problems.extend(f"trainer.engine=verl: {problem}" for problem in verl_problems(config))
-
-
-# --- helpers --------------------------------------------------------------------------------------
-
-
-def _one_of(found: Findings, key: str, value: object, valid: tuple[str, ...]) -> None:
-    if value not in valid:
-        found.problems.append(f"{key}={value!r}; valid: {', '.join(sorted(valid))}")
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())
-
-
 COMMON_CHECKS: tuple[Check, ...] = (
     _vocabularies, _distillation, _ranges, _warnings, _model_paths, _data_files, _custom_reward_function, _run_dir,
     _verl_omni_keys, _resume_keys, _reward_error_rate,
 )
-ENGINE_CHECKS: dict[str, tuple[Check, ...]] = {
-    "local": (_local_algorithms, _verl_keys_locally),
-    "verl": (_rollout_memory, _verl_engine),
-}
-"""Each engine's own checks, run after the common ones."""

@@ -1,0 +1,47 @@
+"""The training engines behind ``trainer.engine``: one small interface, one entry each.
+
+An :class:`Engine` brings its own pre-flight checks (run after the common ones in
+:mod:`omni_trainer.preflight`) and runs a checked config. ``local`` is omni-rl's own loop
+(:mod:`omni_trainer.engines.local`); ``verl`` launches verl's trainer
+(:mod:`omni_trainer.engines.verl`). A new engine is a module here with an ``ENGINE`` and a
+line in :data:`ENGINE_MODULES`; an engine module imports its heavy dependencies only when it
+runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Protocol
+
+from omni_trainer.config import Config, ConfigError
+from omni_trainer.findings import Check
+from omni_trainer.interrupts import StopRequest
+
+
+class Engine(Protocol):
+    """What ``trainer`` needs of an engine."""
+
+    name: str
+    checks: tuple[Check, ...]
+    """The engine's own pre-flight checks: what it refuses or cannot honour, by key."""
+
+    def run(self, config: Config, stop: StopRequest) -> int:
+        """Train ``config`` (checked by the pre-flight, its run directory locked); returns the
+        process exit code."""
+        ...
+
+
+ENGINE_MODULES = {"local": "omni_trainer.engines.local", "verl": "omni_trainer.engines.verl"}
+"""``trainer.engine`` -> the module whose ``ENGINE`` it is."""
+
+
+def engine_for(name: str) -> Engine:
+    """The engine ``trainer.engine=name`` selects.
+
+    Raises:
+        ConfigError: no engine has that name.
+    """
+    if name not in ENGINE_MODULES:
+        raise ConfigError(f"trainer.engine={name!r}; valid: {', '.join(sorted(ENGINE_MODULES))}")
+    engine: Engine = importlib.import_module(ENGINE_MODULES[name]).ENGINE
+    return engine

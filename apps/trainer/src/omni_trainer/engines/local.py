@@ -1,0 +1,64 @@
+"""The local engine: omni-rl's own loop (:class:`omni_trainer.local_trainer.LocalTrainer`) in
+this process, on the CPU or one CUDA GPU, with omni-training's losses and estimators."""
+
+from __future__ import annotations
+
+import os
+
+from omni_trainer.config import Config
+from omni_trainer.findings import Findings, one_of
+from omni_trainer.interrupts import StopRequest
+
+
+def _local_algorithms(config: Config, found: Findings) -> None:
+    """The local engine runs omni-training's losses and estimators."""
+    from omni_training.advantages import ADVANTAGE_ESTIMATORS
+    from omni_training.policy_loss import POLICY_LOSSES
+
+    one_of(found, "actor_rollout_ref.actor.policy_loss.loss_mode",
+            config.actor_rollout_ref.actor.policy_loss.loss_mode, tuple(POLICY_LOSSES))
+    one_of(found, "algorithm.adv_estimator", config.algorithm.adv_estimator, tuple(ADVANTAGE_ESTIMATORS))
+
+
+def _verl_keys_locally(config: Config, found: Findings) -> None:
+    """verl-engine keys the overrides gave: honoured, or refused by name (:mod:`omni_trainer.verl_keys`)."""
+    from omni_trainer.verl_keys import local_refusals
+
+    found.problems.extend(local_refusals(config))
+    _local_device(config, found)
+
+
+def _local_device(config: Config, found: Findings) -> None:
+    """The local engine runs on the CPU or one CUDA GPU."""
+    device = config.trainer.device
+    if device == "npu":
+        found.problems.append(
+            "trainer.device=npu: the local engine runs on the CPU or one CUDA GPU; use trainer.device=cpu, "
+            "cuda or auto"
+        )
+    elif device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            found.problems.append(
+                "trainer.device=cuda: no CUDA device is visible here (torch.cuda.is_available() is False: "
+                f"torch {torch.__version__}, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); "
+                "use trainer.device=cpu or auto (cuda when one is visible), and see `uv run trainer doctor`"
+            )
+
+
+class LocalEngine:
+    name = "local"
+    checks = (_local_algorithms, _verl_keys_locally)
+
+    def run(self, config: Config, stop: StopRequest) -> int:
+        from omni_trainer.local_trainer import LocalTrainer
+        from omni_trainer.run_dir import prepare_run_dir
+
+        trainer = LocalTrainer(config, prepare_run_dir(config), stop)
+        trainer.setup()
+        trainer.fit()
+        return 0
+
+
+ENGINE = LocalEngine()

@@ -1,0 +1,85 @@
+"""The verl engine: verl's own trainer on Ray (:mod:`omni_trainer.verl_engine`), on CUDA GPUs
+with the vLLM-Omni rollout, or on the CPU with the ``omni_local`` rollout."""
+
+from __future__ import annotations
+
+from omni_trainer.config import Config
+from omni_trainer.findings import Findings, one_line
+from omni_trainer.interrupts import StopRequest
+
+
+def _rollout_memory(config: Config, found: Findings) -> None:
+    """verl engine: the rollout's tensor-parallel groups tile the GPUs, and on GPUs its weights
+    per GPU leave vLLM room for a KV cache (:func:`omni_trainer.gpu_plan.rollout_memory_problem`)."""
+    rollout, trainer = config.actor_rollout_ref.rollout, config.trainer
+    if trainer.device == "cpu":
+        return  # omni_local: one process per replica, no tensor parallelism, no GPU memory
+    key = "actor_rollout_ref.rollout"
+    gpus = trainer.nnodes * trainer.n_gpus_per_node
+    tp = rollout.tensor_model_parallel_size
+    if tp < 1 or gpus % tp:
+        found.problems.append(
+            f"{key}.tensor_model_parallel_size={tp} does not divide the {gpus} GPUs of trainer.nnodes x "
+            f"trainer.n_gpus_per_node; on one GPU set {key}.tensor_model_parallel_size=1"
+        )
+        return
+    if not 0 < rollout.gpu_memory_utilization <= 1:
+        found.problems.append(f"{key}.gpu_memory_utilization={rollout.gpu_memory_utilization} must be in (0, 1]")
+        return
+    model_path = config.actor_rollout_ref.model.path
+    if rollout.name != "vllm_omni" or model_path is None:
+        return
+    from omni_trainer.gpu_plan import model_for_plan, rollout_memory_problem, visible_gpu
+
+    model = model_for_plan(config, model_path)
+    if model is None:
+        return  # the model check names the problem
+    try:
+        problem = rollout_memory_problem(config, *model, visible_gpu())
+    except ValueError as exc:
+        found.warnings.append(f"the rollout's memory was not checked: {one_line(exc)}")
+        return
+    if problem:
+        found.problems.append(f"trainer.engine=verl: {problem}")
+
+
+def _verl_engine(config: Config, found: Findings) -> None:
+    """The verl engine's part: what verl and our translation refuse, before Ray starts."""
+    if config.trainer.device == "npu":
+        found.problems.append(
+            "trainer.device=npu: trainer.engine=verl runs on CUDA GPUs, or on the CPU (trainer.device=cpu)"
+        )
+    from omni_trainer.verl_engine.translate import config_problems, config_warnings
+
+    found.problems.extend(f"trainer.engine=verl: {problem}" for problem in config_problems(config))
+    found.warnings.extend(f"trainer.engine=verl: {warning}" for warning in config_warnings(config))
+    if found.problems:
+        return  # verl's own checks need a config that translates
+    from omni_trainer.verl_engine.errors import MissingExtrasError, require_extras
+
+    try:
+        require_extras()
+    except MissingExtrasError as exc:
+        found.problems.append(str(exc))
+        return
+    from omni_trainer.verl_engine.launch import verl_problems
+
+    found.problems.extend(f"trainer.engine=verl: {problem}" for problem in verl_problems(config))
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+class VerlEngine:
+    name = "verl"
+    checks = (_rollout_memory, _verl_engine)
+
+    def run(self, config: Config, stop: StopRequest) -> int:
+        """``stop`` stays in its start-up mode: verl's loop has no step boundary to stop at
+        here, so a Ctrl-C interrupts the launch at once (verl's saved checkpoints are kept)."""
+        from omni_trainer.verl_engine.launch import run
+
+        return run(config)
+
+
+ENGINE = VerlEngine()
