@@ -14,7 +14,9 @@ from omni_contracts import (
     ModelPackageImportError,
     ModelPackageLoader,
     RegistrationError,
+    Registry,
     TrainingAdapter,
+    UnknownNameError,
     get_training_adapter,
 )
 
@@ -160,3 +162,25 @@ def test_broken_model_package_is_reported_with_its_error(
         registry.get("anything")
     assert second.value is first.value
     assert (tmp_path / "attempts.log").read_text() == "attempt\n"  # loaded once
+
+
+def test_the_generic_registry_refuses_a_second_item_and_lists_what_it_has_on_a_miss() -> None:
+    """The one registry the losses, estimators, agent loops and scorers are built on."""
+    losses: Registry[str, object] = Registry("policy loss_mode")
+
+    @losses.register("gspo", "gspo_token")
+    def gspo() -> None: ...
+
+    def other() -> None: ...
+
+    losses.add("gspo", gspo)  # the same item again: no change
+    assert losses.get("gspo_token") is gspo and losses["gspo"] is gspo
+    assert "gspo" in losses and "ppo" not in losses and list(losses) == ["gspo", "gspo_token"] and len(losses) == 2
+    with pytest.raises(RegistrationError, match=r"Duplicate policy loss_mode 'gspo': .*other cannot replace .*gspo"):
+        losses.add("gspo", other)
+    with pytest.raises(RegistrationError, match="the key is empty"):
+        losses.add("", other)
+    with pytest.raises(UnknownNameError, match=r"Unknown policy loss_mode 'ppo'; registered: gspo, gspo_token\.") as miss:
+        losses.get("ppo")
+    assert isinstance(miss.value, ValueError) and isinstance(miss.value, LookupError)
+    assert losses.get("gspo") is gspo  # a refused entry changed nothing

@@ -16,10 +16,11 @@ from omni_contracts.errors import (
     RegistrationError,
     SchemaError,
     UnknownModeError,
+    UnknownNameError,
 )
 from omni_contracts.extra_fields import ExtraFieldSpec, is_namespaced, validate_extra_fields
 from omni_contracts.plugins import MODEL_ENTRY_POINT_GROUP, ModelPackage, ModelPackageLoader
-from omni_contracts.registry import AdapterRegistry
+from omni_contracts.registry import AdapterRegistry, Registry
 from omni_contracts.rollout_adapter import (
     LogitMask,
     RolloutAdapter,
@@ -78,6 +79,8 @@ __all__ = [
     "OmniProcessor",
     "OutputType",
     "RegistrationError",
+    "Registry",
+    "UnknownNameError",
     "RolloutAdapter",
     "RolloutSample",
     "SchemaError",

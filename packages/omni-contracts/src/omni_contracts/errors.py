@@ -14,6 +14,10 @@ class RegistrationError(OmniContractError):
     """An adapter class cannot be registered (abstract, bad key, or a duplicate key)."""
 
 
+class UnknownNameError(OmniContractError, LookupError, ValueError):
+    """A registry has nothing under the name looked up (losses, estimators, agent loops)."""
+
+
 class AdapterNotFoundError(OmniContractError, LookupError):
     """No adapter is registered under the requested key."""
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable, Mapping
 
+from omni_contracts import Registry
 from omni_rewards.errors import ScorerRegistrationError, UnknownDataSourceError
 
 
@@ -17,7 +17,7 @@ be a module-level function (picklable by reference).
 """
 
 
-class ScorerRegistry:
+class ScorerRegistry(Registry[str, Scorer]):
     """Maps a ``data_source`` string to its scorer.
 
     Subclasses that hold scorers of another call shape (``omni_rewards.audio``) override the
@@ -28,15 +28,15 @@ class ScorerRegistry:
     """What a key is, for messages."""
     call_shape = "scorer(solution_str, ground_truth, extra_info=None, **kwargs)"
     """How a registered scorer is called, for messages."""
-    miss_error: type[LookupError] = UnknownDataSourceError
+    miss_error: type[Exception] = UnknownDataSourceError
     """Raised on a lookup miss."""
+    duplicate_error: type[Exception] = ScorerRegistrationError
 
     def __init__(self) -> None:
-        self._scorers: dict[str, Scorer] = {}
-        self._lock = threading.Lock()
+        super().__init__("reward scorer")
 
     def add(self, data_sources: str | Iterable[str], scorer: Scorer) -> None:
-        """Register ``scorer`` for one or several data sources.
+        """Register ``scorer`` for one or several data sources (all or none of them).
 
         Raises:
             ScorerRegistrationError: ``scorer`` is not callable, a key is empty, or another
@@ -55,15 +55,11 @@ class ScorerRegistry:
             )
         with self._lock:
             for key in keys:
-                holder = self._scorers.get(key)
+                holder = self._entries.get(key)
                 if holder is not None and holder is not scorer:
-                    raise ScorerRegistrationError(
-                        f"Duplicate scorer for {self.key_name} {key!r}: {_name(scorer)} cannot "
-                        f"replace {_name(holder)}, which is already registered. Remove it "
-                        f"first (registry.remove) or register under another {self.key_name}."
-                    )
+                    raise ScorerRegistrationError(self._duplicate_message(key, scorer, holder))
             for key in keys:
-                self._scorers[key] = scorer
+                self._entries[key] = scorer
 
     def register(self, *data_sources: str) -> Callable[[Scorer], Scorer]:
         """Decorator form of :meth:`add`: ``@SCORERS.register("my_dataset")``."""
@@ -77,28 +73,20 @@ class ScorerRegistry:
     def remove(self, data_source: str) -> None:
         """Unregister ``data_source``; a miss raises :attr:`miss_error`."""
         with self._lock:
-            if data_source not in self._scorers:
+            if data_source not in self._entries:
                 raise self.miss_error(self._miss_message(data_source))
-            del self._scorers[data_source]
-
-    def get(self, data_source: str) -> Scorer:
-        """The scorer for ``data_source``.
-
-        Raises:
-            UnknownDataSourceError: nothing is registered for it; the message lists what is
-                (:attr:`miss_error` in a subclass).
-        """
-        scorer = self._scorers.get(data_source)
-        if scorer is None:
-            raise self.miss_error(self._miss_message(data_source))
-        return scorer
-
-    def __contains__(self, data_source: object) -> bool:
-        return data_source in self._scorers
+            del self._entries[data_source]
 
     def keys(self) -> list[str]:
         """Registered data sources, sorted."""
-        return sorted(self._scorers)
+        return sorted(self._entries)
+
+    def _duplicate_message(self, key: str, item: Scorer, holder: Scorer) -> str:
+        return (
+            f"Duplicate scorer for {self.key_name} {key!r}: {_name(item)} cannot "
+            f"replace {_name(holder)}, which is already registered. Remove it "
+            f"first (registry.remove) or register under another {self.key_name}."
+        )
 
     def _miss_message(self, data_source: str) -> str:
         return (

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from omni_contracts import (
     ExtraFieldSpec,
+    Registry,
     RolloutAdapter,
     RolloutSample,
     SchemaError,
@@ -37,26 +38,18 @@ class AgentLoop(Protocol):
     ) -> RolloutSample: ...
 
 
-AGENT_LOOPS: dict[str, AgentLoop] = {}
+AGENT_LOOPS: Registry[str, AgentLoop] = Registry("agent loop")
 
 
 def register_agent_loop(*names: str) -> Callable[[AgentLoop], AgentLoop]:
-    def decorate(loop: AgentLoop) -> AgentLoop:
-        for name in names:
-            if name in AGENT_LOOPS:
-                raise ValueError(f"Agent loop {name!r} is already registered.")
-            AGENT_LOOPS[name] = loop
-        return loop
-
-    return decorate
+    """Decorator: register an agent loop as ``rollout.agent.default_agent_loop`` ``names``."""
+    return AGENT_LOOPS.register(*names)
 
 
 def get_agent_loop(name: str) -> AgentLoop:
-    """The loop registered as ``name`` (``rollout.agent.default_agent_loop``)."""
-    try:
-        return AGENT_LOOPS[name]
-    except KeyError:
-        raise ValueError(f"Unknown agent loop {name!r}; registered: {', '.join(sorted(AGENT_LOOPS))}.") from None
+    """The loop registered as ``name`` (``rollout.agent.default_agent_loop``); a miss lists the
+    registered ones (``UnknownNameError``, a ``ValueError``)."""
+    return AGENT_LOOPS.get(name)
 
 
 def _policy_output(outputs: Sequence[StageOutput], policy_stage: int) -> StageOutput | None:

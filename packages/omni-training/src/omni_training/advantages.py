@@ -23,6 +23,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from omni_contracts import Registry
 from omni_training.masked import masked_whiten
 
 
@@ -52,27 +53,18 @@ class AdvantageFn(Protocol):
     ) -> AdvantageOutput: ...
 
 
-ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {}
+ADVANTAGE_ESTIMATORS: Registry[str, AdvantageFn] = Registry("adv_estimator")
 
 
 def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
-    def decorate(fn: AdvantageFn) -> AdvantageFn:
-        if name in ADVANTAGE_ESTIMATORS:
-            raise ValueError(f"Advantage estimator {name!r} is already registered.")
-        ADVANTAGE_ESTIMATORS[name] = fn
-        return fn
-
-    return decorate
+    """Decorator: register an estimator as ``algorithm.adv_estimator=name``."""
+    return ADVANTAGE_ESTIMATORS.register(name)
 
 
 def get_advantage_estimator(name: str) -> AdvantageFn:
-    """The estimator registered as ``name``; a miss lists the registered ones."""
-    try:
-        return ADVANTAGE_ESTIMATORS[name]
-    except KeyError:
-        raise ValueError(
-            f"Unknown adv_estimator {name!r}; registered: {', '.join(sorted(ADVANTAGE_ESTIMATORS))}."
-        ) from None
+    """The estimator registered as ``name``; a miss lists the registered ones (``UnknownNameError``,
+    a ``ValueError``)."""
+    return ADVANTAGE_ESTIMATORS.get(name)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from omni_contracts import Registry
 from omni_training.aggregation import aggregate_loss
 from omni_training.masked import masked_mean
 
@@ -88,27 +89,18 @@ class PolicyLossFn(Protocol):
     ) -> PolicyLossOutput: ...
 
 
-POLICY_LOSSES: dict[str, PolicyLossFn] = {}
+POLICY_LOSSES: Registry[str, PolicyLossFn] = Registry("policy loss_mode")
 
 
 def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
-    def decorate(fn: PolicyLossFn) -> PolicyLossFn:
-        if name in POLICY_LOSSES:
-            raise ValueError(f"Policy loss {name!r} is already registered ({POLICY_LOSSES[name]}).")
-        POLICY_LOSSES[name] = fn
-        return fn
-
-    return decorate
+    """Decorator: register a policy loss as ``actor.policy_loss.loss_mode=name``."""
+    return POLICY_LOSSES.register(name)
 
 
 def get_policy_loss(name: str) -> PolicyLossFn:
-    """The loss registered as ``name``; a miss lists the registered ones."""
-    try:
-        return POLICY_LOSSES[name]
-    except KeyError:
-        raise ValueError(
-            f"Unknown policy loss_mode {name!r}; registered: {', '.join(sorted(POLICY_LOSSES))}."
-        ) from None
+    """The loss registered as ``name``; a miss lists the registered ones (``UnknownNameError``,
+    a ``ValueError``)."""
+    return POLICY_LOSSES.get(name)
 
 
 def _aggregate(loss_mat: Tensor, mask: Tensor, mode: str, counts: BatchCounts) -> Tensor:
