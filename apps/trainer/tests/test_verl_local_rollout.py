@@ -133,3 +133,33 @@ def test_teacher_scores_come_in_the_layout_verl_reads_from_vllm(num: int) -> Non
     np.testing.assert_allclose(np.array(ours[1]), np.array(theirs["prompt_logprobs"]), atol=1e-5)
     with pytest.raises(ValueError, match="2 tokens or more"):
         prompt_log_probs(teacher, {"input_ids": ids[:, :1], "attention_mask": torch.ones_like(ids[:, :1])}, num)
+
+
+def test_the_speakers_thinker_never_answers_what_the_local_engines_answers_never_sample() -> None:
+    """``data.spoken_text=thinker`` on both engines: the thinker's greedy answer is taken under
+    the thinker stage's mask, media placeholders and the head's tail past the tokenizer (the
+    tail was missing on verl's CPU rollout)."""
+    from transformers import AutoConfig, AutoProcessor
+
+    from omni_contracts import get_rollout_adapter, resolve_training_adapter
+    from omni_qwen3.tiny import build_tiny_qwen3_omni
+    from omni_trainer.placeholders import policy_logit_mask
+    from omni_trainer.verl_engine.local_speech import THINKER_MODE, LocalSpeaker
+    from omni_training.logit_mask import masked_ids
+    from omni_training.model_loading import LoraSettings, load_policy
+
+    tiny = str(build_tiny_qwen3_omni())
+    hf_config = AutoConfig.from_pretrained(tiny)
+    processor = AutoProcessor.from_pretrained(tiny)
+    tokenizer = processor.tokenizer
+    model, _ = load_policy(tiny, resolve_training_adapter(hf_config, "talker"), LoraSettings(), dtype="float32")
+    model.thinker.resize_token_embeddings(len(tokenizer) + 8)  # a head with a tail, as Qwen3-Omni's has
+    pipeline = get_rollout_adapter("qwen3_omni_moe")
+    speaker = LocalSpeaker.for_model(model, pipeline, hf_config, processor, tokenizer, answer_tokens=4)
+
+    width = int(model.thinker.get_output_embeddings().weight.shape[0])
+    assert width == len(tokenizer) + 8
+    local = set(masked_ids(policy_logit_mask(pipeline, THINKER_MODE, hf_config, processor, tokenizer), width))
+    turn = tokenizer.convert_tokens_to_ids("<|im_start|>")
+    assert set(speaker.thinker.suppress_token_ids) == local | {turn}
+    assert set(range(len(tokenizer), width)) <= local

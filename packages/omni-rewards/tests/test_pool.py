@@ -35,3 +35,38 @@ def test_outcomes_keep_input_order_across_timeouts(test_scorers: ModuleType) -> 
         pool.close()
     assert [o.status for o in outcomes] == ["ok", "ok", "timeout", "ok", "timeout", "ok"]
     assert [o.value for o in outcomes if o.status == "ok"] == [1.0, 1.0, 1.0, 1.0]
+
+
+def test_a_worker_whose_owner_is_gone_ends_without_a_traceback() -> None:
+    """A run Ctrl-C'd while its workers start (or score) closes their pipes; a worker then ends
+    quietly instead of printing a BrokenPipeError (the run's stop message was followed by one)."""
+    import functools
+    import multiprocessing
+    import threading
+    import time
+
+    from omni_rewards.pool import _worker_main
+
+    owner, worker = multiprocessing.Pipe(duplex=True)
+    owner.close()
+    assert _worker_main(worker, (), None) is None  # gone before the worker was ready
+    worker.close()
+
+    owner, worker = multiprocessing.Pipe(duplex=True)
+    ended: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            _worker_main(worker, (), None)
+            ended.append(None)
+        except BaseException as exc:  # noqa: BLE001  (the test reports it)
+            ended.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert owner.recv() == "ready"
+    owner.send([(0, functools.partial(time.sleep, 0.5), (), {})])
+    owner.close()  # gone while the task runs: its answer finds nobody to read it
+    thread.join(timeout=30)
+    assert ended == [None]
+    worker.close()

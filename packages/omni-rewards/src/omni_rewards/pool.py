@@ -52,11 +52,16 @@ def describe_exception(exc: BaseException) -> str:
 def _worker_main(
     conn: Connection, preload: tuple[str, ...], initializer: Callable[[], object] | None
 ) -> None:
+    """A worker's loop; it ends quietly when the pool's owner is gone (a run stopped while its
+    workers started or scored), instead of printing a broken pipe's traceback."""
     for module in preload:
         importlib.import_module(module)
     if initializer is not None:
         initializer()
-    conn.send(_READY)
+    try:
+        conn.send(_READY)
+    except (BrokenPipeError, ConnectionResetError):
+        return
     while True:
         try:
             chunk = conn.recv()
@@ -71,6 +76,8 @@ def _worker_main(
                 message = (index, False, describe_exception(exc))
             try:
                 conn.send(message)
+            except (BrokenPipeError, ConnectionResetError):
+                return
             except Exception as exc:  # the result did not pickle; nothing was written yet
                 error = f"the result could not be sent back: {describe_exception(exc)}"
                 conn.send((index, False, error))

@@ -79,7 +79,7 @@ class VerlEngine:
         here, so a Ctrl-C interrupts the launch at once (verl's saved checkpoints are kept)."""
         from omni_trainer.verl_engine.launch import run
 
-        return run(config)
+        return run(config, checked=True)  # the pre-flight ran verl's checks (VerlEngine.checks)
 
 
 ENGINE = VerlEngine()

@@ -179,10 +179,15 @@ def unwrap_reward_failure(exc: BaseException) -> RewardFailureError | None:
     return RewardFailureError(str(cause)) if isinstance(cause, RewardFailureError) else None
 
 
-def run(config: Config) -> int:
-    """Run ``config`` on verl; returns the process exit code."""
+def run(config: Config, *, checked: bool = False) -> int:
+    """Run ``config`` on verl; returns the process exit code.
+
+    Args:
+        checked: the pre-flight already ran verl's checks on this config (``trainer`` does
+            before every run); otherwise they run here first.
+    """
     require_extras()
-    problems = verl_problems(config)
+    problems = [] if checked else verl_problems(config)
     if problems:
         raise ConfigError("Invalid configuration for trainer.engine=verl:\n  - " + "\n  - ".join(problems))
     verl_config = build_verl_config(config)

@@ -46,7 +46,7 @@ from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 from omni_rollout.local_engine import LocalEngine, find_policy_module
 from omni_rollout.sampling import SamplingSettings
-from omni_trainer.placeholders import banned_token_ids, policy_logit_mask
+from omni_trainer.placeholders import policy_logit_mask
 from omni_trainer.verl_engine.adapters import rollout_adapter, training_adapter
 from omni_trainer.verl_engine.processor import adapter_processor
 from omni_trainer.verl_engine.settings import LOCAL_ROLLOUT_NAME, VerlSettings
@@ -309,9 +309,8 @@ class LocalRolloutServer:
         if pipeline.policy_stage_id(settings.pipeline_mode) != 0:  # a speech stage: thinker, then talker
             from omni_trainer.verl_engine.local_speech import LocalSpeaker
 
-            self.speaker = LocalSpeaker(
-                self.model, pipeline, tokenizer, suppress_token_ids=banned_token_ids(self.processor),
-                answer_tokens=settings.max_spoken_tokens,
+            self.speaker = LocalSpeaker.for_model(
+                self.model, pipeline, hf_config, self.processor, tokenizer, answer_tokens=settings.max_spoken_tokens
             )
             return
         module = find_policy_module(self.model, pipeline, settings.pipeline_mode)

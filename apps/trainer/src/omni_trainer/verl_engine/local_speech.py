@@ -31,7 +31,9 @@ from verl.workers.rollout.replica import TokenOutput
 from omni_contracts import RolloutAdapter, SpeechPolicy, find_speech_policy, is_namespaced
 from omni_rollout.local_engine import LocalEngine, find_policy_module
 from omni_rollout.sampling import SamplingSettings
+from omni_trainer.placeholders import policy_logit_mask
 from omni_trainer.verl_engine.speech_sample import SOURCE_TRUNCATED, SPEECH_SAMPLE
+from omni_training.logit_mask import masked_ids
 
 THINKER_MODE = "thinker_only"
 """The rollout adapter's mode whose policy stage is the thinker (its text answer)."""
@@ -90,6 +92,18 @@ class LocalSpeaker:
         )
         self.answer_tokens = answer_tokens
         self._answers: dict[str, list[int]] = {}
+
+    @classmethod
+    def for_model(
+        cls, model: Any, pipeline: RolloutAdapter, hf_config: Any, processor: Any, tokenizer: Any, *, answer_tokens: int
+    ) -> LocalSpeaker:
+        """A speaker whose thinker answers under its own stage's logit mask (the media
+        placeholders and the output head's tail past the tokenizer), as the local engine's
+        answers (``data.spoken_text=thinker``) do."""
+        thinker = find_policy_module(model, pipeline, THINKER_MODE)
+        mask = policy_logit_mask(pipeline, THINKER_MODE, hf_config, processor, tokenizer)
+        width = int(thinker.get_output_embeddings().weight.shape[0])
+        return cls(model, pipeline, tokenizer, suppress_token_ids=masked_ids(mask, width), answer_tokens=answer_tokens)
 
     def answer(self, prompt_ids: Sequence[int]) -> list[int]:
         """The thinker's greedy answer to the chat prompt, without its end of turn.

@@ -13,6 +13,8 @@ from its install.
 
 from __future__ import annotations
 
+import copy
+import functools
 import importlib.util
 import json
 import os
@@ -55,7 +57,13 @@ def verl_config_dir() -> Path:
 
 
 def verl_defaults() -> DictConfig:
-    """verl's ``ppo_trainer`` config as its own entry point composes it (no overrides)."""
+    """verl's ``ppo_trainer`` config as its own entry point composes it (no overrides); a
+    fresh copy of the one composed per process (Hydra takes about a second)."""
+    return copy.deepcopy(_composed_verl_defaults())
+
+
+@functools.cache
+def _composed_verl_defaults() -> DictConfig:
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
