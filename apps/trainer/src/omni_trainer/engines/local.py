@@ -16,7 +16,7 @@ def _local_algorithms(config: Config, found: Findings) -> None:
     from omni_training.policy_loss import POLICY_LOSSES
 
     one_of(found, "actor_rollout_ref.actor.policy_loss.loss_mode",
-            config.actor_rollout_ref.actor.policy_loss.loss_mode, tuple(POLICY_LOSSES))
+           config.actor_rollout_ref.actor.policy_loss.loss_mode, tuple(POLICY_LOSSES))
     one_of(found, "algorithm.adv_estimator", config.algorithm.adv_estimator, tuple(ADVANTAGE_ESTIMATORS))
 
 
@@ -48,6 +48,9 @@ def _local_device(config: Config, found: Findings) -> None:
 
 
 class LocalEngine:
+    """Refuses the verl-engine keys it cannot honour, then trains in this process (Ctrl-C
+    stops at a step boundary and saves: ``stop``)."""
+
     name = "local"
     checks = (_local_algorithms, _verl_keys_locally)
 

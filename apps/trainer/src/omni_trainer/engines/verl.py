@@ -71,6 +71,9 @@ def _verl_engine(config: Config, found: Findings) -> None:
 
 
 class VerlEngine:
+    """Checks the config as verl will (the translation, verl's own checks, the rollout's
+    memory), then launches verl's task runner on Ray."""
+
     name = "verl"
     checks = (_rollout_memory, _verl_engine)
 

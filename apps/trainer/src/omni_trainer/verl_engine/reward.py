@@ -18,9 +18,9 @@ timeout and failure accounting.
 from __future__ import annotations
 
 import atexit
-import threading
 import functools
 import json
+import threading
 from collections.abc import Mapping
 from typing import Any
 
