@@ -65,6 +65,12 @@ def score_with_file(
     return load_reward_function(path, name)(data_source, solution_str, ground_truth, extra_info, **kwargs)
 
 
+def custom_scorer(path: str, name: str, data_source: str, reward_kwargs: Mapping[str, Any] | None = None) -> Any:
+    """The scorer a reward manager runs for ``data_source``: the user's function with
+    ``reward_kwargs`` (picklable: the workers import the file themselves)."""
+    return functools.partial(score_with_file, path, name, data_source, **dict(reward_kwargs or {}))
+
+
 def custom_registry(
     path: str, name: str, data_sources: Iterable[str], reward_kwargs: Mapping[str, Any] | None = None
 ) -> ScorerRegistry:
@@ -77,5 +83,5 @@ def custom_registry(
     load_reward_function(path, name)
     registry = ScorerRegistry()
     for source in sorted(set(data_sources)):
-        registry.add(source, functools.partial(score_with_file, path, name, source, **dict(reward_kwargs or {})))
+        registry.add(source, custom_scorer(path, name, source, reward_kwargs))
     return registry

@@ -10,11 +10,10 @@ on purpose and do not count; validation does not count either.
 
 - Local engine: :func:`omni_trainer.step.train_step` checks right after scoring, before
   anything is trained on the step.
-- verl engine: verl scores each sample in its agent-loop workers and stores it; no hook of
-  verl 0.9.1's V1 loop sits between scoring and the update. Our workers tally each step's
-  ``reward_<status>`` indicators (:func:`count_sample`), and our agent-loop manager checks
-  the tallies (:class:`StepFailureWatch`) each time it dispatches a batch: the run stops
-  when the next batch is dispatched, after the failing step's update.
+- verl engine: verl scores each sample in its agent-loop workers and stores it. Our workers
+  tally each step's ``reward_<status>`` indicators (:func:`count_sample`), and our replay
+  buffer checks the tallies (:class:`StepFailureWatch`) when verl's trainer takes the step's
+  batch, before anything is trained on it.
 """
 
 from __future__ import annotations

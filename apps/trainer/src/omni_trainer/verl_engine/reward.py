@@ -18,7 +18,6 @@ timeout and failure accounting.
 from __future__ import annotations
 
 import atexit
-import functools
 import json
 import threading
 from collections.abc import Mapping
@@ -28,7 +27,7 @@ from omegaconf import OmegaConf
 
 from omni_rewards import SCORERS, RewardManager, RewardManagerConfig, ScorerRegistry
 from omni_trainer import builtin_task
-from omni_trainer.custom_reward import load_reward_function, score_with_file
+from omni_trainer.custom_reward import custom_scorer, load_reward_function
 
 STATUS_KEYS = ("ok", "timeout", "error", "skipped")
 builtin_task.register_scorer()  # the embedded default's rows (omni_trainer.builtin_files)
@@ -60,7 +59,7 @@ def _route(manager: RewardManager, data_source: str, custom: tuple[str, str, str
     path, name, kwargs = custom
     with _lock:
         if data_source not in manager.registry:
-            manager.registry.add(data_source, functools.partial(score_with_file, path, name, data_source, **json.loads(kwargs)))
+            manager.registry.add(data_source, custom_scorer(path, name, data_source, json.loads(kwargs)))
 
 
 def compute_score(
