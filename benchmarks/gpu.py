@@ -175,6 +175,7 @@ def run_ours(setup: Setup, config: Any, tiny_path: str, rows: Sequence[dict[str,
     from omni_trainer.prompts import encode_builtin
     from omni_trainer.settings_builders import actor_settings, lora_settings, optim_settings, reward_manager_config
     from omni_trainer.step import StepParts, train_step
+    from omni_trainer.tasks.text_rl import TextSampler
     from omni_training.actor import Actor
     from omni_training.model_loading import apply_lora, enable_gradient_checkpointing
     from transformers import AutoConfig
@@ -203,8 +204,9 @@ def run_ours(setup: Setup, config: Any, tiny_path: str, rows: Sequence[dict[str,
     if builtin_task.DATA_SOURCE not in SCORERS:
         SCORERS.add(builtin_task.DATA_SOURCE, builtin_task.score_digits)
     rewards = RewardManager(reward_manager_config(cfg), registry=SCORERS)
-    parts = StepParts(cfg, engine, get_agent_loop(cfg.actor_rollout_ref.rollout.agent.default_agent_loop),
-                      rollout_adapter, mode, adapter, tokenizer, rewards, actor)
+    sampler = TextSampler(cfg, engine, get_agent_loop(cfg.actor_rollout_ref.rollout.agent.default_agent_loop),
+                          rollout_adapter, mode, adapter.extra_field_specs, tokenizer, rewards)
+    parts = StepParts(cfg, sampler, actor, adapter, pad_token_id=engine.pad_token_id)
     prepared = [
         encode_builtin(processor, {**row, "data_source": builtin_task.DATA_SOURCE}, setup.max_prompt_length)
         for row in rows

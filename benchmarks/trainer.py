@@ -233,7 +233,7 @@ def run_ours(
     engine.prompts_per_call = prompts_per_call
     prompt_ids = [trainer.train_rows[i].inputs["input_ids"][0].tolist() for i in range(len(trainer.train_rows))]
     result = Result(name, trainable=trainable_parameters(trainer.actor.model))
-    trainer.rewards.start()
+    trainer.task.start()
     try:
         for step, batch in trainer.batches(0):
             tokens_before = engine.stats.generated_tokens
@@ -243,7 +243,7 @@ def run_ours(
                 result.step_tokens.append(engine.stats.generated_tokens - tokens_before)
                 result.rewards.append(metrics["critic/score/mean"])
     finally:
-        trainer.rewards.close()
+        trainer.task.close()
     return result, prompt_ids
 
 

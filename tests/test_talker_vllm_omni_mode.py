@@ -1,20 +1,22 @@
-"""Rollout mode ``talker`` through the vLLM-Omni engine on CPU, with the local engine as the oracle.
+"""Rollout mode ``talker`` through verl's vLLM-Omni server on CPU, with the local engine as the oracle.
 
 The tiny Qwen3-Omni's talker samples speech for a thinker answer in the local engine. The same
 samples are then returned the way vLLM-Omni 0.28 returns a request of the talker-RL pipeline
 (a recording stand-in for ``AsyncOmni``: the thinker's text, the talker's codec-0 tokens and
-log-probs, its prefill placeholder and ``codes.audio``, code2wav's waveform), go through
-``VllmOmniEngine`` (real
-vLLM ``SamplingParams``), the ``omni_single_turn`` agent loop and the rollout adapter's
-``postprocess_agent_loop_output``, and reach the actor, which rebuilds the talker's
+log-probs, its prefill placeholder and ``codes.audio``, code2wav's waveform), go through our
+rollout server (``omni_trainer.verl_engine.rollout.VllmOmniHttpServer``: verl's own
+``generate`` on the vLLM-Omni driver, real vLLM ``SamplingParams``) and the speech sample it
+adds (the ``omni_single_turn`` agent loop and the rollout adapter's
+``postprocess_agent_loop_output``), and reach the actor, which rebuilds the talker's
 conditioning from the stored thinker sequence. The actor's log-probs must match the sampled
 ones as they do for the local engine's samples.
 """
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -23,15 +25,16 @@ import pytest
 import torch
 
 pytest.importorskip("vllm", reason="needs the gpu extra (vllm): uv sync --extra gpu")
+pytest.importorskip("verl", reason="needs the distributed extra (verl): uv sync --extra distributed")
 
-from omni_qwen3.rollout_adapter import Qwen3OmniRolloutAdapter  # noqa: E402
+STUB = str(Path(__file__).resolve().parents[1] / "apps" / "trainer" / "tests")
+if STUB not in sys.path:
+    sys.path.insert(0, STUB)  # verl_server_stub: our server as verl's __init__ and run_server leave it
+
 from omni_qwen3.talker_adapter import Qwen3OmniTalkerAdapter  # noqa: E402
 from omni_qwen3.talker_fields import RESIDUAL_CODES, SOURCE_IDS, TALKER_FIELDS  # noqa: E402
-from omni_qwen3.talker_outputs import SAMPLE_RATE, WAVEFORM  # noqa: E402
-from omni_rollout.agent_loops import get_agent_loop  # noqa: E402
-from omni_rollout.vllm_omni import DeployOptions, ReplicaLayout, VllmOmniEngine  # noqa: E402
-from omni_rollout.vllm_omni.engine import EngineRequest, PolicySampling  # noqa: E402
 from omni_rollout.vllm_omni.testing import RecordingAsyncOmni  # noqa: E402
+from verl_server_stub import stage_output, stub_server  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -73,29 +76,19 @@ def local_samples(policy: Any, turn: tuple[list[int], list[int]]) -> list[Any]:
 
 def as_vllm_omni(prompt: Sequence[int], answer: Sequence[int], sample: Any, rate: int) -> list[Any]:
     """What ``AsyncOmni.generate`` yields for one request of the talker-RL pipeline (vLLM-Omni
-    0.28), built from a local sample: the thinker's answer, the talker's tokens with codes rows
-    for the prefill (zeros) and each consumed token, and code2wav's waveform."""
+    0.28, its own output classes), built from a local sample: the thinker's answer, the talker's
+    tokens with codes rows for the prefill (zeros) and each consumed token, and code2wav's waveform."""
     tokens = list(sample.response_ids)
     consumed = len(tokens) - 1  # the last token (the end of speech) is never fed back
     residual = sample.extra_fields[RESIDUAL_CODES][:consumed]
     decode = torch.cat([torch.tensor(tokens[:consumed])[:, None], residual], dim=1)
     codes = torch.cat([torch.zeros(len(sample.prompt_ids), decode.shape[1], dtype=torch.long), decode])
-    logprobs = [{t: SimpleNamespace(logprob=lp)} for t, lp in zip(tokens, sample.response_logprobs, strict=True)]
-    thinker = SimpleNamespace(
-        stage_id=0, finished=True, prompt_token_ids=list(prompt),
-        outputs=[SimpleNamespace(token_ids=list(answer), logprobs=None, finish_reason="stop")],
-    )
-    talker = SimpleNamespace(
-        stage_id=1, finished=True, prompt_token_ids=[0] * len(sample.prompt_ids),
-        outputs=[SimpleNamespace(token_ids=tokens, logprobs=logprobs, finish_reason="stop",
-                                 multimodal_output={"codes": {"audio": codes}})],
-    )
-    code2wav = SimpleNamespace(
-        stage_id=2, finished=True, prompt_token_ids=[],
-        outputs=[SimpleNamespace(token_ids=[], logprobs=None, finish_reason="stop",
-                                 multimodal_output={"audio": [sample.waveform[None]], "sr": [torch.tensor(rate)]})],
-    )
-    return [thinker, talker, code2wav]
+    return [
+        stage_output(0, prompt, answer),
+        stage_output(1, [0] * len(sample.prompt_ids), tokens, logprobs=list(sample.response_logprobs),
+                     multimodal_output={"codes": {"audio": codes}}),
+        stage_output(2, [], [], multimodal_output={"audio": [sample.waveform[None]], "sr": [torch.tensor(rate)]}),
+    ]
 
 
 def actor_log_probs(tiny: Path, samples: Sequence[Any]) -> torch.Tensor:
@@ -119,47 +112,50 @@ def padded(samples: Sequence[Any], width: int) -> tuple[torch.Tensor, torch.Tens
 
 
 def test_vllm_omni_talker_samples_reach_the_actor_with_their_log_probs(
-    tiny: Path, policy: Any, turn: tuple[list[int], list[int]], local_samples: list[Any], tmp_path: Path
+    tiny: Path, policy: Any, turn: tuple[list[int], list[int]], local_samples: list[Any]
 ) -> None:
     from vllm import SamplingParams
 
+    from omni_contracts import RolloutSample
     from omni_training.consistency import rollout_actor_consistency
+    from omni_trainer.verl_engine.speech_sample import SPEECH_SAMPLE
 
     prompt, answer = turn
-    adapter = Qwen3OmniRolloutAdapter()
     rate = policy.speech_sample_rate
-    by_request = {f"omni-rl-1-0-{k}": as_vllm_omni(prompt, answer, s, rate) for k, s in enumerate(local_samples)}
+    by_request = {f"talker-{k}": as_vllm_omni(prompt, answer, s, rate) for k, s in enumerate(local_samples)}
     thinker_defaults = SamplingParams(temperature=0.0, max_tokens=2048)  # vLLM-Omni's production thinker
     omni = RecordingAsyncOmni([thinker_defaults, SamplingParams(), SamplingParams(temperature=0.0)],
                               respond=lambda p, params, rid: by_request[rid])
-    engine = VllmOmniEngine("unused", adapter, "talker", layout=ReplicaLayout(), options=DeployOptions(),
-                            work_dir=tmp_path)
-    engine._attach(omni)
-    eos = policy.config.talker_config.codec_eos_token_id
-    try:
-        (converted,) = engine.generate([EngineRequest(prompt)], PolicySampling(n=N, max_tokens=24, stop_token_ids=(eos,)))
-    finally:
-        engine.close()
+    server = stub_server(omni, mode="talker", field_specs=TALKER_FIELDS, max_model_len=512, prompt_length=256,
+                         response_length=24)
 
-    # The talker samples with the policy's parameters; the thinker keeps its deploy defaults.
+    async def generate_all() -> list[Any]:  # one request per sample, as verl's agent loop sends them
+        return list(await asyncio.gather(*(
+            server.generate(prompt_ids=list(prompt), sampling_params={"temperature": 1.0, "logprobs": True},
+                            request_id=rid)
+            for rid in by_request
+        )))
+
+    results = asyncio.run(generate_all())
+
+    # The talker samples with verl's parameters; the thinker and code2wav keep their deploy defaults.
     params = [call["sampling_params_list"] for name, call in omni.calls if name == "generate"]
     assert len(params) == N
-    assert all(p[1].temperature == 1.0 and p[1].logprobs == 0 and p[1].stop_token_ids == [eos] for p in params)
+    assert all(p[1].temperature == 1.0 and p[1].logprobs == 0 and p[1].max_tokens == 24 for p in params)
     assert all(p[0].temperature == 0.0 and p[0].max_tokens == 2048 and p[2].temperature == 0.0 for p in params)
 
-    loop = get_agent_loop("omni_single_turn_agent")
-    samples = [
-        loop(prompt_ids=prompt, outputs=c.kept_outputs, adapter=adapter, mode="talker", specs=TALKER_FIELDS)
-        for c in converted
-    ]
-    for sample, local in zip(samples, local_samples, strict=True):
-        assert sample.response_ids == tuple(local.response_ids)
-        assert sample.response_logprobs == pytest.approx(local.response_logprobs)
-        assert len(sample.prompt_ids) == len(local.prompt_ids)
-        assert sample.extra_fields[SOURCE_IDS].tolist() == prompt + answer[:-1]
-        assert torch.equal(sample.extra_fields[WAVEFORM], local.waveform) and sample.extra_fields[SAMPLE_RATE] == rate
+    samples = []
+    for result, local in zip(results, local_samples, strict=True):
+        speech = result.extra_fields[SPEECH_SAMPLE]
+        assert result.token_ids == list(local.response_ids)
+        assert result.log_probs == pytest.approx(local.response_logprobs)
+        assert len(speech["prompt_ids"]) == len(local.prompt_ids)
+        assert speech["fields"][SOURCE_IDS].tolist() == prompt + answer[:-1]
+        assert torch.equal(speech["waveform"], local.waveform) and speech["sample_rate"] == rate
         consumed = len(local.response_ids) - 1
-        assert torch.equal(sample.extra_fields[RESIDUAL_CODES][:consumed], local.extra_fields[RESIDUAL_CODES][:consumed])
+        assert torch.equal(speech["fields"][RESIDUAL_CODES][:consumed], local.extra_fields[RESIDUAL_CODES][:consumed])
+        samples.append(RolloutSample(speech["prompt_ids"], result.token_ids, speech["response_mask"],
+                                     result.log_probs, speech["fields"]))
 
     # One batch, both engines' samples: the actor rebuilds the conditioning of the vLLM-Omni ones.
     recomputed = actor_log_probs(tiny, [*local_samples, *samples])
@@ -199,70 +195,26 @@ def test_a_source_that_does_not_give_the_rows_prefill_is_refused(
         actor_log_probs(tiny, [wrong])
 
 
-def test_weights_sync_to_the_talker_stage_only(tmp_path: Path) -> None:
-    """Mode ``talker``: full weights reload on stage 1 (the thinker keeps its own); a LoRA plan
-    is refused before any call (vLLM-Omni 0.28 serves LoRA on stage 0 only)."""
-    from omni_rollout.vllm_omni import FullWeights, WeightSyncError, plan_weight_sync
+def test_weights_sync_to_the_talker_stage_only() -> None:
+    """Mode ``talker``: verl's weight sync (its worker extension's ``update_weights_from_ipc``,
+    through our server's driver) reaches stage 1 only, the thinker keeps its own; a LoRA served
+    as an adapter is refused before any request (vLLM-Omni 0.28 applies it to stage 0 only; the
+    translated config merges it)."""
+    from verl.workers.rollout.vllm_rollout.utils import VLLM_LORA_INT_ID
 
-    adapter = Qwen3OmniRolloutAdapter()
+    from omni_rollout.vllm_omni import UnsupportedByVllmOmniError
+
     omni = RecordingAsyncOmni([None, None, None])
-    engine = VllmOmniEngine("unused", adapter, "talker", layout=ReplicaLayout(),
-                            options=DeployOptions(enable_sleep_mode=True), work_dir=tmp_path)
-    engine._attach(omni)
-    try:
-        plan = plan_weight_sync(adapter, "talker", payload="full", colocated=True)
-        assert plan.stage_ids == (1,)
-        engine.before_train(plan)
-        engine.after_train(plan, FullWeights({"talker.codec_head.weight": torch.ones(4, 2)}))
-        reloads = [call for name, call in omni.calls if name == "collective_rpc"]
-        assert [(c["method"], c["stage_ids"]) for c in reloads] == [("reload_weights", [1])]
-        lora = plan_weight_sync(adapter, "talker", payload="lora", colocated=True)
-        with pytest.raises(WeightSyncError, match="serves a request's LoRA on stage 0 only"):
-            engine.check_plan(lora)
-    finally:
-        engine.close()
+    server = stub_server(omni, mode="talker", field_specs=TALKER_FIELDS)
+    asyncio.run(server.collective_rpc("update_weights_from_ipc", kwargs={"use_shm": False}))
+    assert [(name, call["method"], call["stage_ids"]) for name, call in omni.calls] == [
+        ("collective_rpc", "update_weights_from_ipc", [1])]
 
-
-@dataclass
-class StagedNamesOmni(RecordingAsyncOmni):
-    """Also reads the tensor names of each staged full-weights reload, while the file exists."""
-
-    staged: list[list[str]] = field(default_factory=list)
-
-    async def collective_rpc(self, method: str, timeout: float | None = None, args: tuple[Any, ...] = (),
-                             kwargs: dict[str, Any] | None = None, stage_ids: list[int] | None = None) -> list[Any]:
-        if method == "reload_weights":
-            from safetensors import safe_open
-
-            with safe_open(str(Path((kwargs or {})["weights_path"]) / "model.safetensors"), "pt") as staged:
-                self.staged.append(sorted(staged.keys()))
-        return await super().collective_rpc(method, timeout, args, kwargs, stage_ids)
-
-
-ACTOR_STATE = ("code2wav.decoder.0.conv.weight", "talker.codec_head.weight", "talker.model.norm.weight",
-               "thinker.lm_head.weight", "thinker.model.norm.weight")
-"""Names of a talker actor's state dict: it holds the frozen thinker and code2wav too."""
-
-
-@pytest.mark.parametrize(
-    ("mode", "staged"),
-    [("talker", ["talker.codec_head.weight", "talker.model.norm.weight"]), ("thinker_only", list(ACTOR_STATE))],
-)
-def test_a_full_sync_stages_only_what_the_synced_stage_loads(tmp_path: Path, mode: str, staged: list[str]) -> None:
-    """The talker stage loads ``talker.*``: the frozen thinker (60 GB on the real checkpoint) is
-    not written out for it to throw away. A thinker run stages what it is given, as before."""
-    from omni_rollout.vllm_omni import FullWeights, plan_weight_sync
-
-    adapter = Qwen3OmniRolloutAdapter()
-    omni = StagedNamesOmni([None, None, None])
-    engine = VllmOmniEngine("unused", adapter, mode, layout=ReplicaLayout(), options=DeployOptions(), work_dir=tmp_path)
-    engine._attach(omni)
-    try:
-        plan = plan_weight_sync(adapter, mode, payload="full", colocated=False)
-        engine.after_train(plan, FullWeights({name: torch.ones(2) for name in ACTOR_STATE}))
-    finally:
-        engine.close()
-    assert omni.staged == [staged]
+    server.model_config = SimpleNamespace(lora_rank=8, lora={}, processor=None)  # verl: lora_as_adapter
+    omni.rpc_results["list_loras"] = [[VLLM_LORA_INT_ID]]
+    with pytest.raises(UnsupportedByVllmOmniError, match="LoRA to stage 0 only"):
+        asyncio.run(server.generate(prompt_ids=[1, 2], sampling_params={"logprobs": True}, request_id="lora"))
+    assert "generate" not in omni.names()
 
 
 def test_a_groups_shared_source_runs_the_thinker_once(

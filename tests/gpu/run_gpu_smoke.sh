@@ -62,8 +62,9 @@ run() {
 # Keep the tiny model's build cache inside the run so nothing is read from a stale home.
 export OMNI_RL_CACHE="${OMNI_RL_CACHE:-$(mktemp -d)}"
 # PARTS (default: all) runs a subset, so each part fits a short device session:
-#   local: the local engine on the GPU; vllm: the vLLM-Omni engine tests; verl-gspo, verl-opd,
-#   verl-mm, verl-talker (not in the default): the phases of verl_smoke.py.
+#   local: the local engine on the GPU; vllm: the vLLM-Omni tests (our verl server on a real
+#   AsyncOmni); verl-gspo, verl-opd, verl-mm, verl-talker (not in the default): the phases of
+#   verl_smoke.py.
 PARTS="${PARTS:-local,vllm,verl-gspo,verl-opd,verl-mm}"
 if [[ ",$PARTS," == *",local,"* ]]; then
     run "${py[@]}" tests/gpu/local_smoke.py

@@ -1,20 +1,34 @@
-"""vLLM-Omni generates from the tiny Qwen3-Omni in thinker-only AR mode, with log-probs,
-through the one driver (also under verl's own ``generate``), clears its caches, and takes
-weight syncs in colocated sleep mode (a change of weights the rollout must show).
+"""vLLM-Omni serves the tiny Qwen3-Omni in thinker-only AR mode on the production path, and
+verl's own server code drives it.
 
-Needs a CUDA GPU and the gpu extra; skipped otherwise. Run with tests/gpu/run_gpu_smoke.sh.
-The tiny thinker is widened to head_dim 64 (hidden 128, 2 heads): vLLM's attention
-kernels do not all take the default tiny model's head_dim 16.
+Our rollout server (``omni_trainer.verl_engine.rollout.VllmOmniHttpServer``) starts it with its
+own ``run_server``: the replica's deploy config, ``AsyncOmni``, the one driver, the policy
+stage's logit mask through verl's worker extension. Then, as verl calls the server: ``generate``
+with sampled-token log-probs (seeded: the same tokens twice), ``clear_kv_cache`` (the driver's
+cache clearing; ``AsyncOmni``'s own only logs), and the weight update verl's actor worker runs
+on a hybrid engine (sleep; wake the weights; ``update_weights_from_ipc`` fed by verl's
+``BucketedWeightSender``; clear the caches; wake the KV cache) -- a change of weights the
+rollout must show, then undone.
+
+Needs a CUDA GPU, the gpu extra and verl (the distributed extra); skipped otherwise. Run with
+tests/gpu/run_gpu_smoke.sh. The tiny thinker is widened to head_dim 64 (hidden 128, 2 heads):
+vLLM's attention kernels do not all take the default tiny model's head_dim 16.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import dataclasses
-import json
+import itertools
 import math
-from collections.abc import Iterator
+import os
+import sys
+import threading
+from collections.abc import Coroutine, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, TypeVar
 
 import pytest
 
@@ -24,139 +38,173 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
 
+T = TypeVar("T")
+STUB = Path(__file__).resolve().parents[2] / "apps" / "trainer" / "tests"
+"""Where ``verl_server_stub`` lives: our server as verl's ``__init__`` leaves it (CPU-tested)."""
+RESPONSE_LENGTH = 8
+NORM = "thinker.model.norm.weight"
+JOB_ENV = ("VERL_RAY_JOB_ID", "VERL_REPLICA_RANK")
+"""What verl's server puts in its environment for its vLLM workers, which name their weight
+socket after it (``vLLMColocateWorkerExtension._get_zmq_handle``)."""
+
+
+class Loop:
+    """The server's event loop on a thread of its own, as in its Ray actor: ``AsyncOmni`` keeps
+    a background task on the loop it was built on, alive between calls."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="vllm-omni-server", daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.loop.close()
+
+
+@dataclasses.dataclass
+class Replica:
+    server: Any
+    loop: Loop
+    model_dir: Path
+    prompt: list[int]
+    allowed_ids: int
+    """How many ids the policy stage may sample (its logit mask's width less its bans)."""
+    zmq_handle: str
+
+    def generate(self, request_id: str, **sampling: Any) -> Any:
+        """verl's ``generate`` on our server (token in, token out), sampled-token log-probs."""
+        return self.loop.run(self.server.generate(
+            prompt_ids=list(self.prompt), sampling_params={"logprobs": True, **sampling}, request_id=request_id,
+        ))
+
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path]]:
-    pytest.importorskip("vllm_omni")
-    from omni_contracts import get_rollout_adapter
+def replica(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
+    pytest.importorskip("vllm_omni", reason="needs the gpu extra (uv sync --extra gpu)")
+    pytest.importorskip("verl", reason="needs the distributed extra (uv sync --extra distributed)")
+    from transformers import AutoConfig
+    from verl.workers.rollout.replica import RolloutMode
+
     from omni_qwen3.tiny import TinySpec, build_tiny_qwen3_omni
-    from omni_rollout.vllm_omni import DeployOptions, ReplicaLayout, VllmOmniEngine
+    from omni_trainer.placeholders import policy_logit_mask
+    from omni_trainer.verl_engine.adapters import training_adapter
+    from omni_trainer.verl_engine.processor import adapter_processor
+    from omni_trainer.verl_engine.settings import VerlSettings
+
+    if str(STUB) not in sys.path:
+        sys.path.insert(0, str(STUB))
+    from verl_server_stub import stub_server
 
     root = tmp_path_factory.mktemp("vllm_omni")
     spec = dataclasses.replace(TinySpec(), text_hidden_size=128, text_heads=2, text_kv_heads=2)
     model_dir = build_tiny_qwen3_omni(root / "tiny", spec=spec)
-    options = DeployOptions(
-        gpu_memory_utilization=0.3,
-        max_num_seqs=8,
-        max_model_len=512,
-        enforce_eager=True,
-        enable_sleep_mode=True,
-        dtype="float32",
+    settings = VerlSettings(model_path=str(model_dir))  # stage thinker, pipeline mode thinker_only
+    hf_config = AutoConfig.from_pretrained(model_dir)
+    processor = adapter_processor(settings)
+
+    # What _post_init leaves (the stub, then this run's adapter pieces); run_server sets the engine.
+    server = stub_server(
+        None, mode=settings.pipeline_mode, max_model_len=512, prompt_length=256, response_length=RESPONSE_LENGTH,
+        tensor_model_parallel_size=1, gpu_memory_utilization=0.3, max_num_seqs=8, cudagraph_capture_sizes=None,
+        enforce_eager=True, enable_prefix_caching=False, dtype="float32", logprobs_mode="processed_logprobs",
+        load_format="auto", max_num_batched_tokens=8192, enable_chunked_prefill=True,
     )
-    engine = VllmOmniEngine(
-        model_dir,
-        get_rollout_adapter("qwen3_omni_moe"),
-        "thinker_only",
-        layout=ReplicaLayout(),
-        options=options,
-        work_dir=root / "deploy",
-    )
-    engine.start()
-    yield engine, model_dir
-    engine.close()
+    server.replica_rank = 0
+    server.rollout_mode = RolloutMode.HYBRID  # verl's actor and rollout in one worker group
+    server.model_config = SimpleNamespace(local_path=str(model_dir), hf_config=hf_config, tokenizer=processor.tokenizer,
+                                          lora_rank=0, lora={}, processor=None)
+    server.processor = processor
+    server.field_specs = dict(training_adapter(hf_config, settings).extra_field_specs)
+    server._server_address = "127.0.0.1"
+    mask = policy_logit_mask(server.rollout_adapter, server.mode, hf_config, processor, processor.tokenizer)
+
+    saved = {name: os.environ.get(name) for name in JOB_ENV}
+    job = f"omni-rl-gpu-{os.getpid()}"
+    os.environ.update({"VERL_RAY_JOB_ID": job, "VERL_REPLICA_RANK": "0"})
+    loop = Loop()
+    try:
+        loop.run(server.run_server(argparse.Namespace()))  # verl's parsed vLLM CLI; ours reads none
+        yield Replica(
+            server, loop, model_dir, _prompt_ids(processor.tokenizer),
+            allowed_ids=mask.vocab_size - len(mask.banned_token_ids),
+            zmq_handle=f"ipc:///tmp/rl-colocate-zmq-{job}-replica-0-rank-0.sock",  # verl's ServerAdapter's
+        )
+    finally:
+
+        async def shutdown() -> None:
+            engine = getattr(server, "engine", None)
+            if engine is not None and engine.omni is not None:
+                engine.shutdown()
+
+        try:
+            loop.run(shutdown())
+        finally:
+            loop.close()
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
-def _prompt_ids(model_dir: Path) -> list[int]:
+def _prompt_ids(tokenizer: Any) -> list[int]:
     from omni_qwen3.tiny.chat_template import CHAT_TEMPLATE
-    from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
     messages = [{"role": "user", "content": "Say a number."}]
-    text = tokenizer.apply_chat_template(
-        messages, add_generation_prompt=True, tokenize=False, chat_template=CHAT_TEMPLATE
-    )
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
+                                         chat_template=CHAT_TEMPLATE)
     return list(tokenizer(text).input_ids)
 
 
-def test_thinker_only_generates_with_sampled_token_logprobs(engine: tuple[Any, Path]) -> None:
-    from omni_rollout.vllm_omni import EngineRequest, PolicySampling
-
-    vllm_engine, model_dir = engine
-    prompt = _prompt_ids(model_dir)
-    results = vllm_engine.generate(
-        [EngineRequest(prompt)], PolicySampling(n=2, max_tokens=8, seed=0, temperature=1.0)
-    )
-    assert len(results) == 1 and len(results[0]) == 2
-    for converted in results[0]:
-        sample = converted.sample
-        assert sample.prompt_ids == tuple(prompt)
-        assert 1 <= len(sample.response_ids) <= 8
-        assert sample.response_logprobs is not None
-        assert len(sample.response_logprobs) == len(sample.response_ids)
-        assert all(lp <= 0.0 and math.isfinite(lp) for lp in sample.response_logprobs)
-        assert converted.finish_reason in ("stop", "length")
-    assert vllm_engine.deploy_path is not None and vllm_engine.deploy_path.exists()
+def _check_sampled(result: Any) -> None:
+    assert 1 <= len(result.token_ids) <= RESPONSE_LENGTH
+    assert result.stop_reason == "completed"
+    assert result.log_probs is not None and len(result.log_probs) == len(result.token_ids)
+    assert all(lp <= 0.0 and math.isfinite(lp) for lp in result.log_probs)
 
 
-def test_same_seed_gives_same_samples(engine: tuple[Any, Path]) -> None:
-    from omni_rollout.vllm_omni import EngineRequest, PolicySampling
-
-    vllm_engine, model_dir = engine
-    request = [EngineRequest(_prompt_ids(model_dir))]
-    sampling = PolicySampling(n=1, max_tokens=8, seed=123)
-    first = vllm_engine.generate(request, sampling)[0][0].sample.response_ids
-    second = vllm_engine.generate(request, sampling)[0][0].sample.response_ids
-    assert first == second
+def test_thinker_only_generates_with_sampled_token_logprobs(replica: Replica) -> None:
+    for k in range(2):
+        _check_sampled(replica.generate(f"gen-{k}", temperature=1.0))
 
 
-def test_cache_clearing_really_runs_and_leaves_the_engine_generating(engine: tuple[Any, Path]) -> None:
-    """The driver's reset_prefix_cache (AsyncOmni's own only logs) pauses the policy stage with
-    clear_cache=True and resumes it: it returns, the engine is not left paused, and the same
-    seed samples the same tokens after it (a cleared prefix cache changes no result)."""
-    from omni_rollout.vllm_omni import EngineRequest, PolicySampling
-
-    vllm_engine, model_dir = engine
-    request = [EngineRequest(_prompt_ids(model_dir))]
-    sampling = PolicySampling(n=1, max_tokens=8, seed=5)
-    before = vllm_engine.generate(request, sampling)[0][0].sample.response_ids
-
-    async def clear(driver: Any) -> tuple[bool, bool]:
-        cleared = await driver.reset_prefix_cache(reset_connector=True)
-        await driver.reset_encoder_cache()
-        return cleared, await driver.is_paused()
-
-    assert vllm_engine.run(clear) == (True, False)
-    assert vllm_engine.generate(request, sampling)[0][0].sample.response_ids == before
+def test_same_seed_gives_same_samples(replica: Replica) -> None:
+    first = replica.generate("seed-a", seed=123)
+    second = replica.generate("seed-b", seed=123)
+    _check_sampled(first)
+    assert first.token_ids == second.token_ids
 
 
-def test_verls_own_generate_runs_on_the_real_driver(engine: tuple[Any, Path]) -> None:
-    """verl's vLLMHttpServer.generate (unchanged, as our verl replica runs it) on the driver of a
-    real AsyncOmni: vLLM-Omni's output passes through verl's extraction with log-probs."""
-    pytest.importorskip("verl")
-    from types import SimpleNamespace
+def test_cache_clearing_really_runs_and_leaves_the_engine_generating(replica: Replica) -> None:
+    """verl's ``clear_kv_cache`` (after every weight update) on the driver: its
+    reset_prefix_cache / reset_encoder_cache pause the stages with clear_cache=True and resume
+    them, so the engine is not left paused, and the same seed samples the same tokens after it
+    (a cleared prefix cache changes no result)."""
+    before = replica.generate("clear-a", seed=5).token_ids
+    replica.loop.run(replica.server.clear_kv_cache())
+    assert replica.loop.run(replica.server.engine.is_paused()) is False
+    assert replica.generate("clear-b", seed=5).token_ids == before
 
-    from verl.workers.rollout.replica import RolloutMode
-    from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
 
-    class Config(SimpleNamespace):
-        def get(self, key: str, default: Any = None) -> Any:
-            return getattr(self, key, default)
-
-    vllm_engine, model_dir = engine
-    prompt = _prompt_ids(model_dir)
-    server: Any = object.__new__(vLLMHttpServer)
-    server.config = Config(max_model_len=512, prompt_length=256, response_length=8, full_determinism=True, seed=3,
-                           repetition_penalty=1.1, ignore_eos=True, enable_rollout_routing_replay=False, mtp=None)
-    server.model_config = SimpleNamespace(lora_rank=0, lora={}, processor=None)
-    server.replica_rank, server.node_rank, server.global_steps = 0, 0, 1
-    server.rollout_mode = RolloutMode.COLOCATED
-    server._disaggregation_role, server._pd_decode_peers = "null", []
-    server._submission_paused, server._rejecting, server._admitting = False, False, 0
-
-    async def generate(driver: Any) -> Any:
-        server.engine = driver
-        return await server.generate(prompt_ids=list(prompt), sampling_params={"temperature": 1.0, "logprobs": True},
-                                     request_id="verl-gpu-0")
-
-    first, second = vllm_engine.run(generate), vllm_engine.run(generate)
-    # ignore_eos: exactly response_length tokens; full_determinism: the same seed, the same tokens.
-    assert len(first.token_ids) == 8 and first.stop_reason == "completed"
-    assert first.log_probs is not None and len(first.log_probs) == 8
+def test_verls_defaults_reach_the_real_engine(replica: Replica) -> None:
+    """verl's own defaults from its rollout config (repetition penalty, ignore_eos, the
+    full-determinism seed) on a real AsyncOmni: exactly response_length tokens, the same twice."""
+    config = replica.server.config
+    saved = dict(vars(config))
+    config.full_determinism, config.seed, config.repetition_penalty, config.ignore_eos = True, 3, 1.1, True
+    try:
+        first, second = replica.generate("verl-0", temperature=1.0), replica.generate("verl-1", temperature=1.0)
+    finally:
+        vars(config).update(saved)
+    assert len(first.token_ids) == RESPONSE_LENGTH and first.stop_reason == "completed"
+    assert first.log_probs is not None and len(first.log_probs) == RESPONSE_LENGTH
     assert all(lp <= 0.0 and math.isfinite(lp) for lp in first.log_probs)
     assert second.token_ids == first.token_ids
-
-
-NORM = "thinker.model.norm.weight"
 
 
 def _checkpoint_tensor(model_dir: Path, name: str) -> Any:
@@ -169,52 +217,61 @@ def _checkpoint_tensor(model_dir: Path, name: str) -> Any:
     raise AssertionError(f"{name} is not in the checkpoint at {model_dir}")
 
 
-def test_full_weight_sync_round_trip_through_sleep_and_wake(engine: tuple[Any, Path]) -> None:
-    """Zero the thinker's final norm via a colocated full sync, then restore it.
+def update_weights(replica: Replica, weights: Mapping[str, Any]) -> None:
+    """One weight update as verl runs it on a hybrid engine: the rollout sleeps after its step
+    (``release``); the actor worker's ``update_weights`` wakes the weights, streams the
+    tensors (verl's ``ServerAdapter.update_weights``: the server's ``collective_rpc`` to the
+    weight-sync stages, fed by a ``BucketedWeightSender`` in the actor's process -- here this
+    thread), clears the caches, and wakes the KV cache."""
+    from verl.workers.rollout.vllm_rollout.bucketed_weight_transfer import BucketedWeightSender
 
-    With the final RMSNorm weight at zero every hidden state is zero, so every logit is
-    zero and each sampled token's raw log-prob is exactly -ln(vocab): a change no chance
-    agreement can fake. Restoring the checkpoint's norm through a second sleep/wake cycle
-    must give back the first samples (same seed), which also shows the other weights
-    survived two level-1 sleeps (offloaded to CPU and mapped back).
-    Runs last in this module: it changes the engine's weights while it runs.
-    """
-    from omni_contracts import get_rollout_adapter
-    from omni_rollout.vllm_omni import (
-        EngineRequest,
-        FullWeights,
-        PolicySampling,
-        plan_weight_sync,
+    server, loop = replica.server, replica.loop
+    loop.run(server.sleep())
+    loop.run(server.wake_up(tags=["weights"]))
+    received = asyncio.run_coroutine_threadsafe(
+        server.collective_rpc("update_weights_from_ipc",
+                              kwargs={"peft_config": None, "base_sync_done": True, "use_shm": False}),
+        loop.loop,
     )
+    sender = BucketedWeightSender(zmq_handle=replica.zmq_handle, bucket_size_mb=64, use_shm=False)
+    asyncio.run(sender.async_send_weights(iter(weights.items())))  # blocks until the stage took each bucket
+    received.result()
+    loop.run(server.clear_kv_cache())
+    loop.run(server.wake_up(tags=["kv_cache"]))
 
-    vllm_engine, model_dir = engine
-    vocab = json.loads((model_dir / "config.json").read_text())["thinker_config"][
-        "text_config"]["vocab_size"]
-    uniform = -math.log(vocab)
-    request = [EngineRequest(_prompt_ids(model_dir))]
-    sampling = PolicySampling(n=2, max_tokens=8, seed=7, temperature=1.0)
-    plan = plan_weight_sync(get_rollout_adapter("qwen3_omni_moe"), "thinker_only",
-                            payload="full", colocated=True, sleep_level=1)
+
+def test_weight_update_round_trip_through_sleep_and_wake(replica: Replica) -> None:
+    """Zero the thinker's final norm through verl's weight update, then restore it.
+
+    With the final RMSNorm weight at zero every hidden state is zero, so every logit is zero
+    and each sampled token's log-prob is exactly -ln(the ids the policy stage may sample; its
+    logit mask takes the rest): a change no chance agreement can fake, which also shows the
+    mask in place. Restoring the checkpoint's norm through a second sleep/wake cycle must give
+    back the first samples (same seeds), which also shows the other weights survived two
+    level-1 sleeps (offloaded to CPU and mapped back). Runs last in this module: it changes
+    the engine's weights while it runs.
+    """
+    uniform = -math.log(replica.allowed_ids)
+    requests = itertools.count()
+
+    def sample() -> list[Any]:
+        return [replica.generate(f"sync-{next(requests)}", temperature=1.0, seed=seed) for seed in (7, 8)]
 
     def logprobs(results: list[Any]) -> list[float]:
-        values = [lp for c in results[0] for lp in (c.sample.response_logprobs or ())]
+        values = [lp for result in results for lp in (result.log_probs or ())]
         assert values, "no log-probs returned"
         return values
 
-    before = vllm_engine.generate(request, sampling)
+    before = sample()
     # A random tiny model is close to uniform but not exactly (logit std ~0.2).
     assert max(abs(lp - uniform) for lp in logprobs(before)) > 1e-3
 
-    original = _checkpoint_tensor(model_dir, NORM)
-    vllm_engine.before_train(plan)
-    vllm_engine.after_train(plan, FullWeights({NORM: torch.zeros_like(original)}))
-    assert vllm_engine.weight_version == 1
-    zeroed = vllm_engine.generate(request, sampling)
+    original = _checkpoint_tensor(replica.model_dir, NORM)
+    update_weights(replica, {NORM: torch.zeros_like(original)})
+    zeroed = sample()
     assert all(abs(lp - uniform) < 1e-4 for lp in logprobs(zeroed)), logprobs(zeroed)
 
-    vllm_engine.before_train(plan)
-    vllm_engine.after_train(plan, FullWeights({NORM: original}))
-    assert vllm_engine.weight_version == 2
-    after = vllm_engine.generate(request, sampling)
-    assert [c.sample.response_ids for c in after[0]] == [c.sample.response_ids for c in before[0]]
+    update_weights(replica, {NORM: original})
+    after = sample()
+    assert [r.token_ids for r in after] == [r.token_ids for r in before]
     assert logprobs(after) == pytest.approx(logprobs(before), abs=1e-4)

@@ -114,11 +114,12 @@ def test_distillation_only_run_moves_the_student_toward_the_teacher(
     trainer = LocalTrainer(load_config([*distillation_overrides(student_path, teacher_path, run_dir),
                                         "trainer.total_training_steps=40"]))
     trainer.setup()
-    assert trainer.teacher is not None
+    teacher = trainer.task.teacher  # type: ignore[attr-defined]
+    assert teacher is not None
 
     # Held-out prompts (the built-in validation rows), with responses the teacher samples.
     teacher_engine = LocalEngine(
-        find_policy_module(trainer.teacher.model, trainer.rollout_adapter, trainer.mode),
+        find_policy_module(teacher.model, trainer.rollout_adapter, trainer.mode),
         eos_token_ids=(trainer.tokenizer.eos_token_id,), pad_token_id=trainer.engine.pad_token_id,
     )
     prompts = [p.inputs for p in trainer.val_rows[:8]]
@@ -126,7 +127,7 @@ def test_distillation_only_run_moves_the_student_toward_the_teacher(
     rows = [(prompt, out.token_ids) for prompt, r in zip(prompts, rollouts, strict=True) for out in r.outputs]
     inputs, responses, mask = collate([p for p, _ in rows], [t for _, t in rows], pad_token_id=trainer.engine.pad_token_id)
     held_out = MicroBatch(inputs, responses, mask)
-    (teacher_lp,) = [t.log_probs for t in trainer.teacher.score([held_out])]
+    (teacher_lp,) = [t.log_probs for t in teacher.score([held_out])]
 
     def gap() -> float:
         (student_lp,) = trainer.actor.compute_log_probs([held_out])

@@ -113,7 +113,7 @@ def build_text_lm(out: Path) -> Path:
     from transformers import Qwen2Config, Qwen2ForCausalLM
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX, Qwen2Tokenizer
 
-    from omni_contracts.tiny import train_bpe
+    from omni_model_kit.tiny import train_bpe
 
     vocab, merges = train_bpe(512, ("<|endoftext|>", "<|im_start|>", "<|im_end|>"), PRETOKENIZE_REGEX)
     tokenizer = Qwen2Tokenizer(vocab=vocab, merges=merges, eos_token="<|im_end|>", pad_token="<|endoftext|>",

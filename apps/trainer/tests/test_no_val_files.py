@@ -61,7 +61,7 @@ def test_local_run_without_val_files_reports_no_validation(
     tmp_path: Path, isolated_cache: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Before, the local engine validated on the first training rows and logged them as val-core/*."""
-    from omni_contracts.tiny import default_cache_dir
+    from omni_model_kit.tiny import default_cache_dir
     from omni_qwen3.tiny import build_tiny_qwen3_omni
     from omni_trainer.builtin_files import write_builtin_task
 

@@ -14,15 +14,9 @@ from omni_trainer.prompts import Prepared
 from omni_rewards.metrics import batch_metrics
 from omni_rewards.outcomes import BatchResult, SampleOutcome
 from omni_trainer.reward_guard import RewardFailureError, check_reward_failures
-from omni_trainer.step import (
-    StepDiscarded,
-    StepParts,
-    TrainBatch,
-    advantage_phase,
-    rollout_phase,
-    score_phase,
-    train_step,
-)
+from omni_trainer.step import StepDiscarded, StepParts, TrainBatch, advantage_phase, train_step
+from omni_trainer.tasks.speech_rl import SpeechSampler
+from omni_trainer.tasks.text_rl import TextSampler
 
 
 class FakeEngine:
@@ -51,11 +45,18 @@ def parts(n: int = 2) -> StepParts:
     def loop(**kwargs: Any) -> RolloutSample:
         return RolloutSample(prompt_ids=[1, 2], response_ids=[5], response_mask=[1], response_logprobs=[-0.1])
 
-    return StepParts(
+    sampler = TextSampler(
         config=config, engine=FakeEngine(), agent_loop=loop, rollout_adapter=None, mode="thinker_only",  # type: ignore[arg-type]
-        training_adapter=SimpleNamespace(extra_field_specs={}), tokenizer=None, rewards=None,  # type: ignore[arg-type]
-        actor=NoUpdateActor(),  # type: ignore[arg-type]
+        extra_field_specs={}, tokenizer=None, rewards=None,  # type: ignore[arg-type]
     )
+    return StepParts(
+        config=config, sampler=sampler, actor=NoUpdateActor(),  # type: ignore[arg-type]
+        training_adapter=SimpleNamespace(extra_field_specs={}),  # type: ignore[arg-type]
+    )
+
+
+def rollout_phase(parts: StepParts, prompts: list[Prepared], step: int) -> Any:
+    return parts.sampler.rollout(prompts, step)
 
 
 def prompt(index: int) -> Prepared:
@@ -89,7 +90,7 @@ def test_a_stop_before_the_update_discards_the_step() -> None:
     step_parts = parts()
     with pytest.raises(StepDiscarded, match="step 7 discarded after its gen phase"):
         train_step(step_parts, 7, [prompt(0)], stop_requested=lambda: True)
-    assert step_parts.engine.calls == 1  # type: ignore[attr-defined]
+    assert step_parts.sampler.engine.calls == 1  # type: ignore[attr-defined]
 
 
 class FakeRewards:
@@ -110,8 +111,8 @@ class FakeRewards:
 
 def scored_parts(statuses: list[str]) -> StepParts:
     step_parts = parts(n=2)
-    step_parts.rewards = FakeRewards(statuses)  # type: ignore[assignment]
-    step_parts.tokenizer = SimpleNamespace(decode=lambda ids, skip_special_tokens: "7")
+    step_parts.sampler.rewards = FakeRewards(statuses)  # type: ignore[attr-defined]
+    step_parts.sampler.tokenizer = SimpleNamespace(decode=lambda ids, skip_special_tokens: "7")  # type: ignore[attr-defined]
     return step_parts
 
 
@@ -129,7 +130,7 @@ def test_a_step_whose_scorer_fails_on_most_samples_stops_before_training() -> No
 
 def test_skipped_samples_do_not_count_and_the_rate_is_a_strict_bound() -> None:
     rollouts = rollout_phase(parts(n=2), [prompt(0), prompt(1)], 1)
-    scores = score_phase(scored_parts(["skipped", "skipped", "error", "ok"]), rollouts)
+    scores = scored_parts(["skipped", "skipped", "error", "ok"]).sampler.score(rollouts)
     assert scores.failed == 1  # skipped on purpose (on_unknown_data_source=skip): not a failure
     check_reward_failures(1, 2, 4, 0.5)  # half: not more than 0.5
     check_reward_failures(1, 4, 4, 1.0)  # 1.0 never stops
@@ -179,10 +180,8 @@ class FakeSpeechPolicy:
 
 
 def speech_parts(policy: FakeSpeechPolicy, n: int = 2) -> StepParts:
-    from omni_trainer.speech_step import SpeechParts
-
     step_parts = parts(n=n)
-    step_parts.speech = SpeechParts(policy=policy, rewards=None)  # type: ignore[arg-type]
+    step_parts.sampler = SpeechSampler(config=step_parts.config, policy=policy, rewards=None)  # type: ignore[arg-type]
     return step_parts
 
 
@@ -194,8 +193,8 @@ def spoken_prompt(index: int) -> Prepared:
 def test_speech_samples_form_one_group_per_prompt_in_the_configured_voice() -> None:
     policy = FakeSpeechPolicy()
     step_parts = speech_parts(policy, n=3)
-    assert step_parts.speech is not None
-    step_parts.speech.speaker = "ethan"
+    assert isinstance(step_parts.sampler, SpeechSampler)
+    step_parts.sampler.speaker = "ethan"
     rollouts = rollout_phase(step_parts, [spoken_prompt(0), spoken_prompt(0)], step=1)
     assert policy.voices == ["ethan", "ethan"]
     first, second = rollouts.group_ids[:3], rollouts.group_ids[3:]

@@ -46,7 +46,7 @@ def test_talker_stage_trains_only_the_talker_and_writes_speech_samples(tmp_path:
     wavs = sorted((run / "samples").glob("*.wav"))
     assert {p.name.split("_")[1] for p in wavs} == {"000001", "000003"}
     with wave.open(str(wavs[0])) as wav:
-        assert wav.getframerate() == trainer.speech.policy.speech_sample_rate and wav.getnframes() > 0
+        assert wav.getframerate() == trainer.task.sampler.policy.speech_sample_rate and wav.getnframes() > 0
     assert (run / "curve.png").exists()
 
 

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 import torch
 
-from omni_qwen25.processor import dedup_pad_tokens
+from omni_model_kit.thinker_processor import dedup_pad_tokens
 from omni_qwen25.training_adapter import Qwen25OmniThinkerAdapter
 
 IMG, VID, AUD = 90, 91, 92

@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 from omni_contracts import RolloutSample, StageOutput, UnknownModeError, get_rollout_adapter, testing
-from omni_qwen25.rollout_adapter import PIPELINE, Qwen25OmniRolloutAdapter, builtin_stage_configs, vllm_omni_installed
+from omni_model_kit.rollout_adapter import vllm_omni_installed
+from omni_qwen25.rollout_adapter import PIPELINE, Qwen25OmniRolloutAdapter, builtin_stage_configs
 from omni_qwen25.training_adapter import Qwen25OmniThinkerAdapter
 
 MODES = ("thinker_only", "full")

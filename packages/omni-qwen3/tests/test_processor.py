@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from omni_qwen3.processor import dedup_pad_tokens
+from omni_model_kit.thinker_processor import dedup_pad_tokens
 
 IMG, VID, AUD = 90, 91, 92
 PADS = (IMG, VID, AUD)

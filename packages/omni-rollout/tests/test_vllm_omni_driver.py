@@ -77,8 +77,10 @@ def make(mode: str = "chain", policy: int = 0, **fake: Any) -> tuple[VllmOmniDri
     return VllmOmniDriver(omni, ChainAdapter(policy), mode, dedup_pad_tokens=dedup), omni
 
 
-async def drain(driver: VllmOmniDriver, prompt: dict[str, Any], params: Any, request_id: str = "r") -> list[Any]:
-    return [o async for o in driver.generate(prompt, params, request_id)]
+async def drain(
+    driver: VllmOmniDriver, prompt: dict[str, Any], params: Any, request_id: str = "r", *, lora_request: Any = None
+) -> list[Any]:
+    return [o async for o in driver.generate(prompt, params, request_id, lora_request=lora_request)]
 
 
 def test_policy_stage_gets_the_callers_params_reporting_once() -> None:
@@ -135,7 +137,7 @@ def test_requested_prompt_logprobs_must_cover_exactly_the_ids_sent() -> None:
 def test_lora_for_a_policy_stage_other_than_zero_is_refused() -> None:
     driver, omni = make(policy=1)
     with pytest.raises(UnsupportedByVllmOmniError, match="LoRA to stage 0 only"):
-        asyncio.run(driver.collect({"prompt_token_ids": [1]}, [None] * 3, "r", lora_request=object()))
+        asyncio.run(drain(driver, {"prompt_token_ids": [1]}, SamplingParams(), lora_request=object()))
     assert omni.calls == []
 
 

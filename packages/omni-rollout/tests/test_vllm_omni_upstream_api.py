@@ -1,11 +1,11 @@
 """The vLLM / vLLM-Omni 0.28 calls the driver makes still exist with the same shape, and the
 undocumented behaviour ``omni_rollout.vllm_omni.compat`` relies on is still there.
 
-test_vllm_omni_driver.py and test_vllm_omni_engine.py drive the code against fakes; this
-module binds the exact arguments passed (and the recording fake's signatures) to the real
-classes, so an upstream rename or change fails here, on CPU, instead of on a GPU run. Importing vllm_omni takes
-one to two minutes on CPU; keep the checks in this one module. Skipped without the gpu
-extra.
+test_vllm_omni_driver.py and apps/trainer/tests/test_verl_wiring.py (verl's server on the
+driver) drive the code against fakes; this module binds the exact arguments passed (and the
+recording fake's signatures) to the real classes, so an upstream rename or change fails here,
+on CPU, instead of on a GPU run. Importing vllm_omni takes one to two minutes on CPU; keep the
+checks in this one module. Skipped without the gpu extra.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,22 +27,15 @@ def bind(function: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
     except TypeError as error:
         raise AssertionError(
             f"{function.__qualname__}{inspect.signature(function)} no longer accepts "
-            f"args={args} kwargs={sorted(kwargs)}: {error}. Update omni_rollout's engine."
+            f"args={args} kwargs={sorted(kwargs)}: {error}. Update omni_rollout's driver."
         ) from error
 
 
-def test_async_omni_takes_the_engines_calls() -> None:
+def test_async_omni_takes_the_drivers_calls() -> None:
     from vllm_omni.entrypoints.async_omni import AsyncOmni
 
-    # generate is an async generator taking a per-request LoRA (the offline Omni's does not).
+    # generate is an async generator taking a per-request LoRA, as verl's server passes it.
     assert inspect.isasyncgenfunction(AsyncOmni.generate)
-    bind(AsyncOmni.generate, {"prompt_token_ids": [1]}, request_id="r",
-         sampling_params_list=[None], lora_request=None)
-    from vllm_omni.entrypoints.omni import Omni
-
-    assert "lora_request" not in inspect.signature(Omni.generate).parameters, (
-        "vLLM-Omni's offline Omni.generate now takes lora_request; the engine could use Omni."
-    )
     bind(AsyncOmni.generate, {"prompt_token_ids": [1]}, request_id="r",
          sampling_params_list=[None], lora_request=None, priority=0)
     # The control plane, exactly as VllmOmniDriver calls it.
@@ -58,9 +50,8 @@ def test_async_omni_takes_the_engines_calls() -> None:
         "reset_mm_cache": ((), {}),
         "start_profile": ((), {"profile_prefix": None}),
         "stop_profile": ((), {}),
-        "collective_rpc": ((), {"method": "reload_weights", "timeout": None, "args": (),
-                                "kwargs": {"weights_path": "/x", "is_checkpoint_format": True},
-                                "stage_ids": [0]}),
+        "collective_rpc": ((), {"method": "update_weights_from_ipc", "timeout": None, "args": (),
+                                "kwargs": {"use_shm": False}, "stage_ids": [0]}),
     }
     for name, (args, kwargs) in calls.items():
         method = getattr(AsyncOmni, name)
@@ -70,39 +61,16 @@ def test_async_omni_takes_the_engines_calls() -> None:
     bind(AsyncOmni.shutdown)
 
 
-def test_stage_workers_reload_weights_from_a_path() -> None:
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-    from vllm_omni.worker.gpu_ar_model_runner import GPUARModelRunner
-    from vllm_omni.worker.gpu_ar_worker import GPUARWorker
-
-    # collective_rpc("reload_weights", kwargs=...) reaches Worker.reload_weights, which
-    # forwards to the model runner; vLLM-Omni's AR stages inherit both.
-    assert callable(GPUARWorker.reload_weights)
-    bind(GPUARModelRunner.reload_weights, weights_path="/x", is_checkpoint_format=True)
-    assert GPUARModelRunner.reload_weights is GPUModelRunner.reload_weights, (
-        "vLLM-Omni's AR model runner overrides reload_weights now; check it still loads "
-        "in place from weights_path."
-    )
-
-
-def test_vllm_objects_the_engine_builds(tmp_path: Path) -> None:
+def test_final_only_reports_once_on_a_copy() -> None:
+    from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
     from omni_rollout.vllm_omni.driver import final_only
-    from omni_rollout.vllm_omni.engine import PolicySampling, ServedLora
 
-    params = PolicySampling(n=4, temperature=0.7, top_k=0, max_tokens=8, seed=3,
-                            stop_token_ids=(2,)).to_vllm(seed_offset=2)
-    assert (params.n, params.seed, params.logprobs, params.stop_token_ids) == (1, 5, 0, [2])
-    assert params.output_kind == RequestOutputKind.FINAL_ONLY
-    default = type(params)(max_tokens=4)
+    default = SamplingParams(max_tokens=4)
     final = final_only(default)
     assert final.output_kind == RequestOutputKind.FINAL_ONLY
-    assert default.output_kind == RequestOutputKind.CUMULATIVE  # the engine's copy only
-
-    lora = ServedLora("omni-rl-policy-v3", 3, tmp_path).to_vllm()
-    assert (lora.lora_name, lora.lora_int_id, lora.lora_path) == (
-        "omni-rl-policy-v3", 3, str(tmp_path))
+    assert default.output_kind == RequestOutputKind.CUMULATIVE  # the driver's copy only
 
 
 # ---- the recording fake and the compat module -------------------------------------------

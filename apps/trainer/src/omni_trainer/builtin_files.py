@@ -63,7 +63,7 @@ def use_builtin_files(config: Any) -> bool:
     model, data = config.actor_rollout_ref.model, config.data
     if model.path is not None or data.train_files is not None or model.stage != "thinker":
         return False
-    from omni_contracts.tiny import default_cache_dir
+    from omni_model_kit.tiny import default_cache_dir
     from omni_qwen3.tiny import build_tiny_qwen3_omni
 
     model.path = str(build_tiny_qwen3_omni())

@@ -1,10 +1,12 @@
-"""One training step of the local engine, phase by phase:
+"""One online RL step of the local engine, phase by phase:
 
-rollout -> score -> old/ref (and teacher) log-probs -> advantages -> update.
+rollout -> score -> old/ref (and the task's) log-probs -> advantages -> update.
 
-Each phase is a function over a typed batch. Samples are grouped for the advantage
-estimator by a fresh id per prompt of the step (as verl's ``uid``), never by a field of the
-data: row numbers restart in every file, so two files would share them.
+The rollout and scoring are the task's (:class:`Sampler`: text, speech, distillation in
+:mod:`omni_trainer.tasks`); the rest is shared. Each phase is a function over a typed batch.
+Samples are grouped for the advantage estimator by a fresh id per prompt of the step (as
+verl's ``uid``), never by a field of the data: row numbers restart in every file, so two
+files would share them.
 
 Between phases the step checks the stop flag (Ctrl-C): a step that has not reached the
 update is discarded (:class:`StepDiscarded`), so nothing is trained on a step whose scoring
@@ -17,47 +19,23 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
 import torch
 
-from omni_contracts import RolloutAdapter, RolloutSample, TrainingAdapter
-from omni_rewards import RewardManager
-from omni_rollout.local_engine import LocalEngine
+from omni_contracts import RolloutSample, TrainingAdapter
 from omni_training.actor import Actor
 from omni_training.advantages import AdvantageConfig, get_advantage_estimator
-from omni_training.batching import MicroBatch, TeacherLogProbs, collate, plan_micro_batches
+from omni_training.batching import MicroBatch, collate, plan_micro_batches
 from omni_training.consistency import rollout_actor_consistency
-from omni_training.distillation import Teacher
 from omni_training.kl import kl_penalized_rewards
 from omni_training.metrics import length_metrics
 
 from omni_trainer.config import Config
 from omni_trainer.prompts import Prepared
 from omni_trainer.reward_guard import check_reward_failures
-from omni_trainer.settings_builders import sampling_settings
-from omni_trainer.speech_step import SpeechParts, score_speech, speech_rollouts
 
 
 class StepDiscarded(Exception):
     """A stop was requested before the step reached its update; nothing was trained."""
-
-
-@dataclass
-class StepParts:
-    """What the phases use: the run's config and its loaded components."""
-
-    config: Config
-    engine: LocalEngine | None  # None for a speech stage, which samples through its policy
-    agent_loop: Callable[..., RolloutSample]
-    rollout_adapter: RolloutAdapter
-    mode: str
-    training_adapter: TrainingAdapter
-    tokenizer: Any
-    rewards: RewardManager
-    actor: Actor
-    teacher: Teacher | None = None
-    speech: SpeechParts | None = None  # set when the trained stage speaks (stage=talker)
 
 
 @dataclass
@@ -92,47 +70,46 @@ class TrainBatch:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
+class Sampler:
+    """What an online task gives the step: its samples and their scores."""
+
+    reads_old_log_probs = False
+    """Something before the update reads the old log-probs (:meth:`log_prob_extras`)."""
+
+    def rollout(self, prompts: Sequence[Prepared], step: int) -> Rollouts:
+        """``n`` samples per prompt, grouped by :func:`new_group_ids`."""
+        raise NotImplementedError
+
+    def score(self, rollouts: Rollouts) -> Scores:
+        raise NotImplementedError
+
+    def log_prob_extras(
+        self, parts: StepParts, rollouts: Rollouts, micro: Sequence[MicroBatch], old_log_probs: torch.Tensor | None,
+        mask: torch.Tensor,
+    ) -> dict[str, float]:
+        """What the task adds to the micro-batches once the old log-probs are known (a
+        teacher's log-probs); returns its metrics."""
+        return {}
+
+    def rollout_metrics(self) -> dict[str, float]:
+        """The sampler's own counters (the engine's), reported every step."""
+        return {}
+
+
+@dataclass
+class StepParts:
+    """What the phases use: the run's config, the task's sampler and the actor."""
+
+    config: Config
+    sampler: Sampler
+    actor: Actor
+    training_adapter: TrainingAdapter
+    pad_token_id: int = 0
+
+
 def new_group_ids(count: int) -> list[str]:
     """One fresh id per prompt: unique for the run, whatever the data's own indices."""
     return [uuid.uuid4().hex for _ in range(count)]
-
-
-def rollout_phase(parts: StepParts, prompts: Sequence[Prepared], step: int) -> Rollouts:
-    rollout = parts.config.actor_rollout_ref.rollout
-    if parts.speech is not None:
-        return Rollouts(*speech_rollouts(
-            parts.speech, prompts, new_group_ids(len(prompts)), n=rollout.n,
-            max_new_tokens=parts.config.data.max_response_length, temperature=rollout.temperature,
-        ))
-    assert parts.engine is not None
-    outputs = parts.engine.generate([p.inputs for p in prompts], sampling_settings(parts.config, step))
-    samples: list[RolloutSample] = []
-    owners: list[Prepared] = []
-    group_ids: list[str] = []
-    for prepared, group, prompt_rollout in zip(prompts, new_group_ids(len(prompts)), outputs, strict=True):
-        for output in prompt_rollout.outputs:
-            samples.append(parts.agent_loop(
-                prompt_ids=prompt_rollout.prompt_ids, outputs=[output], adapter=parts.rollout_adapter,
-                mode=parts.mode, specs=parts.training_adapter.extra_field_specs,
-            ))
-            owners.append(prepared)
-            group_ids.append(group)
-    return Rollouts(samples, owners, group_ids)
-
-
-def score_phase(parts: StepParts, rollouts: Rollouts) -> Scores:
-    if parts.speech is not None:
-        speech_scores, metrics = score_speech(parts.speech, rollouts.owners)
-        scores = torch.tensor(speech_scores, dtype=torch.float32)
-        return Scores(scores, scores.clone(), metrics)
-    texts = [parts.tokenizer.decode(s.response_ids, skip_special_tokens=True) for s in rollouts.samples]
-    owners = rollouts.owners
-    scored = parts.rewards.score_batch(
-        [o.data_source for o in owners], texts, [o.ground_truth for o in owners], [o.extra_info or {} for o in owners],
-    )
-    scores = torch.tensor(scored.scores, dtype=torch.float32)
-    accuracy = torch.tensor([o.result.get("acc", o.score) for o in scored.outcomes], dtype=torch.float32)
-    return Scores(scores, accuracy, dict(scored.metrics), list(scored.errors))
 
 
 def takes_old_log_probs_from_update(parts: StepParts, num_samples: int) -> bool:
@@ -144,7 +121,7 @@ def takes_old_log_probs_from_update(parts: StepParts, num_samples: int) -> bool:
     return (
         actor.old_log_prob == "auto" and actor.ppo_epochs == 1
         and num_samples <= actor.ppo_mini_batch_size * cfg.actor_rollout_ref.rollout.n
-        and not cfg.algorithm.use_kl_in_reward and parts.teacher is None
+        and not cfg.algorithm.use_kl_in_reward and not parts.sampler.reads_old_log_probs
     )
 
 
@@ -154,8 +131,8 @@ def padded_log_probs(per_micro: Sequence[torch.Tensor], width: int) -> torch.Ten
 
 def logprob_phase(parts: StepParts, rollouts: Rollouts, scores: Scores, *, on_policy: bool) -> TrainBatch:
     """Old log-probs (and the rollout/actor consistency) unless ``on_policy`` defers them to
-    the update, teacher log-probs when distilling, reference log-probs when a KL term needs
-    them, and the token-level rewards."""
+    the update, the task's (a teacher's when distilling), reference log-probs when a KL term
+    needs them, and the token-level rewards."""
     cfg = parts.config
     micro = micro_batches(parts, rollouts.samples, rollouts.owners)
     width = max(mb.responses.shape[1] for mb in micro)
@@ -168,11 +145,7 @@ def logprob_phase(parts: StepParts, rollouts: Rollouts, scores: Scores, *, on_po
             mb.old_log_probs = log_probs
         actor_lp = padded_log_probs(old, width)
         metrics.update(consistency_metrics(micro, width, mask))
-    if parts.teacher is not None:
-        assert actor_lp is not None  # a teacher makes the step off the on-policy shortcut
-        started = time.perf_counter()
-        metrics.update(teacher_phase(parts, rollouts, micro, actor_lp, mask))
-        metrics["timing_s/teacher"] = time.perf_counter() - started
+    metrics.update(parts.sampler.log_prob_extras(parts, rollouts, micro, actor_lp, mask))
     token_rewards = torch.zeros_like(mask)
     lengths = mask.sum(dim=-1).long()
     token_rewards[torch.arange(len(rollouts.samples)), (lengths - 1).clamp(min=0)] = scores.scores
@@ -246,10 +219,10 @@ def train_step(
             raise StepDiscarded(f"step {step} discarded after its {name} phase")
 
     started = time.perf_counter()
-    rollouts = rollout_phase(parts, prompts, step)
+    rollouts = parts.sampler.rollout(prompts, step)
     timed("gen", started)
     started = time.perf_counter()
-    scores = score_phase(parts, rollouts)
+    scores = parts.sampler.score(rollouts)
     timed("reward", started)
     check_reward_failures(
         step, scores.failed, len(scores.scores), parts.config.reward.max_error_rate, scores.errors,
@@ -277,42 +250,7 @@ def train_step(
         **timings,
         "timing_s/step": step_time,
         "perf/throughput_tokens_per_s": float(mask.sum()) / max(step_time, 1e-9),
-        **(parts.engine.stats.metrics() if parts.engine is not None else {}),
-    }
-
-
-def teacher_phase(
-    parts: StepParts, rollouts: Rollouts, micro: Sequence[MicroBatch], student_lp: torch.Tensor, mask: torch.Tensor,
-) -> dict[str, float]:
-    """Teacher log-probs of the sampled responses, in teacher-sized micro-batches, laid onto
-    the actor's micro-batches; returns the ``distill/*`` metrics of the current policy."""
-    assert parts.teacher is not None and parts.actor.settings.distillation is not None
-    distill = parts.actor.settings.distillation
-    size = parts.config.distillation.teacher_models.teacher_model.log_prob_micro_batch_size_per_gpu
-    scored = parts.teacher.score(
-        micro_batches(parts, rollouts.samples, rollouts.owners, size=size), topk=distill.topk if distill.uses_topk else None
-    )
-    width = mask.shape[1]
-    log_probs = torch.cat([pad_cols(t.log_probs, width) for t in scored])
-    topk_ids = topk_lp = None
-    if distill.uses_topk:
-        topk_ids = torch.cat([pad_rows_cols(t.topk_ids, width) for t in scored])
-        topk_lp = torch.cat([pad_rows_cols(t.topk_log_probs, width) for t in scored])
-    offset = 0
-    for mb in micro:
-        rows, cols = mb.responses.shape
-        mb.teacher = TeacherLogProbs(
-            log_probs[offset : offset + rows, :cols],
-            None if topk_ids is None else topk_ids[offset : offset + rows, :cols],
-            None if topk_lp is None else topk_lp[offset : offset + rows, :cols],
-        )
-        offset += rows
-    tokens = mask.sum().clamp(min=1)
-    return {
-        # k1 on the student's own samples: the Monte-Carlo estimate of KL(student || teacher).
-        "distill/kl_mean": float(((student_lp - log_probs) * mask).sum() / tokens),
-        "distill/teacher_logprob_mean": float((log_probs * mask).sum() / tokens),
-        "distill/student_logprob_mean": float((student_lp * mask).sum() / tokens),
+        **parts.sampler.rollout_metrics(),
     }
 
 
@@ -333,7 +271,7 @@ def micro_batches(
         chunk = [samples[i] for i in group]
         inputs, responses, mask = collate(
             [owners[i].inputs for i in group], [s.response_ids for s in chunk],
-            [s.response_mask for s in chunk], pad_token_id=parts.engine.pad_token_id if parts.engine else 0,
+            [s.response_mask for s in chunk], pad_token_id=parts.pad_token_id,
         )
         rollout_lp = torch.zeros(mask.shape, dtype=torch.float32)
         for row, sample in enumerate(chunk):
@@ -351,12 +289,6 @@ def micro_batches(
 
 def pad_cols(tensor: torch.Tensor, width: int) -> torch.Tensor:
     return torch.nn.functional.pad(tensor, (0, width - tensor.shape[1]))
-
-
-def pad_rows_cols(tensor: torch.Tensor | None, width: int) -> torch.Tensor:
-    """``[B, T, k]`` -> ``[B, width, k]`` (pads the response axis)."""
-    assert tensor is not None
-    return torch.nn.functional.pad(tensor, (0, 0, 0, width - tensor.shape[1]))
 
 
 def group_micro_batches(micro: Sequence[MicroBatch], samples_per_update: int) -> list[list[MicroBatch]]:

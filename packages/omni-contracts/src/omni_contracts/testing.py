@@ -130,7 +130,7 @@ def check_no_rebound_methods(model: Any) -> None:
 
 
 def check_thinker_policy(policy: Any, full_model: Any) -> None:
-    """A thinker policy (:class:`~omni_contracts.thinker_policy.ThinkerPolicyMixin`) built
+    """A thinker policy (``omni_model_kit.thinker_policy.ThinkerPolicyMixin``) built
     from a checkpoint holds only ``thinker``, under the checkpoint's parameter names and with
     its values (so weights load by name and sync to a rollout engine unchanged), and its
     embedding accessors are the thinker's. ``full_model`` is the checkpoint's own class
@@ -187,7 +187,7 @@ def check_processor(adapter: TrainingAdapter, model_path: str, model_config: Any
         raise _fail(
             adapter,
             f"configure_processor returned {type(processor).__name__}, which lacks {missing}. Mix in "
-            "omni_contracts.thinker_processor.ThinkerProcessorMixin and define get_rope_index.",
+            "omni_model_kit.thinker_processor.ThinkerProcessorMixin and set its rope_indexer.",
         )
     pads = list(processor.pad_token_ids)
     if not pads or len(set(pads)) != len(pads) or not all(isinstance(p, int) for p in pads):

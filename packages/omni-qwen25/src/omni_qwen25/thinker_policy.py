@@ -14,7 +14,7 @@ from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import (
     Qwen2_5OmniThinkerForConditionalGeneration,
 )
 
-from omni_contracts.thinker_policy import ThinkerPolicyMixin
+from omni_model_kit.thinker_policy import ThinkerPolicyMixin
 
 THINKER_DECODER_LAYER = "Qwen2_5OmniDecoderLayer"
 

@@ -9,18 +9,27 @@ the trained policy, the stage that takes the actor's weights, and a final stage 
 thinker and code2wav (``qwen3_omni_moe_talker_rl``, registered by this package); its samples
 are mapped to the talker's codec-0 sequence by :mod:`omni_qwen3.talker_outputs`; its policy stage masks the
 talker's own codec control ids (never the thinker's placeholders: they lie outside the talker's
-logits) and takes only the actor's ``talker.*`` weights. The topology is this package's own definition below, so
-the local engine never imports vLLM-Omni (its import takes ~20 s and patches torch); a
-gpu-extra test checks that it agrees with vLLM-Omni's pipeline definitions.
+logits) and takes only the actor's ``talker.*`` weights. The topology, flags, pipeline ids,
+deploy file and overrides are the model kit's
+(:class:`omni_model_kit.rollout_adapter.OmniRolloutAdapter`), written without vLLM-Omni, so
+the local engine never imports it (its import takes ~20 s and patches torch); a gpu-extra
+test checks that the topology agrees with vLLM-Omni's pipeline definitions.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from omni_contracts import LogitMask, RolloutAdapter, RolloutSample, StageConfig, StageOutput, keep_final_outputs
+from omni_model_kit.rollout_adapter import (
+    TALKER_MODE,
+    OmniRolloutAdapter,
+    omni_stage_configs,
+    translate_pipeline,
+    vllm_omni_installed,
+)
 
 from omni_qwen3.vllm_pipeline import (
     TALKER_RL_PIPELINE,
@@ -31,11 +40,11 @@ from omni_qwen3.vllm_pipeline import (
 )
 
 PIPELINE = "qwen3_omni_moe"
-THINKER_ARCH = "Qwen3OmniMoeThinkerForConditionalGeneration"
-TALKER_ARCH = "Qwen3OmniMoeTalkerForConditionalGeneration"
-CODE2WAV_ARCH = "Qwen3OmniMoeCode2Wav"
-STAGE_ARCHES = {"thinker": THINKER_ARCH, "talker": TALKER_ARCH, "code2wav": CODE2WAV_ARCH}
-STAGE_OUTPUTS = {"thinker": "text", "talker": "codec", "code2wav": "audio"}
+STAGE_ARCHES = {
+    "thinker": "Qwen3OmniMoeThinkerForConditionalGeneration",
+    "talker": "Qwen3OmniMoeTalkerForConditionalGeneration",
+    "code2wav": "Qwen3OmniMoeCode2Wav",
+}
 
 PIPELINE_IDS = {
     "thinker_only": "qwen3_omni_moe_thinker_only",
@@ -43,7 +52,6 @@ PIPELINE_IDS = {
     "full": "qwen3_omni_moe",
     "talker": TALKER_RL_PIPELINE,
 }
-TALKER_MODE = "talker"
 TALKER_STAGE_ID = 1
 TALKER_WEIGHT_PREFIX = "talker."
 """The checkpoint names of the talker stage's parameters (vLLM-Omni's stage model loads
@@ -63,18 +71,8 @@ def suppressed_codec_ids(config: Any) -> list[int]:
     return sorted((set(range(codebook, vocab)) | controls) - {talker.codec_eos_token_id})
 
 
-def builtin_stage_configs(mode: str) -> tuple[StageConfig, ...]:
-    """The topology of each mode (vLLM-Omni's pipelines, restated without importing it)."""
-    if mode == "thinker_only":
-        return (StageConfig(0, THINKER_ARCH, "text", final_output=True),)
-    thinker = StageConfig(0, THINKER_ARCH, "text", final_output=True, return_hidden_states=True)
-    if mode == "thinker_talker":
-        return (thinker, StageConfig(1, TALKER_ARCH, "codec", final_output=True, inputs=(0,)))
-    return (
-        thinker,
-        StageConfig(1, TALKER_ARCH, "codec", final_output=mode == TALKER_MODE, inputs=(0,)),
-        StageConfig(2, CODE2WAV_ARCH, "audio", final_output=True, inputs=(1,)),
-    )
+builtin_stage_configs = partial(omni_stage_configs, STAGE_ARCHES)
+"""The topology of each mode (vLLM-Omni's pipelines, restated without importing it)."""
 
 
 def vllm_omni_stage_configs(mode: str) -> tuple[StageConfig, ...]:
@@ -89,43 +87,18 @@ def vllm_omni_stage_configs(mode: str) -> tuple[StageConfig, ...]:
         source = talker_rl_pipeline()
     else:
         source = upstream.QWEN3_OMNI_PIPELINE
-    stages = list(source.stages)
-    consumed = {i for stage in stages for i in stage.input_sources}
-    return tuple(
-        StageConfig(
-            stage_id=stage.stage_id,
-            model_arch=STAGE_ARCHES[stage.model_stage],
-            output_type=STAGE_OUTPUTS[stage.model_stage],  # type: ignore[arg-type]
-            final_output=bool(stage.final_output),
-            return_hidden_states=stage.model_stage == "thinker" and stage.stage_id in consumed,
-            inputs=tuple(stage.input_sources),
-        )
-        for stage in stages
-    )
-
-
-def vllm_omni_installed() -> bool:
-    return importlib.util.find_spec("vllm_omni") is not None
+    return translate_pipeline(source, STAGE_ARCHES)
 
 
 @RolloutAdapter.register(PIPELINE)
-class Qwen3OmniRolloutAdapter(RolloutAdapter):
+class Qwen3OmniRolloutAdapter(OmniRolloutAdapter):
     """Qwen3-Omni's generation pipeline; the thinker (stage 0) is the trained policy, except
     in mode ``talker``, where the talker (stage 1) is."""
 
     modes = ("thinker_only", "thinker_talker", "full", TALKER_MODE)
-
-    def build_stage_configs(self, mode: str) -> Sequence[StageConfig]:
-        self.check_mode(mode)
-        return builtin_stage_configs(mode)
-
-    def rollout_flags(self, mode: str) -> dict[int, dict[str, object]]:
-        self.check_mode(mode)
-        return {} if mode == "thinker_only" else {0: {"return_hidden_states": True}}
-
-    def get_pipeline_id(self, mode: str) -> str:
-        self.check_mode(mode)
-        return PIPELINE_IDS[mode]
+    stage_arches = STAGE_ARCHES
+    pipeline_ids = PIPELINE_IDS
+    deploy_file = "qwen3_omni_moe.yaml"
 
     def ensure_pipeline_registered(self) -> None:
         """Register the pipelines of ``thinker_talker`` and ``talker`` with vLLM-Omni when it
@@ -136,12 +109,6 @@ class Qwen3OmniRolloutAdapter(RolloutAdapter):
         """
         if vllm_omni_installed():
             register_pipelines()
-
-    def upstream_deploy_file(self, mode: str) -> str | None:
-        """vLLM-Omni's production deploy of this model: its talker (and vocoder) sampling
-        defaults; without them the talker would stop after vLLM's default 16 tokens."""
-        self.check_mode(mode)
-        return None if mode == "thinker_only" else "qwen3_omni_moe.yaml"
 
     def policy_stage_id(self, mode: str) -> int:
         self.check_mode(mode)
@@ -179,8 +146,3 @@ class Qwen3OmniRolloutAdapter(RolloutAdapter):
         from omni_qwen3.talker_outputs import talker_sample
 
         return talker_sample(sample, outputs, thinker_stage=0, talker_stage=TALKER_STAGE_ID, code2wav_stage=2)
-
-    def get_engine_hf_overrides(self, mode: str) -> dict[str, Any]:
-        self.check_mode(mode)
-        # Thinker-only: no talker or code2wav weights are loaded, no audio is produced.
-        return {"enable_audio_output": False} if mode == "thinker_only" else {}

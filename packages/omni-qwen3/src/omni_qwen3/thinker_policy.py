@@ -14,7 +14,7 @@ from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
     Qwen3OmniMoeThinkerForConditionalGeneration,
 )
 
-from omni_contracts.thinker_policy import ThinkerPolicyMixin
+from omni_model_kit.thinker_policy import ThinkerPolicyMixin
 from omni_qwen3.media_dedup import install_media_dedup
 from omni_qwen3.token_ids import complete_thinker_config
 

@@ -24,6 +24,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from omni_trainer.config import Config, ConfigError
+from omni_trainer.tasks import SPEECH_RL, task_name
 from omni_trainer.verl_engine.distillation import distillation_problems, distillation_values
 from omni_trainer.verl_engine.errors import EXTRAS_COMMAND, MissingExtrasError
 from omni_trainer.verl_engine.settings import (
@@ -133,7 +134,7 @@ def config_problems(config: Config) -> list[str]:
         )
     if config.trainer.device == "cpu":
         problems.extend(cpu_problems(config))
-    if config.actor_rollout_ref.model.stage == "talker":
+    if task_name(config) == SPEECH_RL:
         problems.extend(speech_problems(config))
     resume_from = config.trainer.resume_from_path
     if config.trainer.resume_mode == "resume_path" and resume_from and "global_step_" not in Path(resume_from).name:
@@ -380,7 +381,7 @@ def _values(
         "actor_rollout_ref.rollout.max_model_len": (rollout.prompt_length or data.max_prompt_length) + data.max_response_length,
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": _or(rollout.log_prob_micro_batch_size_per_gpu, micro),
         "actor_rollout_ref.rollout.agent.default_agent_loop": (
-            SPEECH_AGENT_LOOP if model.stage == "talker" else AGENT_LOOPS[rollout.agent.default_agent_loop]
+            SPEECH_AGENT_LOOP if task_name(config) == SPEECH_RL else AGENT_LOOPS[rollout.agent.default_agent_loop]
         ),
         "actor_rollout_ref.rollout.agent.agent_loop_manager_class": AGENT_LOOP_MANAGER,
         "trainer.v1.sampler.custom_sampler.path": REPLAY_BUFFER[0],

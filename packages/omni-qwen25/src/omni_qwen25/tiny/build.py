@@ -3,21 +3,18 @@ tokenizer, chat template and processor, loadable with ``from_pretrained``.
 
 The checkpoint is the full ``Qwen2_5OmniForConditionalGeneration`` (thinker, talker and
 token2wav), so stripping and adapter code see the real structure. Everything is derived
-from :class:`TinySpec` and a seed; a build is cached under a hash of both (and the
-transformers version; :func:`omni_contracts.tiny.cached_build`).
+from the model kit's :class:`~omni_model_kit.tiny.TinySpec` and a seed; a build is cached
+under a hash of both (and the transformers version; :func:`omni_model_kit.tiny.build_tiny`).
 
 CLI: ``python -m omni_qwen25.tiny --out DIR [--seed N]`` (prints the directory).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omni_contracts.tiny import cached_build
+from omni_model_kit import tiny as kit
 
 from omni_qwen25.tiny.chat_template import CHAT_TEMPLATE
 
@@ -26,103 +23,48 @@ if TYPE_CHECKING:
 
 BUILDER_VERSION = 1  # bump whenever the written checkpoint changes for the same spec and seed
 FAMILY = "tiny-qwen2.5-omni"
+PATCH_SIZE = 14  # the vision encoder's and the processor's
 TTS_TEXT_ROWS = 3
 """Thinker embedding rows past the tokenizer for the talker's tts text start/end/pad ids
 (Qwen2.5-Omni-7B: 151860/151861/151859, rows without a token string, as here)."""
 
 
-@dataclass(frozen=True)
-class TinySpec:
-    """Sizes of the tiny model (a dense thinker: Qwen2.5-Omni has no MoE)."""
-
-    vocab_size: int = 4096
-    text_hidden_size: int = 64
-    text_layers: int = 2
-    text_heads: int = 4
-    text_kv_heads: int = 2
-    vision_hidden_size: int = 32
-    vision_depth: int = 2
-    audio_hidden_size: int = 32
-    audio_layers: int = 2
-    talker_hidden_size: int = 32
-    codec_vocab_size: int = 64
-
-
 def build_tiny_qwen25_omni(
-    out_dir: str | Path | None = None, *, seed: int = 0, spec: TinySpec | None = None
+    out_dir: str | Path | None = None, *, seed: int = 0, spec: kit.TinySpec | None = None
 ) -> Path:
-    """Write (or reuse) a tiny Qwen2.5-Omni checkpoint and return its directory.
-
-    Args:
-        out_dir: where to write it; default ``<cache>/tiny-qwen2.5-omni/<hash>``. An
-            existing directory built from the same spec and seed is reused; one built from
-            another is an error (delete it or choose another directory).
-        seed: seeds the weights (the tokenizer corpus is fixed).
-        spec: model sizes.
-    """
-    spec = spec or TinySpec()
-    settings = {"spec": dataclasses.asdict(spec), "seed": seed, "builder": BUILDER_VERSION}
-    return cached_build(FAMILY, settings, lambda staging: _write_checkpoint(staging, spec, seed), out_dir)
+    """Write (or reuse) a tiny Qwen2.5-Omni checkpoint (a dense thinker: Qwen2.5-Omni has no
+    MoE) and return its directory; the arguments are :func:`omni_model_kit.tiny.build_tiny`'s."""
+    return kit.build_tiny(FAMILY, spec or kit.TinySpec(), seed, BUILDER_VERSION, _write_checkpoint, out_dir)
 
 
-def _write_checkpoint(out: Path, spec: TinySpec, seed: int) -> None:
+def _write_checkpoint(out: Path, spec: kit.TinySpec, seed: int) -> None:
+    from transformers import Qwen2_5OmniForConditionalGeneration, Qwen2_5OmniProcessor
+
     from omni_qwen25.tiny.tokenizer import train_tokenizer
 
     tokenizer = train_tokenizer(spec.vocab_size)
     tokenizer.chat_template = CHAT_TEMPLATE
-    model = _build_model(spec, tokenizer, seed)
-    model.save_pretrained(out)
+    model = kit.seeded_model(Qwen2_5OmniForConditionalGeneration, tiny_config(spec, tokenizer), seed)
+    processor = kit.qwen_processor(Qwen2_5OmniProcessor, tokenizer, CHAT_TEMPLATE, PATCH_SIZE)
+    kit.save_checkpoint(out, model, processor, tokenizer, CHAT_TEMPLATE)
     _write_speakers(out, model.config, seed)
-    _build_processor(tokenizer).save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    # Shipped beside the tokenizer; the tokenizer config carries none, so loaders must
-    # fall back to this file (as for real Qwen-Omni checkpoints).
-    (out / "chat_template.json").write_text(json.dumps({"chat_template": CHAT_TEMPLATE}, indent=2))
-    _drop_template_from_tokenizer_config(out)
 
 
-def _drop_template_from_tokenizer_config(out: Path) -> None:
-    path = out / "tokenizer_config.json"
-    config = json.loads(path.read_text())
-    config.pop("chat_template", None)
-    path.write_text(json.dumps(config, indent=2))
-    jinja = out / "chat_template.jinja"
-    if jinja.exists():
-        jinja.unlink()
+TOKENS = {
+    "image": "<|IMAGE|>", "video": "<|VIDEO|>", "audio": "<|AUDIO|>", "vision_start": "<|vision_bos|>",
+    "vision_end": "<|vision_eos|>", "audio_start": "<|audio_bos|>", "audio_end": "<|audio_eos|>",
+    "im_end": "<|im_end|>", "pad": "<|endoftext|>", "user": "user",
+}
+"""The texts whose ids the config needs (:func:`omni_model_kit.tiny.single_token_ids`)."""
 
 
-def token_ids(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
-    """The ids of every special token the configs need, read from ``tokenizer``."""
-
-    def single(text: str) -> int:
-        ids = tokenizer.encode(text, add_special_tokens=False)
-        if len(ids) != 1:
-            raise ValueError(f"The tiny tokenizer splits {text!r} into {ids}; it must be one token.")
-        return int(ids[0])
-
-    return {
-        "image": single("<|IMAGE|>"),
-        "video": single("<|VIDEO|>"),
-        "audio": single("<|AUDIO|>"),
-        "vision_start": single("<|vision_bos|>"),
-        "vision_end": single("<|vision_eos|>"),
-        "audio_start": single("<|audio_bos|>"),
-        "audio_end": single("<|audio_eos|>"),
-        "im_end": single("<|im_end|>"),
-        "pad": single("<|endoftext|>"),
-        "user": single("user"),
-    }
-
-
-def tiny_config(spec: TinySpec, tokenizer: PreTrainedTokenizerBase) -> Any:
+def tiny_config(spec: kit.TinySpec, tokenizer: PreTrainedTokenizerBase) -> Any:
     """A real ``Qwen2_5OmniConfig`` with tiny sizes and every token id from ``tokenizer``."""
     from transformers import Qwen2_5OmniConfig
 
-    ids = token_ids(tokenizer)
+    ids = kit.single_token_ids(tokenizer, TOKENS)
     tts_pad, tts_start, tts_end = (len(tokenizer) + row for row in range(TTS_TEXT_ROWS))
-    hidden = spec.text_hidden_size
-    head_dim = hidden // spec.text_heads
-    rope = {"rope_type": "default", "rope_theta": 1_000_000.0, "mrope_section": [head_dim // 4, head_dim // 8, head_dim // 8]}
+    rope = kit.mrope(spec)
     media_ids = {
         "audio_token_index": ids["audio"],
         "image_token_index": ids["image"],
@@ -135,55 +77,19 @@ def tiny_config(spec: TinySpec, tokenizer: PreTrainedTokenizerBase) -> Any:
         "seconds_per_chunk": 2,
     }
     thinker = {
-        "text_config": {
-            "vocab_size": len(tokenizer) + TTS_TEXT_ROWS,
-            "hidden_size": hidden,
-            "intermediate_size": 2 * hidden,
-            "num_hidden_layers": spec.text_layers,
-            "num_attention_heads": spec.text_heads,
-            "num_key_value_heads": spec.text_kv_heads,
-            "max_position_embeddings": 4096,
-            "rope_parameters": rope,
-            "pad_token_id": ids["pad"],
-            "eos_token_id": ids["im_end"],
-            "tie_word_embeddings": False,
-        },
-        "vision_config": {
-            "depth": spec.vision_depth,
-            "hidden_size": spec.vision_hidden_size,
-            "intermediate_size": 2 * spec.vision_hidden_size,
-            "num_heads": 2,
-            "patch_size": 14,
-            "spatial_merge_size": 2,
-            "temporal_patch_size": 2,
-            "window_size": 56,
-            "out_hidden_size": hidden,
-            "fullatt_block_indexes": [spec.vision_depth - 1],
-        },
-        "audio_config": {
-            "num_mel_bins": 128,
-            "encoder_layers": spec.audio_layers,
-            "encoder_attention_heads": 2,
-            "encoder_ffn_dim": 2 * spec.audio_hidden_size,
-            "d_model": spec.audio_hidden_size,
-            "output_dim": hidden,
-            "n_window": 100,
-            "max_source_positions": 1500,
-        },
+        "text_config": kit.text_config(spec, len(tokenizer) + TTS_TEXT_ROWS, ids, rope, tie_word_embeddings=False),
+        **kit.encoder_configs(
+            spec, PATCH_SIZE,
+            vision={"window_size": 56, "fullatt_block_indexes": [spec.vision_depth - 1]},
+            audio={"n_window": 100},
+        ),
         "user_token_id": ids["user"],
         **media_ids,
     }
     codec = spec.codec_vocab_size
-    talker_hidden = spec.talker_hidden_size
     talker = {
-        "vocab_size": codec,
-        "embedding_size": hidden,
-        "hidden_size": talker_hidden,
-        "intermediate_size": 2 * talker_hidden,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
-        "head_dim": talker_hidden // 2,
+        **kit.talker_decoder(spec),
+        "embedding_size": spec.text_hidden_size,
         "rope_parameters": {**rope, "mrope_section": [4, 2, 2]},
         "tts_text_start_token_id": tts_start,
         "tts_text_end_token_id": tts_end,
@@ -226,16 +132,6 @@ def tiny_config(spec: TinySpec, tokenizer: PreTrainedTokenizerBase) -> Any:
     )
 
 
-def _build_model(spec: TinySpec, tokenizer: PreTrainedTokenizerBase, seed: int) -> Any:
-    import torch
-    from transformers import Qwen2_5OmniForConditionalGeneration
-
-    config = tiny_config(spec, tokenizer)
-    config.architectures = ["Qwen2_5OmniForConditionalGeneration"]
-    torch.manual_seed(seed)
-    return Qwen2_5OmniForConditionalGeneration(config).eval()
-
-
 def _write_speakers(out: Path, config: Any, seed: int) -> None:
     """``spk_dict.pt``: ``from_pretrained`` of the full model refuses a checkpoint without
     it. One speaker with seeded conditioning and reference mel of the token2wav's sizes."""
@@ -251,19 +147,3 @@ def _write_speakers(out: Path, config: Any, seed: int) -> None:
         }
     }
     torch.save(speakers, out / "spk_dict.pt")
-
-
-def _build_processor(tokenizer: PreTrainedTokenizerBase) -> Any:
-    from transformers import Qwen2_5OmniProcessor, WhisperFeatureExtractor
-    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
-    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
-
-    pixels = {"min_pixels": 28 * 28, "max_pixels": 112 * 112}
-    vision = {"patch_size": 14, "temporal_patch_size": 2, "merge_size": 2}
-    return Qwen2_5OmniProcessor(
-        image_processor=Qwen2VLImageProcessor(**vision, **pixels),
-        video_processor=Qwen2VLVideoProcessor(**vision, **pixels),
-        feature_extractor=WhisperFeatureExtractor(feature_size=128, sampling_rate=16000),
-        tokenizer=tokenizer,
-        chat_template=CHAT_TEMPLATE,
-    )

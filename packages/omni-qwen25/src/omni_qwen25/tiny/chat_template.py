@@ -1,12 +1,8 @@
 """The ChatML chat template with Qwen2.5-Omni's multimodal placeholders
 (``<|vision_bos|><|IMAGE|><|vision_eos|>``, ``<|audio_bos|><|AUDIO|><|audio_eos|>``,
-``<|vision_bos|><|VIDEO|><|vision_eos|>``; see :func:`omni_contracts.tiny.chatml_template`).
+``<|vision_bos|><|VIDEO|><|vision_eos|>``; see :func:`omni_model_kit.chat_template.chatml_template`).
 """
 
-from omni_contracts.tiny import chatml_template
+from omni_qwen25.tiny.tokenizer import MEDIA
 
-CHAT_TEMPLATE = chatml_template(
-    image="<|vision_bos|><|IMAGE|><|vision_eos|>",
-    audio="<|audio_bos|><|AUDIO|><|audio_eos|>",
-    video="<|vision_bos|><|VIDEO|><|vision_eos|>",
-)
+CHAT_TEMPLATE = MEDIA.chat_template()

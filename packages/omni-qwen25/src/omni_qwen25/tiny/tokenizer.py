@@ -1,15 +1,15 @@
 """A small byte-level BPE tokenizer with Qwen2.5-Omni's special tokens, trained offline.
 
 About 4k entries instead of Qwen's 151k, trained on the shared built-in corpus
-(:func:`omni_contracts.tiny.train_bpe`). Its ids differ from Qwen's: read ids from the
+(:func:`omni_model_kit.tiny.qwen_tokenizer`). Its ids differ from Qwen's: read ids from the
 tokenizer.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from omni_contracts.tiny import train_bpe
+from omni_model_kit.tiny import MediaTokens, qwen_tokenizer
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -24,32 +24,13 @@ SPECIAL_TOKENS: tuple[str, ...] = (
     "<|file_sep|>",
 )
 
-# Named multimodal tokens the Qwen2.5-Omni processor reads from the tokenizer.
-NAMED_TOKENS: dict[str, str] = {
-    "image_token": "<|IMAGE|>",
-    "video_token": "<|VIDEO|>",
-    "audio_token": "<|AUDIO|>",
-    "vision_bos_token": "<|vision_bos|>",
-    "vision_eos_token": "<|vision_eos|>",
-    "audio_bos_token": "<|audio_bos|>",
-    "audio_eos_token": "<|audio_eos|>",
-}
+MEDIA = MediaTokens(
+    image="<|IMAGE|>", video="<|VIDEO|>", audio="<|AUDIO|>", vision_start="<|vision_bos|>",
+    vision_end="<|vision_eos|>", audio_start="<|audio_bos|>", audio_end="<|audio_eos|>",
+)
+"""The media tokens the Qwen2.5-Omni processor reads from the tokenizer."""
 
 
 def train_tokenizer(vocab_size: int = 4096, seed: int = 0) -> PreTrainedTokenizerBase:
     """Train the tokenizer and wrap it as a transformers ``Qwen2Tokenizer``."""
-    from tokenizers import AddedToken
-    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX, Qwen2Tokenizer
-
-    vocab, merges = train_bpe(vocab_size, SPECIAL_TOKENS, PRETOKENIZE_REGEX, seed=seed)
-    options: dict[str, Any] = {
-        "vocab": vocab,
-        "merges": merges,
-        "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>",
-        "unk_token": None,  # byte-level: every input has tokens
-        "extra_special_tokens": NAMED_TOKENS,
-    }
-    tokenizer = Qwen2Tokenizer(**options)
-    tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
-    return tokenizer
+    return qwen_tokenizer(SPECIAL_TOKENS, MEDIA, vocab_size, seed)

@@ -3,15 +3,15 @@
 The real Qwen vocabulary has 151k entries; a tiny model with it spends almost all its
 parameters and time on the embedding and the LM head and learns nothing in minutes. This
 one has about 4k entries, trained in well under a second on a built-in corpus of numbers,
-arithmetic and short sentences (:func:`omni_contracts.tiny.train_bpe`). Its ids differ from
+arithmetic and short sentences (:func:`omni_model_kit.tiny.qwen_tokenizer`). Its ids differ from
 Qwen's: read ids from the tokenizer.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from omni_contracts.tiny import train_bpe
+from omni_model_kit.tiny import MediaTokens, qwen_tokenizer
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -27,32 +27,13 @@ SPECIAL_TOKENS: tuple[str, ...] = (
     "<tts_text_eod>", "<tts_text_bos_single>", "<|audio_pad|>",
 )
 
-# Named multimodal tokens the Qwen3-Omni processor reads from the tokenizer.
-NAMED_TOKENS: dict[str, str] = {
-    "image_token": "<|image_pad|>",
-    "video_token": "<|video_pad|>",
-    "audio_token": "<|audio_pad|>",
-    "vision_bos_token": "<|vision_start|>",
-    "vision_eos_token": "<|vision_end|>",
-    "audio_bos_token": "<|audio_start|>",
-    "audio_eos_token": "<|audio_end|>",
-}
+MEDIA = MediaTokens(
+    image="<|image_pad|>", video="<|video_pad|>", audio="<|audio_pad|>", vision_start="<|vision_start|>",
+    vision_end="<|vision_end|>", audio_start="<|audio_start|>", audio_end="<|audio_end|>",
+)
+"""The media tokens the Qwen3-Omni processor reads from the tokenizer."""
 
 
 def train_tokenizer(vocab_size: int = 4096, seed: int = 0) -> PreTrainedTokenizerBase:
     """Train the tokenizer and wrap it as a transformers ``Qwen2Tokenizer``."""
-    from tokenizers import AddedToken
-    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX, Qwen2Tokenizer
-
-    vocab, merges = train_bpe(vocab_size, SPECIAL_TOKENS, PRETOKENIZE_REGEX, seed=seed)
-    options: dict[str, Any] = {
-        "vocab": vocab,
-        "merges": merges,
-        "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>",
-        "unk_token": None,  # byte-level: every input has tokens
-        "extra_special_tokens": NAMED_TOKENS,
-    }
-    tokenizer = Qwen2Tokenizer(**options)
-    tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
-    return tokenizer
+    return qwen_tokenizer(SPECIAL_TOKENS, MEDIA, vocab_size, seed)

@@ -1,4 +1,4 @@
-"""The one driver of ``vllm_omni.AsyncOmni``: what verl's vLLM server and ``VllmOmniEngine`` use.
+"""The one driver of ``vllm_omni.AsyncOmni``: what verl's vLLM server runs as its engine.
 
 :class:`VllmOmniDriver` wraps a running ``AsyncOmni`` with the rollout adapter's view of the
 pipeline (which stage is the policy, which stages take weights) and presents the surface of
@@ -19,8 +19,6 @@ unchanged on a vLLM-Omni pipeline:
   read ``AsyncOmni``'s in-flight table; ``wake_up`` resumes scheduling once every stage is
   awake, as vLLM's engine core does; ``sleep(level=2)`` is refused (no wake from it).
 
-Lower-level pieces (:meth:`build_prompt`, :meth:`stage_params`, :meth:`collect`) serve callers
-that need every final stage's output (``VllmOmniEngine`` converts them with the adapter).
 vLLM and vLLM-Omni are imported only inside the functions that need them (gpu extra).
 """
 
@@ -159,16 +157,6 @@ class VllmOmniDriver:
             if error:
                 raise EngineOutputError(f"vLLM-Omni failed request {request_id!r}: {error}")
             yield output
-
-    async def collect(
-        self, prompt: dict[str, Any], params: list[Any], request_id: str, *, lora_request: Any = None
-    ) -> list[Any]:
-        """The last output of each final stage of one request, in stage order."""
-        last: dict[int, Any] = {}
-        async for output in self.stream(prompt, params, request_id, lora_request=lora_request):
-            stage_id = getattr(output, "stage_id", None)
-            last[self.policy_stage if stage_id is None else int(stage_id)] = output
-        return [last[stage_id] for stage_id in sorted(last)]
 
     async def generate(
         self,

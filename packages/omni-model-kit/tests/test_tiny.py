@@ -1,4 +1,4 @@
-"""The shared pieces of the model packages' tiny checkpoints (omni_contracts.tiny, chat_template)."""
+"""The shared pieces of the model packages' tiny checkpoints (omni_model_kit.tiny, chat_template)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from omni_contracts.chat_template import load_chat_template
-from omni_contracts.tiny import MARKER, cached_build, chatml_template, train_bpe
+from omni_model_kit.chat_template import chatml_template, load_chat_template
+from omni_model_kit.tiny import MARKER, cached_build, train_bpe
 
 REGEX = r"\s+|\w+|[^\w\s]+"
 

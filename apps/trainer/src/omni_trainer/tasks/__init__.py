@@ -1,0 +1,168 @@
+"""What a run trains for: the task interface of the local engine, and the registry of tasks.
+
+A task owns what differs between kinds of training: its prompts, what it needs beside the
+actor (a sampling engine, a speech policy, a teacher), one step, what validation measures and
+what it writes beside the checkpoints. The local trainer
+(:class:`omni_trainer.local_trainer.LocalTrainer`) owns what every task shares: the model and
+its adapters, the actor, the run directory, resume, saving and Ctrl-C.
+
+The config names the task (:func:`task_name`); the verl engine translates the same three
+(:mod:`omni_trainer.verl_engine.translate`). A new task is a module here with a subclass of
+:class:`Task`, added to :data:`LOCAL_TASKS` under its name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from omni_contracts import LogitMask, Registry, RolloutAdapter, TrainingAdapter
+
+from omni_trainer.config import Config
+from omni_trainer.prompts import Prepared, PromptSource
+
+if TYPE_CHECKING:
+    from omni_rollout.local_engine import LocalEngine
+    from omni_training.actor import Actor
+    from omni_training.distillation import DistillationSettings
+
+    from omni_trainer.step import StepParts
+    from omni_trainer.val_generations import ValGenerationsLog
+
+TEXT_RL = "rl"
+SPEECH_RL = "speech_rl"
+DISTILLATION = "distillation"
+
+
+def task_name(config: Config) -> str:
+    """The task ``config`` asks for: RL of the stage that speaks (``model.stage=talker``),
+    on-policy distillation (``distillation.enabled``), else RL on text."""
+    if config.actor_rollout_ref.model.stage == "talker":
+        return SPEECH_RL
+    if config.distillation.enabled:
+        return DISTILLATION
+    return TEXT_RL
+
+
+@dataclass
+class LoadedRun:
+    """What the trainer reads once, before any weights load, and every task uses."""
+
+    config: Config
+    model_path: str
+    hf_config: Any
+    training_adapter: TrainingAdapter
+    rollout_adapter: RolloutAdapter
+    mode: str
+    processor: Any
+    tokenizer: Any
+
+    @property
+    def pad_token_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return int(pad if pad is not None else self.tokenizer.eos_token_id)
+
+    def logit_mask(self, mode: str) -> LogitMask:
+        """What ``mode``'s policy stage never samples: the media placeholders, and the output
+        head's tail past the tokenizer (both engines' rollouts and the actor mask it)."""
+        from omni_trainer.placeholders import policy_logit_mask
+
+        return policy_logit_mask(self.rollout_adapter, mode, self.hf_config, self.processor, self.tokenizer)
+
+    def text_engine(self, actor: Actor, mode: str, *, also_suppressed: tuple[int, ...] = ()) -> LocalEngine:
+        """A local engine over ``mode``'s policy stage of ``actor``, ending at the tokenizer's
+        end of turn and never sampling what :meth:`logit_mask` masks (nor ``also_suppressed``)."""
+        from omni_rollout.local_engine import LocalEngine, find_policy_module
+        from omni_training.logit_mask import masked_ids
+
+        module = find_policy_module(actor.model, self.rollout_adapter, mode)
+        width = int(module.get_output_embeddings().weight.shape[0])
+        return LocalEngine(
+            module, eos_token_ids=(self.tokenizer.eos_token_id,), pad_token_id=self.pad_token_id,
+            stage_id=self.rollout_adapter.policy_stage_id(mode),
+            suppress_token_ids=(*masked_ids(self.logit_mask(mode), width), *also_suppressed),
+            autocast_dtype=actor.autocast_dtype,  # the actor's compute dtype (full fine-tune: bf16 on fp32)
+        )
+
+
+class Task:
+    """What the local trainer needs of a task, in the order it asks: :meth:`rows` before any
+    weights load (they size the run), :meth:`distillation` before the actor loads, :meth:`build`
+    once it has; then :meth:`start`, the steps (with :meth:`validate` and :meth:`after_step`
+    between them) and :meth:`close`, which always runs. The defaults suit an online task whose
+    :meth:`build` sets :attr:`parts` for the RL step."""
+
+    validates = True
+    """Whether :meth:`validate` measures anything (``trainer.val_before_train`` runs it)."""
+    engine: LocalEngine | None = None
+    """The text engine the task samples with, once built (``None``: it samples otherwise)."""
+    parts: StepParts
+
+    def __init__(self, run: LoadedRun) -> None:
+        self.run = run
+        self.config = run.config
+
+    def rows(self) -> tuple[PromptSource, list[Prepared]]:
+        """The training prompts and the validation prompts."""
+        raise NotImplementedError
+
+    def distillation(self) -> DistillationSettings | None:
+        """The actor's distillation loss settings (checked before any weights load)."""
+        return None
+
+    def build(self, actor: Actor, device: str) -> None:
+        """What the task needs beside the actor; may mask the actor's logits or add regularizers."""
+        raise NotImplementedError
+
+    def start(self) -> None:
+        """Start what the steps use (reward processes): Ctrl-C here stops the run."""
+
+    def step(self, step: int, prompts: list[Prepared], stop_requested: Callable[[], bool]) -> dict[str, float]:
+        """One training step; returns its metrics. Raises
+        :class:`omni_trainer.step.StepDiscarded` when stopped before its update."""
+        from omni_trainer.step import train_step
+
+        return train_step(self.parts, step, prompts, stop_requested)
+
+    def validate(self, step: int, generations: ValGenerationsLog | None) -> dict[str, float]:
+        return {}
+
+    def after_step(self, run_dir: Path, step: int, *, first: bool, last: bool) -> None:
+        """What the task writes beside the metrics after ``step`` (samples to listen to)."""
+
+    def close(self) -> None:
+        """Stop what :meth:`start` and :meth:`build` started."""
+
+
+TaskFactory = Callable[[LoadedRun], Task]
+
+LOCAL_TASKS: Registry[str, TaskFactory] = Registry("task")
+"""A task name (:func:`task_name`) -> what builds it on the local engine (imported when used)."""
+
+
+@LOCAL_TASKS.register(TEXT_RL)
+def _text_rl(run: LoadedRun) -> Task:
+    from omni_trainer.tasks.text_rl import TextRL
+
+    return TextRL(run)
+
+
+@LOCAL_TASKS.register(SPEECH_RL)
+def _speech_rl(run: LoadedRun) -> Task:
+    from omni_trainer.tasks.speech_rl import SpeechRL
+
+    return SpeechRL(run)
+
+
+@LOCAL_TASKS.register(DISTILLATION)
+def _distillation(run: LoadedRun) -> Task:
+    from omni_trainer.tasks.distillation import Distillation
+
+    return Distillation(run)
+
+
+def load_task(run: LoadedRun) -> Task:
+    """The task ``run.config`` asks for, on the local engine."""
+    return LOCAL_TASKS.get(task_name(run.config))(run)
