@@ -172,7 +172,7 @@ class FakeSpeechPolicy:
 
     def sample_speech(self, sequence: Any, *, n: int, max_new_tokens: int, temperature: float = 1.0,
                       speaker: str | None = None, media: Any = None) -> list[Any]:
-        from omni_contracts import SpeechRollout
+        from omni_contracts.speech import SpeechRollout
 
         self.voices.append(speaker)
         count = n if self.returned is None else self.returned

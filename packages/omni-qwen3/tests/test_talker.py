@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from omni_contracts import ExtraFieldError, SpeechPolicy, testing
+from omni_contracts import ExtraFieldError, testing
+from omni_contracts.speech import SpeechPolicy
 from omni_qwen3.talker_adapter import (
     PREFILL_EMBEDS,
     RESIDUAL_CODES,

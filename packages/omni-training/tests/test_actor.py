@@ -323,3 +323,32 @@ def test_the_entropy_bonus_reaches_the_gradient_and_the_metric_alone_does_not(
             assert all(m["actor/grad_norm"] == 0 for m in metrics)
     assert entropies[0.0][0] == pytest.approx(entropies[1.0][0], rel=1e-6)  # same start
     assert entropies[1.0][-1] > entropies[1.0][0] and entropies[0.0][-1] == pytest.approx(entropies[0.0][0], rel=1e-6)
+
+
+def test_an_objective_update_accumulates_as_one_batch_and_lowers_its_objective(
+    tiny_lm_path: Path, tiny_adapter: TrainingAdapter
+) -> None:
+    """``update_objective``: the micro-batches' shares add up to the whole batch's gradient,
+    the objective's metrics are summed under ``actor/``, and repeated steps lower it."""
+    batch = make_batch(rows=4)
+
+    def objective(micro: MicroBatch, log_probs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        loss = -(log_probs * micro.response_mask).sum() / batch.response_mask.sum()  # this share of the mean
+        return loss, {"objective": float(loss.detach())}
+
+    grads = []
+    for parts in ([slice(0, 4)], [slice(0, 1), slice(1, 3), slice(3, 4)]):
+        torch.manual_seed(0)
+        actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LoraSettings(rank=0),
+                                      optim=OptimizerSettings(lr=0.0, weight_decay=0.0, grad_clip=1e9))
+        metrics = actor.update_objective(split(batch, parts), objective)
+        grads.append(metrics["actor/grad_norm"])
+        whole = metrics["actor/objective"]
+    assert grads[0] == pytest.approx(grads[1], rel=1e-4) and grads[0] > 0
+    torch.manual_seed(0)
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LORA, optim=FAST)
+    first = actor.update_objective([batch], objective)
+    for _ in range(6):
+        last = actor.update_objective([batch], objective)
+    assert first["actor/objective"] == pytest.approx(whole, rel=1e-4)
+    assert last["actor/objective"] < first["actor/objective"] - 1e-3 and last["actor/skipped_step"] == 0.0

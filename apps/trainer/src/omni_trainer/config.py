@@ -35,6 +35,18 @@ class CustomClassConfig:
 
 
 @dataclass
+class SamplerConfig:
+    """verl's ``data.train_sampler`` / ``data.val_sampler``: a batch sampler by file path and
+    class name, and its keyword arguments. Offline preference runs honour verl-omni's
+    ``ModalityGroupedBatchSampler`` (``sampler_kwargs``: ``batch_size``, ``drop_last``,
+    ``num_batches``, ``modality_sample_weights``, ``replacement``, ``shuffle``, ``seed``)."""
+
+    class_path: str | None = None
+    class_name: str | None = None
+    sampler_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class DataConfig:
     train_files: list[str] | None = None  # None: the built-in task; a single path is accepted (as in verl)
     val_files: list[str] | None = None
@@ -60,6 +72,11 @@ class DataConfig:
     filter_overlong_prompts_workers: int | None = None
     val_max_samples: int | None = None  # verl: validation rows used (-1: all)
     validation_shuffle: bool | None = None
+    # Offline preference runs (algorithm.sample_source=offline), verl-omni's keys: every batch
+    # holds one modality (the sampler), and data.val_max_samples is split evenly over them.
+    train_sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    val_sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    balance_max_samples_by_modality: bool = False
 
 
 @dataclass
@@ -149,6 +166,19 @@ class RefConfig:
 
 
 @dataclass
+class OmniLossConfig:
+    """verl-omni's ``actor_rollout_ref.actor.omni_loss``: the offline preference loss."""
+
+    loss_mode: str = "dpo"
+    loss_type: str = "sigmoid"  # omni_training.preference.PREFERENCE_LOSSES
+    beta: float = 0.1
+    label_smoothing: float = 0.0  # sigmoid/simpo: conservative DPO; robust: the flip rate
+    average_log_prob: bool = False  # per-token mean log-probs instead of sums
+    simpo_gamma: float = 0.5  # simpo's target reward margin (TRL's name)
+    refer_model_precision: str | None = None  # verl-omni declares it and reads it nowhere; accepted as such
+
+
+@dataclass
 class ActorConfig:
     strategy: str = "fsdp2"  # verl engine: fsdp | fsdp2
     fsdp_config: FsdpConfig = field(default_factory=FsdpConfig)
@@ -187,6 +217,8 @@ class ActorConfig:
     # differentiable in the thinker) to every update's loss, to keep the talker's behaviour.
     talker_drift_coef: float = 0.0
     optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer_type: str | None = None  # verl-omni's mirror of algorithm.trainer_type
+    omni_loss: OmniLossConfig = field(default_factory=OmniLossConfig)
 
 
 @dataclass
@@ -298,6 +330,11 @@ class AlgorithmConfig:
     use_kl_in_reward: bool = False
     kl_penalty: str = "kl"
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+    # verl-omni's: offline + direct_preference + paired_preference trains on preference pairs
+    # (data.train_batch_size counts pairs); online is RL.
+    sample_source: str = "online"  # online | offline
+    trainer_type: str = "policy_gradient"  # policy_gradient | direct_preference
+    paired_preference: bool = False
 
 
 @dataclass
@@ -607,7 +644,9 @@ def load_config(*override_groups: list[str]) -> Config:
     The embedded preset (``embedded.yaml``) applies when no override names a model path or
     train files: that is the tiny built-in run of a bare ``uv run trainer``; with
     ``actor_rollout_ref.model.stage=talker``, ``embedded_talker.yaml`` follows it (the
-    built-in speech task); with ``trainer.engine=verl``, ``embedded_verl.yaml`` (full fine-tuning).
+    built-in speech task); with ``algorithm.sample_source=offline``, ``embedded_preference.yaml``
+    (the built-in preference pairs); with ``trainer.engine=verl``, ``embedded_verl.yaml`` (full
+    fine-tuning).
 
     Raises:
         ConfigError: every problem found, each naming the key (and the closest valid key).
@@ -626,6 +665,9 @@ def load_config(*override_groups: list[str]) -> Config:
         stages = [value for layer in parsed for key, value in _flatten(layer) if key == "actor_rollout_ref.model.stage"]
         if stages and stages[-1] == "talker":
             layers.append(("embedded_talker.yaml", packaged_yaml("embedded_talker.yaml")))
+        sources = [value for layer in parsed for key, value in _flatten(layer) if key == "algorithm.sample_source"]
+        if sources and sources[-1] == "offline":
+            layers.append(("embedded_preference.yaml", packaged_yaml("embedded_preference.yaml")))
         engines = [value for layer in parsed for key, value in _flatten(layer) if key == "trainer.engine"]
         if engines and engines[-1] == "verl":
             layers.append(("embedded_verl.yaml", packaged_yaml("embedded_verl.yaml")))
@@ -662,12 +704,13 @@ def model_pipeline(model_path: str | None, stage: str) -> str | None:
     Reads ``config.json`` only: model packages register their adapters without heavy imports."""
     if model_path is None:
         return None
-    from omni_contracts import OmniContractError, resolve_training_adapter
+    from omni_contracts import OmniContractError
+    from omni_trainer.resolved import checkpoint
 
+    read = checkpoint(model_path)
     try:
-        model_config = json.loads((Path(model_path).expanduser() / "config.json").read_text(encoding="utf-8"))
-        return resolve_training_adapter(model_config, stage).rollout_pipeline
-    except (OSError, ValueError, OmniContractError):
+        return None if read.config is None else read.adapter(stage).rollout_pipeline
+    except OmniContractError:
         return None
 
 
@@ -757,8 +800,12 @@ def _parse(overrides: list[str], problems: list[str]) -> DictConfig:
 
 
 def _yaml_value(raw: str) -> Any:
+    """An override's value as YAML reads it; a Hydra dict (``{a:1,b:{c:x}}``, no space after
+    the colons, as verl-omni's scripts write them) as the dict Hydra would give."""
     import yaml
 
+    if raw.startswith("{") and re.search(r"[\w'\"\]}]:[^\s/]", raw):
+        raw = re.sub(r"([\w'\"\]}]):(?=[^\s/])", r"\1: ", raw)
     try:
         return yaml.safe_load(raw)
     except yaml.YAMLError:

@@ -105,7 +105,7 @@ class LocalTrainer:
         self.actor = Actor.from_pretrained(
             model_path, self.training_adapter,
             settings=actor_settings(cfg, distillation, device=self.device), lora=lora_settings(cfg),
-            optim=optim_settings(cfg, self.total_steps),
+            optim=optim_settings(cfg, self.total_steps), keep_reference=self.task.keeps_reference,
         )
         self.task.build(self.actor, self.device)
 
@@ -144,19 +144,13 @@ class LocalTrainer:
 
     # --- the loop -----------------------------------------------------------------------------
 
-    def batches(self, start_step: int) -> Iterator[tuple[int, list[Prepared]]]:
-        """``(step, prompts)`` after ``start_step``; the order depends only on the seed and the
-        step, so a resumed run sees the prompts the uninterrupted one would have."""
-        cfg = self.config
-        size = cfg.data.train_batch_size
+    def batches(self, start_step: int) -> Iterator[tuple[int, list[Any]]]:
+        """``(step, prompts)`` after ``start_step``, as the task orders them; the order depends
+        only on the seed and the step, so a resumed run sees what the uninterrupted one would."""
+        size = self.config.data.train_batch_size
         per_epoch = self._steps_per_epoch()
         for step in range(start_step + 1, self.total_steps + 1):
-            epoch, position = divmod(step - 1, per_epoch)
-            order = list(range(len(self.train_rows)))
-            if cfg.data.shuffle:
-                random.Random(cfg.data.seed + epoch).shuffle(order)
-            chosen = order[position * size : (position + 1) * size]
-            yield step, [self.train_rows[i] for i in chosen]
+            yield step, [self.train_rows[i] for i in self.task.batch_indices(step, size, per_epoch, len(self.train_rows))]
 
     def train_step(self, step: int, batch: list[Prepared]) -> dict[str, float]:
         """One step (no stop checks): what benchmarks and tests drive directly."""
@@ -224,7 +218,7 @@ class LocalTrainer:
                     self._save(done)
                     print(f"\nstopped after step {done}; checkpoint saved. Run the same command to resume.")
                 else:
-                    final = {k: v for k, v in last.items() if k.startswith("val-core/")} or self.validate(done)
+                    final = {k: v for k, v in last.items() if k.startswith(("val-core/", "val/"))} or self.validate(done)
             finally:
                 self.task.close()  # the parent stops the reward workers (they ignore SIGINT)
                 for sink in sinks:

@@ -11,7 +11,6 @@ each engine adds its own (:attr:`omni_trainer.engines.Engine.checks`).
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -340,23 +339,13 @@ def _model_paths(config: Config, found: Findings) -> None:
 
 
 def _read_model_config(key: str, path: str, found: Findings) -> dict[str, Any] | None:
-    directory = Path(path).expanduser()
-    if not directory.is_dir():
-        found.problems.append(
-            f"{key}={path} is not a directory. Point it at a local Hugging Face checkpoint (download one "
-            "with `hf download <org>/<name> --local-dir <dir>`; `uv run trainer tiny` builds a tiny one)"
-        )
-        return None
-    config_file = directory / "config.json"
-    try:
-        loaded = json.loads(config_file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        found.problems.append(f"{key}={path} has no config.json; point it at a Hugging Face checkpoint directory")
-        return None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        found.problems.append(f"{key}={path}: cannot read {config_file} ({one_line(exc)})")
-        return None
-    return loaded if isinstance(loaded, dict) else {}
+    from omni_trainer.resolved import checkpoint
+
+    read = checkpoint(path)
+    if read.problem is not None:
+        found.problems.append(f"{key}={path} {read.problem}" if read.problem.startswith(("is not", "has no"))
+                              else f"{key}={path}: {read.problem}")
+    return read.config
 
 
 def _data_files(config: Config, found: Findings) -> None:
@@ -380,8 +369,8 @@ def _data_files(config: Config, found: Findings) -> None:
         )
     if config.reward.custom_reward_function.path or config.reward.on_unknown_data_source == "skip":
         return
-    if config.actor_rollout_ref.model.stage == "talker":
-        return  # speech is scored by reward.audio_rewards, not per data source
+    if config.actor_rollout_ref.model.stage == "talker" or config.algorithm.sample_source == "offline":
+        return  # speech is scored by reward.audio_rewards; preference pairs by nothing
     from omni_rewards import SCORERS
 
     missing = {source: path for source, path in sources.items() if source not in SCORERS}
@@ -394,24 +383,12 @@ def _data_files(config: Config, found: Findings) -> None:
 
 
 def _parquet_sources(key: str, path: str, found: Findings) -> tuple[int, set[str]]:
-    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+    from omni_trainer.resolved import data_file
 
-    file = Path(path).expanduser()
-    if not file.is_file():
-        found.problems.append(f"{key}: {path} does not exist (convert a dataset with `uv run trainer convert ...`)")
-        return 0, set()
-    try:
-        parquet = pq.ParquetFile(file)
-        rows = parquet.metadata.num_rows
-        if "data_source" not in parquet.schema_arrow.names:
-            found.problems.append(f"{key}: {path} has no data_source column; is it an RL parquet "
-                                  "(`uv run trainer convert ...` writes one)?")
-            return rows, set()
-        column = parquet.read(columns=["data_source"]).column("data_source")
-    except Exception as exc:  # pyarrow raises several types for a file that is not parquet
-        found.problems.append(f"{key}: cannot read {path} as parquet ({one_line(exc)})")
-        return 0, set()
-    return rows, {value for value in column.to_pylist() if isinstance(value, str)}
+    read = data_file(path)
+    if read.problem is not None:
+        found.problems.append(f"{key}: {read.problem}")
+    return read.rows, set(read.data_sources)
 
 
 def _custom_reward_function(config: Config, found: Findings) -> None:
@@ -479,6 +456,57 @@ def _resume_keys(config: Config, found: Findings) -> None:
         )
 
 
+def _preference(config: Config, found: Findings) -> None:
+    """Offline preference runs (``algorithm.sample_source=offline``): verl-omni's keys, with
+    their meanings, and a loss this workspace registers."""
+    algorithm = config.algorithm
+    one_of(found, "algorithm.sample_source", algorithm.sample_source, ("online", "offline"))
+    one_of(found, "algorithm.trainer_type", algorithm.trainer_type, ("policy_gradient", "direct_preference"))
+    offline = algorithm.sample_source == "offline"
+    if not offline:
+        if algorithm.trainer_type == "direct_preference" or algorithm.paired_preference:
+            found.problems.append(
+                "algorithm.trainer_type=direct_preference and algorithm.paired_preference=true train on "
+                "preference pairs, which need algorithm.sample_source=offline"
+            )
+        return
+    if algorithm.trainer_type != "direct_preference" and "algorithm.trainer_type" in config.given_keys:
+        found.problems.append(
+            "algorithm.sample_source=offline trains on preference pairs: set algorithm.trainer_type=direct_preference "
+            "(or leave it unset)"
+        )
+    if "algorithm.paired_preference" in config.given_keys and not algorithm.paired_preference:
+        found.problems.append(
+            "algorithm.paired_preference=false: offline preference rows are always pairs (chosen, rejected); "
+            "set it to true or leave it unset"
+        )
+    from omni_training.preference import PREFERENCE_LOSSES
+
+    loss = config.actor_rollout_ref.actor.omni_loss
+    one_of(found, "actor_rollout_ref.actor.omni_loss.loss_mode", loss.loss_mode, ("dpo",))
+    one_of(found, "actor_rollout_ref.actor.omni_loss.loss_type", loss.loss_type, tuple(PREFERENCE_LOSSES))
+    if loss.beta <= 0:
+        found.problems.append(f"actor_rollout_ref.actor.omni_loss.beta={loss.beta} must be positive")
+    if not 0 <= loss.label_smoothing < 0.5:
+        found.problems.append(
+            f"actor_rollout_ref.actor.omni_loss.label_smoothing={loss.label_smoothing} must be in [0, 0.5)"
+        )
+    for key, sampler in (("data.train_sampler", config.data.train_sampler), ("data.val_sampler", config.data.val_sampler)):
+        if sampler.class_name not in (None, "ModalityGroupedBatchSampler"):
+            found.problems.append(
+                f"{key}.class_name={sampler.class_name}: offline preference runs batch with verl-omni's "
+                "ModalityGroupedBatchSampler (one modality per batch); leave it unset or name that class"
+            )
+    given = config.data.train_sampler.sampler_kwargs.get("batch_size")
+    if given is not None and given != config.data.train_batch_size:
+        found.problems.append(
+            f"data.train_sampler.sampler_kwargs.batch_size={given} differs from data.train_batch_size="
+            f"{config.data.train_batch_size} (pairs per step); give both the same value"
+        )
+    if config.actor_rollout_ref.model.stage == "talker":
+        found.problems.append("algorithm.sample_source=offline trains the thinker; set actor_rollout_ref.model.stage=thinker")
+
+
 def _reward_error_rate(config: Config, found: Findings) -> None:
     rate = config.reward.max_error_rate
     if not 0 <= rate <= 1:
@@ -490,5 +518,5 @@ def _reward_error_rate(config: Config, found: Findings) -> None:
 
 COMMON_CHECKS: tuple[Check, ...] = (
     _vocabularies, _distillation, _ranges, _warnings, _model_paths, _data_files, _custom_reward_function, _run_dir,
-    _verl_omni_keys, _resume_keys, _reward_error_rate,
+    _verl_omni_keys, _resume_keys, _reward_error_rate, _preference,
 )

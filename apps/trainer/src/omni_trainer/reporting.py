@@ -14,13 +14,19 @@ DROPPED_KEY = "data/dropped_rows"
 """Rows of the train files left out at load (bad rows with ``on_bad_row=skip``, overlong prompts)."""
 
 
+PREFERENCE_ACCURACY = "rewards/accuracies"
+"""A preference step's headline (TRL's name): where the policy prefers the chosen answer more
+than the reference does."""
+
+
 def step_line(step: int, total: int, m: Mapping[str, float]) -> str:
-    acc = f"acc {m['critic/acc/mean']:.3f} | " if "critic/acc/mean" in m else ""  # verl's training has none
-    line = (
-        f"step {step:>4}/{total} | reward {m['critic/score/mean']:.3f} | {acc}"
-        f"{pearson_text(m)} | "
-        f"grad {m.get('actor/grad_norm', float('nan')):.3f} | {m['timing_s/step']:.1f} s"
-    )
+    grad = f"grad {m.get('actor/grad_norm', float('nan')):.3f} | {m['timing_s/step']:.1f} s"
+    if "critic/score/mean" not in m and PREFERENCE_ACCURACY in m:  # offline preference: no rollout
+        line = (f"step {step:>4}/{total} | loss {m['loss']:.4f} | pref acc {m[PREFERENCE_ACCURACY]:.3f} | "
+                f"margin {m['rewards/margins']:.3f} | {grad}")
+    else:
+        acc = f"acc {m['critic/acc/mean']:.3f} | " if "critic/acc/mean" in m else ""  # verl's training has none
+        line = f"step {step:>4}/{total} | reward {m['critic/score/mean']:.3f} | {acc}{pearson_text(m)} | {grad}"
     if m.get(DROPPED_KEY):
         line += f" | dropped rows {int(m[DROPPED_KEY])}"
     return line
@@ -38,11 +44,13 @@ def pearson_text(m: Mapping[str, float]) -> str:
 
 def report_step(run_dir: Path, log: MetricsLog, config: Config, step: int, total: int, m: Mapping[str, float]) -> None:
     print(step_line(step, total, m), flush=True)
-    draw_curve(
-        run_dir / "curve.png",
-        {"reward": log.series("critic/score/mean"), "acc": log.series("critic/acc/mean")},
-        f"{config.trainer.experiment_name}: reward and accuracy per step",
-    )
+    if "critic/score/mean" not in m and PREFERENCE_ACCURACY in m:
+        series = {"preference accuracy": log.series(PREFERENCE_ACCURACY), "loss": log.series("loss")}
+        title = "preference accuracy and loss per step"
+    else:
+        series = {"reward": log.series("critic/score/mean"), "acc": log.series("critic/acc/mean")}
+        title = "reward and accuracy per step"
+    draw_curve(run_dir / "curve.png", series, f"{config.trainer.experiment_name}: {title}")
 
 
 NO_VALIDATION = "data.val_files is not set: no validation runs and no val-core/* metrics are reported"
@@ -63,13 +71,16 @@ def write_summary(
     run_dir: Path, config: Config, *, step: int, steps_this_session: int, elapsed: float, log: MetricsLog,
     final: Mapping[str, float], checkpoint: Path | None, uses_lora: bool, dropped: int,
 ) -> str:
-    rewards = [v for _, v in log.series("critic/score/mean")]
-    first = sum(rewards[:5]) / max(1, len(rewards[:5]))
-    recent = sum(rewards[-5:]) / max(1, len(rewards[-5:]))
+    label, key = "mean reward", "critic/score/mean"
+    if not log.series(key) and log.series(PREFERENCE_ACCURACY):
+        label, key = "preference accuracy", PREFERENCE_ACCURACY
+    values = [v for _, v in log.series(key)]
+    first = sum(values[:5]) / max(1, len(values[:5]))
+    recent = sum(values[-5:]) / max(1, len(values[-5:]))
     lines = [
         f"run directory: {run_dir.resolve()}",
         f"steps: {step} in total, {steps_this_session} in {elapsed:.0f} s this session",
-        f"mean reward: first 5 steps {first:.3f} -> last 5 steps {recent:.3f}",
+        f"{label}: first 5 steps {first:.3f} -> last 5 steps {recent:.3f}",
         *(f"{key}: {value:.3f}" for key, value in sorted(final.items())),
         *([] if validates(config) else [f"validation: none ({NO_VALIDATION})"]),
         f"dropped rows (left out of the train files at load): {dropped}",

@@ -175,7 +175,7 @@ def _doctor_plan(overrides: Sequence[str]) -> int:
 
 
 SUBCOMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
-    "convert": (_convert, "convert a raw dataset to RL parquet (gsm8k | mmk12 | avqa)"),
+    "convert": (_convert, "convert a raw dataset to RL parquet (gsm8k | mmk12 | avqa | omni_preference)"),
     "tiny": (_tiny, "build the tiny offline Qwen3-Omni checkpoint"),
     "plan-memory": (_plan_memory, "size vLLM-Omni rollout memory for colocated training"),
     "merge": (_merge, "merge a LoRA adapter into its base checkpoint"),

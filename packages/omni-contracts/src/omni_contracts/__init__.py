@@ -31,13 +31,6 @@ from omni_contracts.rollout_adapter import (
     select_synced_weights,
 )
 from omni_contracts.sample import RolloutSample, StageOutput, collate_extra_fields
-from omni_contracts.speech_policy import (
-    ProbeSpeech,
-    SpeechPolicy,
-    SpeechRollout,
-    TalkerDriftProbe,
-    find_speech_policy,
-)
 from omni_contracts.thinker_processor import OmniProcessor, require_omni_processor
 from omni_contracts.topology import OUTPUT_TYPES, OutputType, StageConfig, validate_stage_topology
 from omni_contracts.training_adapter import (
@@ -54,11 +47,6 @@ from omni_contracts.training_adapter import (
 )
 
 __all__ = [
-    "ProbeSpeech",
-    "SpeechPolicy",
-    "SpeechRollout",
-    "TalkerDriftProbe",
-    "find_speech_policy",
     "MODALITIES",
     "MODEL_ENTRY_POINT_GROUP",
     "OUTPUT_TYPES",

@@ -127,13 +127,6 @@ class TrainingAdapter(abc.ABC):
         """
         return None
 
-    def talker_drift_probe(self, model_path: str, model_config: Any) -> Any | None:
-        """A :class:`~omni_contracts.TalkerDriftProbe` for thinker runs of a checkpoint that
-        also speaks, or ``None`` (the default: no talker, or not measured). It holds its own
-        frozen copy of the checkpoint (the initial thinker and the talker): twice the
-        memory of the weights, so the engines build it only on request."""
-        return None
-
     def checkpoint_problems(self, model_path: str, model_config: Mapping[str, Any]) -> list[str]:
         """What this model package cannot train from the checkpoint at ``model_path``, found
         before anything loads: the trainer's pre-flight calls it with ``config.json`` parsed

@@ -189,6 +189,21 @@ class RLDataset:
         where = self._where(file_index, row)
         raw = self._tables[file_index].slice(row, 1).to_pylist()[0]
         parsed = parse_row(raw, where=where, prompt_key=self.config.prompt_key)
+        self._check_reward(parsed, where)
+        if not isinstance(parsed.fields.get("data_source"), str):
+            raise RowError(f"{where}: column 'data_source' must be a string.", reason="bad_data_source")
+        extra_info = parsed.fields.get("extra_info") or {}
+        for key in self.config.required_extra_info:
+            value = extra_info.get(key) if isinstance(extra_info, Mapping) else None
+            if not isinstance(value, str) or not value.strip():
+                raise RowError(
+                    f"{where}: extra_info[{key!r}] must be a non-empty string, got {value!r}.",
+                    reason="missing_extra_info",
+                )
+        return parsed
+
+    def _check_reward(self, parsed: ParsedRow, where: str) -> None:
+        """The row's ``reward_model``: a dict with a ground truth (unless not required)."""
         reward = parsed.fields.get("reward_model")
         if not isinstance(reward, Mapping) or "ground_truth" not in reward:
             raise RowError(
@@ -206,17 +221,6 @@ class RLDataset:
                 "rows out (counted as empty_ground_truth).",
                 reason=EMPTY_GROUND_TRUTH,
             )
-        if not isinstance(parsed.fields.get("data_source"), str):
-            raise RowError(f"{where}: column 'data_source' must be a string.", reason="bad_data_source")
-        extra_info = parsed.fields.get("extra_info") or {}
-        for key in self.config.required_extra_info:
-            value = extra_info.get(key) if isinstance(extra_info, Mapping) else None
-            if not isinstance(value, str) or not value.strip():
-                raise RowError(
-                    f"{where}: extra_info[{key!r}] must be a non-empty string, got {value!r}.",
-                    reason="missing_extra_info",
-                )
-        return parsed
 
     def _encode(self, parsed: ParsedRow, where: str) -> EncodedPrompt:
         return encode_row(

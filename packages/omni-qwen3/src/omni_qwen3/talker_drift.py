@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from omni_contracts import ProbeSpeech
+from omni_contracts.speech import ProbeSpeech
 
 from omni_qwen3.talker_fields import PREFILL_EMBEDS, PREFILL_POSITIONS, TALKER_FIELDS, TRAILING_TEXT, TTS_PAD_EMBED
 from omni_qwen3.talker_policy import Qwen3OmniTalkerPolicy

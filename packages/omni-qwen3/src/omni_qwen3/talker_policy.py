@@ -33,7 +33,7 @@ from transformers import Qwen3OmniMoeConfig
 from transformers.modeling_outputs import CausalLMOutput
 from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import Qwen3OmniMoeForConditionalGeneration
 
-from omni_contracts import SpeechRollout
+from omni_contracts.speech import SpeechRollout
 from omni_qwen3.rollout_adapter import suppressed_codec_ids
 from omni_qwen3.talker_fields import PREFILL_EMBEDS, PREFILL_POSITIONS, RESIDUAL_CODES, TRAILING_TEXT, TTS_PAD_EMBED
 from omni_qwen3.token_ids import complete_thinker_config

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from omni_contracts import TrainingAdapter
+from omni_contracts.speech import TalkerDriftProbe
 from omni_model_kit.thinker_adapter import OmniThinkerAdapter
 
 from omni_qwen3.rollout_adapter import PIPELINE
@@ -36,7 +37,8 @@ class Qwen3OmniThinkerAdapter(OmniThinkerAdapter):
     policy_path = "omni_qwen3.thinker_policy.Qwen3OmniThinkerPolicy"
     processor_path = "omni_qwen3.processor.Qwen3OmniThinkerProcessor"
 
-    def talker_drift_probe(self, model_path: str, model_config: Any) -> Any | None:
+    def talker_drift_probe(self, model_path: str, model_config: Any) -> TalkerDriftProbe | None:
+        """The checkpoint's talker as a frozen drift probe (:class:`omni_contracts.speech.SpeakingAdapter`)."""
         if not getattr(model_config, "enable_audio_output", False):
             return None  # a checkpoint without its talker
         from omni_qwen3.talker_drift import Qwen3OmniTalkerDrift

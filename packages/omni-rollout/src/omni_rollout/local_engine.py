@@ -39,6 +39,7 @@ NEUTRAL_GENERATION_OPTIONS: dict[str, Any] = {
     "num_beams": 1, "penalty_alpha": None, "dola_layers": None,
 }
 SEQUENCE_KEYS = ("input_ids", "attention_mask")  # [1, L] per prompt; left-padded in a batch
+TOKEN_TYPE_KEYS = ("mm_token_type_ids",)  # [1, L]: each token's medium (0: text); left-padded with 0
 TIME_PADDED_KEYS = ("input_features", "feature_attention_mask")  # [audios, ..., frames]; right-padded
 
 
@@ -74,7 +75,10 @@ def batch_prompts(prompts: Sequence[Mapping[str, Any]], n: int, pad_token_id: in
     ``input_features`` audios), which the model consumes in placeholder order, row by row; so
     each prompt's items are repeated ``n`` times and concatenated in prompt order. Audio
     features (``TIME_PADDED_KEYS``) are right-padded along time first; the model reads each
-    audio's length from ``feature_attention_mask``. Other values (flags) must agree.
+    audio's length from ``feature_attention_mask``. Per-token types (``TOKEN_TYPE_KEYS``:
+    transformers' ``mm_token_type_ids``, which Qwen2-VL's mrope reads) are left-padded with 0
+    like the mask; a prompt without them (a text-only row) is all text. Other values (flags)
+    must agree.
 
     Raises:
         ValueError: a prompt's ``input_ids`` has more than one row, lacks ``attention_mask``,
@@ -92,7 +96,13 @@ def batch_prompts(prompts: Sequence[Mapping[str, Any]], n: int, pad_token_id: in
         "input_ids": _left_pad([p["input_ids"] for p in prompts], length, pad_token_id).repeat_interleave(n, dim=0),
         "attention_mask": _left_pad([p["attention_mask"] for p in prompts], length, 0).repeat_interleave(n, dim=0),
     }
-    keys = list(dict.fromkeys(key for prompt in prompts for key in prompt if key not in SEQUENCE_KEYS))
+    for key in TOKEN_TYPE_KEYS:
+        if any(prompt.get(key) is not None for prompt in prompts):
+            types = [p[key] if p.get(key) is not None else torch.zeros_like(p["input_ids"]) for p in prompts]
+            batch[key] = _left_pad(types, length, 0).repeat_interleave(n, dim=0)
+    keys = list(dict.fromkeys(
+        key for prompt in prompts for key in prompt if key not in (*SEQUENCE_KEYS, *TOKEN_TYPE_KEYS)
+    ))
     for key in keys:
         values = [prompt[key] for prompt in prompts if prompt.get(key) is not None]
         if not values:

@@ -36,6 +36,10 @@ from omni_training.policy_loss import BatchCounts, get_policy_loss
 from omni_training.settings import ActorSettings, LoraSettings, OptimizerSettings
 
 
+Objective = Callable[[MicroBatch, Tensor], tuple[Tensor, dict[str, float]]]
+"""``(micro-batch, its policy log-probs [B, T]) -> (its share of the loss, metrics to sum)``."""
+
+
 @dataclass(frozen=True)
 class Regularizer:
     """A term added to every update's loss: ``coef * loss(model)``, a scalar computed on the
@@ -252,6 +256,39 @@ class Actor:
             totals["clipfrac"] += float(pg.clipfrac.detach()) * share
             totals["ppo_kl"] += float(pg.ppo_kl.detach()) * share
             totals["clipfrac_lower"] += float(pg.clipfrac_lower.detach()) * share
+        return {
+            "actor/pg_loss": totals["pg_loss"],
+            "actor/kl_loss": totals["kl_loss"],
+            "actor/entropy": totals["entropy"],
+            "actor/pg_clipfrac": totals["clipfrac"],
+            "actor/ppo_kl": totals["ppo_kl"],
+            "actor/pg_clipfrac_lower": totals["clipfrac_lower"],
+            **({"actor/distill_loss": totals["distill_loss"]} if distill is not None else {}),
+            **self._optimizer_step(started, float(counts.num_tokens or 0)),
+        }
+
+    def update_objective(self, batches: Sequence[MicroBatch], objective: Objective) -> dict[str, float]:
+        """One optimizer step minimising ``objective`` summed over ``batches`` (gradient
+        accumulation): an objective that is not a policy gradient (a preference loss). It
+        is called with each micro-batch and the policy's log-probs ``[B, T]`` of its
+        responses, and returns its share of the loss and the metrics to sum; returns those
+        sums as ``actor/<name>`` with the optimizer's metrics."""
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        totals: dict[str, float] = {}
+        started = time.perf_counter()
+        for given in batches:
+            batch = self._on_device(given)
+            loss, metrics = objective(batch, self._forward(self.model, batch, with_entropy=False).log_probs)
+            loss.backward()
+            for name, value in metrics.items():
+                totals[name] = totals.get(name, 0.0) + value
+        tokens = float(sum(b.num_tokens for b in batches))
+        return {**{f"actor/{k}": v for k, v in totals.items()}, **self._optimizer_step(started, tokens)}
+
+    def _optimizer_step(self, started: float, tokens: float) -> dict[str, float]:
+        """The regularizers' gradients, clipping, the step (skipped on a non-finite gradient
+        norm) and the schedule; returns their metrics."""
         regularized: dict[str, float] = {}
         for regularizer in self.regularizers:
             with self.autocast():
@@ -268,19 +305,12 @@ class Actor:
         elapsed = time.perf_counter() - started
         self.scheduler.step()
         return {
-            "actor/pg_loss": totals["pg_loss"],
-            "actor/kl_loss": totals["kl_loss"],
-            "actor/entropy": totals["entropy"],
-            "actor/pg_clipfrac": totals["clipfrac"],
-            "actor/ppo_kl": totals["ppo_kl"],
-            "actor/pg_clipfrac_lower": totals["clipfrac_lower"],
-            **({"actor/distill_loss": totals["distill_loss"]} if distill is not None else {}),
             **regularized,
             "actor/grad_norm": grad_norm,
             "actor/lr": lr,
             "actor/skipped_step": float(not stepped),
             "perf/update_time_s": elapsed,
-            "perf/update_tokens_per_s": float(counts.num_tokens or 0) / max(elapsed, 1e-9),
+            "perf/update_tokens_per_s": tokens / max(elapsed, 1e-9),
         }
 
 

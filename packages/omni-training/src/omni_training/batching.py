@@ -21,6 +21,10 @@ from torch import Tensor
 from omni_contracts import RESPONSE_LENGTHS_KEY, TrainingAdapter
 
 SEQUENCE_KEYS = ("input_ids", "attention_mask")
+TOKEN_TYPE_KEYS = ("mm_token_type_ids",)
+"""Per-token ``[1, P]`` values: each token's medium (0: text), which Qwen2-VL's mrope reads.
+Left-padded with 0 like the mask; the response's tokens are text (placeholders are never
+sampled); a prompt without them (a text-only row) is all text."""
 
 
 @dataclass
@@ -147,7 +151,12 @@ def collate(
     inputs["attention_mask"] = torch.cat([inputs["attention_mask"], (resp_mask > 0).long()], dim=1)
     if all("position_ids" in pr for pr in prompts):
         inputs["position_ids"] = _extend_positions([pr["position_ids"] for pr in prompts], p, t)
-    for key in sorted({k for pr in prompts for k in pr} - {*SEQUENCE_KEYS, "position_ids"}):
+    for key in TOKEN_TYPE_KEYS:
+        if any(pr.get(key) is not None for pr in prompts):
+            types = [pr[key] if pr.get(key) is not None else torch.zeros_like(pr["input_ids"]) for pr in prompts]
+            prompt_types = torch.cat([_left_pad(row.reshape(1, -1), p, 0) for row in types])
+            inputs[key] = torch.cat([prompt_types, prompt_types.new_zeros(resp.shape)], dim=1)
+    for key in sorted({k for pr in prompts for k in pr} - {*SEQUENCE_KEYS, *TOKEN_TYPE_KEYS, "position_ids"}):
         values = [pr[key] for pr in prompts if pr.get(key) is not None]
         if not values or not isinstance(values[0], Tensor):
             continue

@@ -6,8 +6,8 @@ what it writes beside the checkpoints. The local trainer
 (:class:`omni_trainer.local_trainer.LocalTrainer`) owns what every task shares: the model and
 its adapters, the actor, the run directory, resume, saving and Ctrl-C.
 
-The config names the task (:func:`task_name`); the verl engine translates the same three
-(:mod:`omni_trainer.verl_engine.translate`). A new task is a module here with a subclass of
+The config names the task (:func:`task_name`); the verl engine translates the three online
+ones (:mod:`omni_trainer.verl_engine.translate`) and refuses offline preference runs. A new task is a module here with a subclass of
 :class:`Task`, added to :data:`LOCAL_TASKS` under its name.
 """
 
@@ -34,11 +34,15 @@ if TYPE_CHECKING:
 TEXT_RL = "rl"
 SPEECH_RL = "speech_rl"
 DISTILLATION = "distillation"
+PREFERENCE = "preference"
 
 
 def task_name(config: Config) -> str:
-    """The task ``config`` asks for: RL of the stage that speaks (``model.stage=talker``),
-    on-policy distillation (``distillation.enabled``), else RL on text."""
+    """The task ``config`` asks for: offline preference optimisation
+    (``algorithm.sample_source=offline``), RL of the stage that speaks
+    (``model.stage=talker``), on-policy distillation (``distillation.enabled``), else RL on text."""
+    if config.algorithm.sample_source == "offline":
+        return PREFERENCE
     if config.actor_rollout_ref.model.stage == "talker":
         return SPEECH_RL
     if config.distillation.enabled:
@@ -98,6 +102,9 @@ class Task:
     """Whether :meth:`validate` measures anything (``trainer.val_before_train`` runs it)."""
     engine: LocalEngine | None = None
     """The text engine the task samples with, once built (``None``: it samples otherwise)."""
+    keeps_reference: bool | None = None
+    """Whether a full fine-tune keeps a frozen copy of the initial weights for reference
+    log-probs (``None``: when a KL loss needs them)."""
     parts: StepParts
 
     def __init__(self, run: LoadedRun) -> None:
@@ -115,6 +122,17 @@ class Task:
     def build(self, actor: Actor, device: str) -> None:
         """What the task needs beside the actor; may mask the actor's logits or add regularizers."""
         raise NotImplementedError
+
+    def batch_indices(self, step: int, size: int, steps_per_epoch: int, rows: int) -> list[int]:
+        """The training rows of ``step``: epoch by epoch, shuffled by ``data.seed`` and the epoch
+        (``data.shuffle``); a function of the step alone, so a resumed run sees the same."""
+        import random
+
+        epoch, position = divmod(step - 1, steps_per_epoch)
+        order = list(range(rows))
+        if self.config.data.shuffle:
+            random.Random(self.config.data.seed + epoch).shuffle(order)
+        return order[position * size : (position + 1) * size]
 
     def start(self) -> None:
         """Start what the steps use (reward processes): Ctrl-C here stops the run."""
@@ -161,6 +179,13 @@ def _distillation(run: LoadedRun) -> Task:
     from omni_trainer.tasks.distillation import Distillation
 
     return Distillation(run)
+
+
+@LOCAL_TASKS.register(PREFERENCE)
+def _preference(run: LoadedRun) -> Task:
+    from omni_trainer.tasks.preference import OfflinePreference
+
+    return OfflinePreference(run)
 
 
 def load_task(run: LoadedRun) -> Task:

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from omni_contracts import RolloutSample, SpeechPolicy, find_speech_policy
+from omni_contracts import RolloutSample
+from omni_contracts.speech import SpeechPolicy, find_speech_policy
 from omni_rewards.audio import SpeechSample, WeightedAudioReward
 from omni_rollout.local_engine import LocalEngine
 from omni_rollout.sampling import SamplingSettings

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from omni_contracts import RolloutAdapter, RolloutSample, TalkerDriftProbe
+from omni_contracts import RolloutAdapter, RolloutSample
+from omni_contracts.speech import TalkerDriftProbe, talker_drift_probe
 from omni_rewards import SCORERS, RewardManager, ScorerRegistry
 from omni_rewards.audio import SpeechSample, WeightedAudioReward
 from omni_rollout.agent_loops import get_agent_loop
@@ -23,6 +24,7 @@ from omni_trainer.config import Config, ConfigError
 from omni_trainer.interrupts import workers_ignore_sigint
 from omni_trainer.prompts import BuiltinPrompts, DatasetPrompts, Prepared, PromptSource, encode_builtin
 from omni_trainer.settings_builders import reward_manager_config, sampling_settings, validation_sampling
+from omni_trainer.resolved import resolve_run
 from omni_trainer.step import Rollouts, Sampler, Scores, StepParts, new_group_ids
 from omni_trainer.tasks import LoadedRun, Task
 from omni_trainer.val_generations import ValGeneration, ValGenerationsLog
@@ -123,7 +125,7 @@ class TextRL(Task):
         cfg, run = self.config, self.run
         if not cfg.trainer.talker_drift:
             return
-        self.drift = run.training_adapter.talker_drift_probe(run.model_path, run.hf_config)
+        self.drift = talker_drift_probe(run.training_adapter, run.model_path, run.hf_config)
         if self.drift is None:
             raise ConfigError(
                 f"Invalid configuration:\n  - trainer.talker_drift=true needs a checkpoint that speaks; "
@@ -146,12 +148,9 @@ class TextRL(Task):
         return SCORERS
 
     def _data_sources(self) -> set[str]:
-        files = [*(self.config.data.train_files or []), *(self.config.data.val_files or [])]
-        if not files:
+        if self.config.data.train_files is None:
             return {builtin_task.DATA_SOURCE}
-        import pyarrow.parquet as pq  # type: ignore[import-untyped]
-
-        return {s for f in files for s in pq.read_table(f, columns=["data_source"]).column(0).to_pylist()}
+        return resolve_run(self.config).data_sources
 
     def start(self) -> None:
         assert self.rewards is not None

@@ -9,7 +9,6 @@ forward that variable itself.
 
 from __future__ import annotations
 
-import json
 import os
 from datetime import datetime, timezone
 from collections.abc import Callable
@@ -36,15 +35,15 @@ from omni_trainer.verl_engine.translate import check_config, settings_for, to_ve
 
 def adapter_lora_defaults(model_path: str, stage: str) -> tuple[list[str] | None, str | None]:
     """The training adapter's LoRA defaults, found from the checkpoint's ``config.json``."""
-    from omni_contracts import resolve_training_adapter
+    from omni_trainer.resolved import checkpoint
 
-    config_file = Path(model_path) / "config.json"
-    if not config_file.is_file():
+    read = checkpoint(model_path)
+    if read.config is None:
         raise ConfigError(
             f"actor_rollout_ref.model.path={model_path} has no config.json; point it at a Hugging Face "
             "checkpoint directory (e.g. one written by `uv run trainer tiny`)."
         )
-    adapter = resolve_training_adapter(json.loads(config_file.read_text()), stage)
+    adapter = read.adapter(stage)
     targets = list(adapter.lora_target_modules) if adapter.lora_target_modules else None
     return targets, adapter.lora_exclude_modules
 

@@ -28,7 +28,8 @@ from typing import Any
 import torch
 from verl.workers.rollout.replica import TokenOutput
 
-from omni_contracts import RolloutAdapter, SpeechPolicy, find_speech_policy, is_namespaced
+from omni_contracts import RolloutAdapter, is_namespaced
+from omni_contracts.speech import SpeechPolicy, find_speech_policy
 from omni_rollout.local_engine import LocalEngine, find_policy_module
 from omni_rollout.sampling import SamplingSettings
 from omni_trainer.placeholders import policy_logit_mask

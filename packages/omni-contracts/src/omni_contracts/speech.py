@@ -1,10 +1,12 @@
-"""What a trained speech stage (a talker) offers the engines: sampled speech with what the
-actor needs to recompute its log-probs.
+"""The optional speech contract, for models whose trained or frozen stages speak. A text
+model package never imports it; ``omni_contracts`` does not export it.
 
 A model package's talker policy class implements :class:`SpeechPolicy`; the local engine
 finds it under any wrapper (:func:`find_speech_policy`) and turns each
 :class:`SpeechRollout` into a rollout sample (``prompt_ids``, ``response_ids``,
-``response_logprobs``, ``extra_fields``) plus the waveform the rewards read.
+``response_logprobs``, ``extra_fields``) plus the waveform the rewards read. A training
+adapter of a checkpoint that also speaks may offer a :class:`TalkerDriftProbe` for thinker
+runs (:class:`SpeakingAdapter`, found by :func:`talker_drift_probe`).
 """
 
 from __future__ import annotations
@@ -99,7 +101,7 @@ class ProbeSpeech:
 @runtime_checkable
 class TalkerDriftProbe(Protocol):
     """Measures how a thinker being trained changes what a frozen talker does with its
-    hidden states, on fixed probes (see ``TrainingAdapter.talker_drift_probe``)."""
+    hidden states, on fixed probes (see :class:`SpeakingAdapter`)."""
 
     def measure(self, policy: Any) -> dict[str, float]:
         """``{"talker/drift_kl": ...}`` (and any other ``talker/*`` metric) for the thinker
@@ -115,3 +117,22 @@ class TalkerDriftProbe(Protocol):
         """Each probe spoken once more by the frozen talker, reading the thinker inside
         ``policy`` (seeded: the same thinker gives the same speech), for audio rewards."""
         ...
+
+
+@runtime_checkable
+class SpeakingAdapter(Protocol):
+    """A training adapter of a checkpoint that also speaks."""
+
+    def talker_drift_probe(self, model_path: str, model_config: Any) -> TalkerDriftProbe | None:
+        """A :class:`TalkerDriftProbe` for thinker runs, or ``None`` (not measured). It holds
+        its own frozen copy of the checkpoint (the initial thinker and the talker): twice the
+        memory of the weights, so the engines build it only on request."""
+        ...
+
+
+def talker_drift_probe(adapter: object, model_path: str, model_config: Any) -> TalkerDriftProbe | None:
+    """``adapter``'s drift probe for the checkpoint; ``None`` when it is not a
+    :class:`SpeakingAdapter` or offers none."""
+    if not isinstance(adapter, SpeakingAdapter):
+        return None
+    return adapter.talker_drift_probe(model_path, model_config)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from omni_contracts import SpeechPolicy, SpeechRollout, find_speech_policy
+from omni_contracts.speech import SpeechPolicy, SpeechRollout, find_speech_policy
 
 
 class Talker:
@@ -45,3 +45,28 @@ def test_a_text_policy_is_refused_naming_what_was_searched() -> None:
 
     with pytest.raises(TypeError, match=r"No speech policy .* in Wrapper -> Thinker.*SpeechPolicy"):
         find_speech_policy(Wrapper(Thinker(), "base_model"))
+
+
+def test_the_speech_contract_is_optional_and_the_generic_one_names_no_talker() -> None:
+    """A text model package sees no speech in the contract it is written against."""
+    import subprocess
+    import sys
+
+    import omni_contracts
+    from omni_contracts import TrainingAdapter
+    from omni_contracts.speech import SpeakingAdapter, talker_drift_probe
+
+    assert not {"SpeechPolicy", "SpeechRollout", "TalkerDriftProbe"} & set(omni_contracts.__all__)
+    assert not hasattr(TrainingAdapter, "talker_drift_probe")
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, omni_contracts; print('omni_contracts.speech' in sys.modules)"],
+        capture_output=True, text=True, check=True,
+    )
+    assert loaded.stdout.strip() == "False"
+
+    class Speaks:
+        def talker_drift_probe(self, model_path: str, model_config: object) -> None:
+            return None
+
+    assert isinstance(Speaks(), SpeakingAdapter) and not isinstance(object(), SpeakingAdapter)
+    assert talker_drift_probe(object(), "/m", None) is None

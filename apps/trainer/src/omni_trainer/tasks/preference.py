@@ -1,0 +1,268 @@
+"""Offline preference optimisation (``algorithm.sample_source=offline``): DPO and its family on
+preference pairs, verl-omni's Omni-Preference form.
+
+A step takes ``data.train_batch_size`` pairs of one modality (verl-omni's modality-grouped
+sampler), scores each pair's chosen and rejected answers under the policy, and takes one
+optimizer step on the preference loss (``actor_rollout_ref.actor.omni_loss``). The reference
+log-probs of a pair come from the adapter-disabled base (LoRA) or a frozen copy of the initial
+weights (full fine-tuning); they are computed the first time the pair is used and cached,
+never again. No rollout, no reward.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from omni_training.actor import Actor
+from omni_training.batching import MicroBatch, collate
+from omni_training.preference import (
+    PREFERENCE_LOSSES,
+    REFERENCE_FREE,
+    PreferenceSettings,
+    preference_metrics,
+    sequence_log_probs,
+)
+
+from omni_trainer.config import Config
+from omni_trainer.prompts import Prepared, PromptSource
+from omni_trainer.tasks import LoadedRun, Task
+from omni_trainer.val_generations import ValGenerationsLog
+
+
+@dataclass
+class Pair:
+    """A prompt with its chosen and rejected answers as token ids (the answers' own tokens,
+    as verl-omni labels them: no end of turn)."""
+
+    prompt: Prepared
+    chosen: list[int]
+    rejected: list[int]
+    modality: str
+    key: int  # the pair's row: the cache key of its reference log-probs
+
+
+def preference_settings(config: Config) -> PreferenceSettings:
+    loss = config.actor_rollout_ref.actor.omni_loss
+    return PreferenceSettings(
+        loss_type=loss.loss_type, beta=loss.beta, label_smoothing=loss.label_smoothing,
+        average_log_prob=loss.average_log_prob, simpo_gamma=loss.simpo_gamma,
+    )
+
+
+class PairSource:
+    """A preference dataset's pairs, encoded on first use; ``modalities`` without encoding."""
+
+    def __init__(self, dataset: Any, tokenizer: Any, offset: int = 0) -> None:
+        self.dataset = dataset
+        self.tokenizer = tokenizer
+        self.offset = offset  # keeps validation pairs' cache keys apart from training pairs'
+        self.cache: dict[int, Pair] = {}
+        self.dropped = int(sum(dataset.report.dropped.values()))
+
+    @property
+    def modalities(self) -> list[str]:
+        return list(self.dataset.modalities)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, item: int) -> Pair:
+        if item not in self.cache:
+            row = self.dataset[item]
+            inputs = {"input_ids": row["input_ids"].unsqueeze(0), "attention_mask": row["attention_mask"].unsqueeze(0),
+                      **row["multi_modal_inputs"]}
+            prompt = Prepared(inputs, row["data_source"], "", int(row["index"]), row["extra_info"])
+            self.cache[item] = Pair(prompt, self._answer(row["chosen"]), self._answer(row["rejected"]),
+                                    row["modality"], self.offset + item)
+        return self.cache[item]
+
+    def _answer(self, text: str) -> list[int]:
+        ids: list[int] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return ids
+
+
+class OfflinePreference(Task):
+    """DPO-family training on preference pairs (see the module docstring)."""
+
+    keeps_reference = True  # full fine-tuning: a frozen copy of the initial weights is the reference
+
+    def __init__(self, run: LoadedRun) -> None:
+        super().__init__(run)
+        self.settings = preference_settings(run.config)
+        self.loss_fn = PREFERENCE_LOSSES.get(self.settings.loss_type)
+        self.reference_free = self.settings.loss_type in REFERENCE_FREE
+        self.reference: dict[int, tuple[float, float]] = {}  # pair key -> sequence log-probs (chosen, rejected)
+
+    def rows(self) -> tuple[PromptSource, list[Prepared]]:
+        from omni_data import DatasetConfig, PreferenceDataset, balanced_indices
+
+        cfg = self.config
+        data = DatasetConfig(max_prompt_length=cfg.data.max_prompt_length, on_bad_row=cfg.data.on_bad_row)  # type: ignore[arg-type]
+        if cfg.data.train_files is None:
+            from omni_trainer.builtin_preference import builtin_preference_files
+
+            train_files, val_files = builtin_preference_files(cfg)
+        else:
+            train_files, val_files = cfg.data.train_files, cfg.data.val_files or []
+        self.train = PairSource(PreferenceDataset(train_files, self.run.processor, data), self.run.tokenizer)
+        self.val: PairSource | None = None
+        self.val_indices: list[int] = []
+        if val_files:
+            self.val = PairSource(PreferenceDataset(val_files, self.run.processor, data), self.run.tokenizer,
+                                  offset=len(self.train))
+            limit = cfg.data.val_max_samples
+            indices = list(range(len(self.val)))
+            if limit is not None and 0 < limit < len(indices):
+                indices = (balanced_indices(self.val.modalities, limit, seed=cfg.data.seed)
+                           if cfg.data.balance_max_samples_by_modality else indices[:limit])
+            self.val_indices = indices
+        return self.train, []  # type: ignore[return-value]
+
+    def build(self, actor: Actor, device: str) -> None:
+        self.actor = actor
+        actor.mask_logits(self.run.logit_mask(self.run.mode))
+
+    def batch_indices(self, step: int, size: int, steps_per_epoch: int, rows: int) -> list[int]:
+        """``size`` pairs of one modality for ``step``: verl-omni's modality-grouped sampler,
+        seeded by ``data.seed`` and the epoch, so a resumed run sees the same pairs."""
+        from omni_data import modality_batches
+
+        sampler = self.config.data.train_sampler.sampler_kwargs
+        epoch, position = divmod(step - 1, steps_per_epoch)
+        batches = modality_batches(
+            self.train.modalities, size, seed=int(sampler.get("seed", self.config.data.seed)), epoch=epoch,
+            num_batches=steps_per_epoch, weights=sampler.get("modality_sample_weights"),
+            replacement=bool(sampler.get("replacement", True)), drop_last=bool(sampler.get("drop_last", True)),
+        )
+        return batches[position]
+
+    def step(self, step: int, prompts: list[Any], stop_requested: Callable[[], bool]) -> dict[str, float]:
+        """One optimizer step per ``ppo_mini_batch_size`` pairs (verl-omni's actor update);
+        the metrics are the whole batch's, with the last optimizer step's ``actor/*``."""
+        pairs: list[Pair] = prompts
+        started = time.perf_counter()
+        per_update = self.config.actor_rollout_ref.actor.ppo_mini_batch_size
+        scored: list[tuple[torch.Tensor, ...]] = []
+        actor_metrics: dict[str, float] = {}
+        for start in range(0, len(pairs), per_update):
+            group = pairs[start : start + per_update]
+            micro = self._micro_batches(group)
+            refs = self._reference(group, micro)
+            actor_metrics = self.actor.update_objective(micro, self._objective(len(group), refs, scored))
+        chosen, rejected = (torch.cat([part[k] for part in scored]) for k in (0, 1))
+        ref_chosen, ref_rejected = self._reference(pairs, [])
+        batch_metrics = self._metrics(chosen, rejected, ref_chosen, ref_rejected)
+        return {
+            "step": float(step),
+            **batch_metrics,
+            **{f"{pairs[0].modality}/{key}": value for key, value in batch_metrics.items()},
+            **actor_metrics,
+            "timing_s/step": time.perf_counter() - started,
+        }
+
+    def _objective(
+        self, pairs: int, refs: tuple[torch.Tensor, torch.Tensor] | tuple[None, None], scored: list[tuple[torch.Tensor, ...]],
+    ) -> Callable[[MicroBatch, torch.Tensor], tuple[torch.Tensor, dict[str, float]]]:
+        """The mean preference loss over ``pairs``, a micro-batch's share at a time; each
+        micro-batch's sequence log-probs are appended to ``scored`` (detached)."""
+        offset = 0
+
+        def objective(batch: MicroBatch, log_probs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+            nonlocal offset
+            sequence = sequence_log_probs(log_probs, batch.response_mask.to(log_probs.dtype),
+                                          average=self.settings.average_log_prob)
+            chosen, rejected = sequence[0::2], sequence[1::2]
+            rows = slice(offset, offset + len(chosen))
+            offset += len(chosen)
+            ref_c, ref_r = (None, None) if refs[0] is None else (refs[0][rows].to(chosen), refs[1][rows].to(chosen))
+            out = self.loss_fn(chosen, rejected, ref_c, ref_r, self.settings)
+            scored.append((chosen.detach().float().cpu(), rejected.detach().float().cpu()))
+            return out.losses.sum() / pairs, {"dpo_loss": float(out.losses.detach().sum()) / pairs}
+
+        return objective
+
+    def _metrics(
+        self, chosen: torch.Tensor, rejected: torch.Tensor, ref_chosen: torch.Tensor | None,
+        ref_rejected: torch.Tensor | None,
+    ) -> dict[str, float]:
+        return preference_metrics(self.loss_fn(chosen, rejected, ref_chosen, ref_rejected, self.settings), chosen, rejected)
+
+    def _micro_batches(self, pairs: Sequence[Pair]) -> list[MicroBatch]:
+        """Each pair's chosen then rejected answer on adjacent rows, whole pairs per micro-batch."""
+        size = max(1, self.config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu // 2)
+        batches = []
+        for start in range(0, len(pairs), size):
+            chunk = pairs[start : start + size]
+            prompts = [p.prompt.inputs for p in chunk for _ in (0, 1)]
+            answers = [ids for p in chunk for ids in (p.chosen, p.rejected)]
+            inputs, responses, mask = collate(prompts, answers, [[1] * len(a) for a in answers],
+                                              pad_token_id=self.run.pad_token_id)
+            batches.append(MicroBatch(inputs, responses, mask))
+        return batches
+
+    def _reference(
+        self, pairs: Sequence[Pair], micro: Sequence[MicroBatch]
+    ) -> tuple[torch.Tensor, torch.Tensor] | tuple[None, None]:
+        """The pairs' reference sequence log-probs, from the cache or computed once (``None``
+        for a reference-free loss)."""
+        if self.reference_free:
+            return None, None
+        wanted = list({p.key: p for p in pairs if p.key not in self.reference}.values())  # a batch may repeat a pair
+        if wanted:
+            batches = list(micro) if micro and len(wanted) == len(pairs) else self._micro_batches(wanted)
+            sequences = self._sequences(batches, reference=True)
+            for pair, c, r in zip(wanted, sequences[0::2].tolist(), sequences[1::2].tolist(), strict=True):
+                self.reference[pair.key] = (c, r)
+        values = torch.tensor([self.reference[p.key] for p in pairs], dtype=torch.float32)
+        return values[:, 0], values[:, 1]
+
+    def _sequences(self, batches: Sequence[MicroBatch], *, reference: bool = False) -> torch.Tensor:
+        """Sequence log-probs of every row of ``batches`` (no gradient)."""
+        log_probs = self.actor.compute_log_probs(batches, reference=reference)
+        return torch.cat([
+            sequence_log_probs(lp, b.response_mask.to(lp.dtype), average=self.settings.average_log_prob)
+            for lp, b in zip(log_probs, batches, strict=True)
+        ])
+
+    @torch.no_grad()
+    def validate(self, step: int, generations: ValGenerationsLog | None) -> dict[str, float]:
+        """verl-omni's ``val/*`` preference metrics over the validation pairs, overall and per
+        modality (``val/<modality>/*``)."""
+        if self.val is None or not self.val_indices:
+            return {}
+        pairs = [self.val[i] for i in self.val_indices]
+        by_modality: dict[str, list[Pair]] = {}
+        for pair in pairs:
+            by_modality.setdefault(pair.modality, []).append(pair)
+        results: dict[str, tuple[Any, ...]] = {}
+        for modality, group in sorted(by_modality.items()):
+            micro = self._micro_batches(group)
+            ref_chosen, ref_rejected = self._reference(group, micro)
+            sequences = self._sequences(micro)
+            results[modality] = (sequences[0::2], sequences[1::2], ref_chosen, ref_rejected)
+        metrics = {}
+
+        def joined(k: int) -> torch.Tensor | None:
+            parts = [r[k] for r in results.values()]
+            return None if parts[0] is None else torch.cat(parts)
+
+        everything = tuple(joined(k) for k in range(4))
+        for name, (chosen, rejected, ref_c, ref_r) in [("", everything), *((f"{m}/", r) for m, r in results.items())]:
+            out = self.loss_fn(chosen, rejected, ref_c, ref_r, self.settings)
+            margins = out.chosen_rewards - out.rejected_rewards
+            metrics.update({
+                f"val/{name}num_samples": float(len(chosen)),
+                f"val/{name}dpo_loss": float(out.losses.mean()),
+                f"val/{name}reward_accuracy": float((out.chosen_rewards > out.rejected_rewards).float().mean()),
+                f"val/{name}reward_margin": float(margins.mean()),
+                f"val/{name}chosen_rewards": float(out.chosen_rewards.mean()),
+                f"val/{name}rejected_rewards": float(out.rejected_rewards.mean()),
+            })
+        return metrics
+
+    validates = True

@@ -1,0 +1,151 @@
+"""Offline preference optimisation on the local engine: the embedded run learns, the
+reference log-probs are computed once per pair, every batch holds one modality, bad pairs
+are counted, and the keys it cannot honour are refused by name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from omni_trainer.cli import main
+from omni_trainer.config import ConfigError, load_config
+from omni_trainer.preflight import preflight
+
+MODALITIES = ("image", "audio", "text")
+
+
+def metrics_of(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_the_embedded_preference_run_learns_on_every_modality(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    assert main(["algorithm.sample_source=offline", "trainer.total_training_steps=20",
+                 f"trainer.default_local_dir={run}"]) == 0
+    rows = metrics_of(run)
+    before, after = rows[0], rows[-1]
+    # Before any update the policy is its reference: every margin is exactly 0, a tie, and a
+    # tie is not a win (strict >, as verl-omni and TRL count it).
+    assert before["step"] == 0 and before["val/reward_accuracy"] == 0.0 and before["val/reward_margin"] == 0.0
+    assert after["step"] == 20 and after["val/reward_accuracy"] >= 0.9 and after["val/reward_margin"] > 0
+    for modality in MODALITIES:
+        assert before[f"val/{modality}/num_samples"] == 8 and after[f"val/{modality}/reward_accuracy"] >= 0.9
+    steps = [row for row in rows if row["step"] > 0]
+    for row in steps:  # one modality per batch, verl-omni's sampler
+        assert [m for m in MODALITIES if f"{m}/rewards/accuracies" in row] in ([m] for m in MODALITIES)
+    assert {m for row in steps for m in MODALITIES if f"{m}/rewards/accuracies" in row} == set(MODALITIES)
+    assert steps[-1]["loss"] < steps[0]["loss"]
+    out = capsys.readouterr().out
+    assert "pref acc" in out and "preference accuracy: first 5 steps" in out
+    assert (run / "checkpoints" / "step_000020" / "adapter").is_dir()
+
+
+@pytest.mark.slow
+def test_reference_log_probs_are_computed_once_per_pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from omni_trainer.local_trainer import LocalTrainer
+    from omni_training.actor import Actor
+
+    rows_scored: list[int] = []
+    original = Actor.compute_log_probs
+
+    def counting(self: Actor, batches: Any, *, reference: bool = False) -> Any:
+        if reference:
+            rows_scored.extend([int(b.responses.shape[0]) for b in batches])
+        return original(self, batches, reference=reference)
+
+    monkeypatch.setattr(Actor, "compute_log_probs", counting)
+    trainer = LocalTrainer(load_config([
+        "algorithm.sample_source=offline", "data.builtin_task_size=12", "data.train_batch_size=4",
+        "trainer.total_training_steps=9", "trainer.val_before_train=false", "trainer.test_freq=0",
+        f"trainer.default_local_dir={tmp_path / 'run'}",
+    ]))
+    trainer.setup()
+    seen: set[int] = set()
+    for step, batch in trainer.batches(0):
+        trainer.train_step(step, batch)
+        seen.update(pair.key for pair in batch)
+    assert 3 <= len(seen) <= 12  # sampled with replacement: pairs repeat across steps
+    assert sum(rows_scored) == 2 * len(seen)  # a chosen and a rejected row per distinct pair, once
+    assert set(trainer.task.reference) == seen  # type: ignore[attr-defined]
+
+
+def preference_file(tmp_path: Path) -> Path:
+    from PIL import Image
+
+    from omni_data import preference_row, write_preference_parquet
+
+    picture = tmp_path / "red.png"
+    Image.new("RGB", (32, 32), (200, 0, 0)).save(picture)
+    question = [{"role": "user", "content": "<image>What colour is this?"}]
+
+    def row(index: int, chosen: str, rejected: str, image: str = str(picture)) -> dict[str, Any]:
+        return preference_row(data_source="omni_preference/image", messages=question, chosen=chosen,
+                              rejected=rejected, modality="image", extra_info={"index": index}, images=[image])
+
+    rows = [row(i, "Red.", "Blue.") for i in range(4)]
+    rows += [row(4, "Red.", "Red."), row(5, "  ", "Blue."), row(6, "Red.", "Blue.", image=str(tmp_path / "gone.png"))]
+    return write_preference_parquet(rows, tmp_path / "pairs.parquet")
+
+
+@pytest.mark.slow
+def test_bad_pairs_are_counted_and_a_users_file_trains(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from omni_qwen3.tiny import build_tiny_qwen3_omni
+
+    pairs = preference_file(tmp_path)
+    run = tmp_path / "run"
+    assert main([
+        "algorithm.sample_source=offline", "algorithm.trainer_type=direct_preference",
+        "algorithm.paired_preference=true", f"actor_rollout_ref.model.path={build_tiny_qwen3_omni()}",
+        f"data.train_files=[{pairs}]", f"data.val_files=[{pairs}]", "data.on_bad_row=skip", "data.train_batch_size=2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+        "trainer.total_training_steps=2", f"trainer.default_local_dir={run}",
+        "actor_rollout_ref.actor.omni_loss.loss_type=simpo", "actor_rollout_ref.actor.omni_loss.average_log_prob=true",
+        "+data.train_sampler.sampler_kwargs={batch_size:2,drop_last:true,modality_sample_weights:{image:1.0}}",
+    ]) == 0
+    out = capsys.readouterr().out
+    assert "dropped rows (left out of the train files at load): 3" in out
+    rows = metrics_of(run)
+    assert [row["step"] for row in rows] == [0, 1, 2]
+    assert rows[0]["val/num_samples"] == 4 and rows[-1]["data/dropped_rows"] == 3
+    assert "val/num_samples: 4.000" in out  # the final validation, in the summary
+    assert "rewards/accuracies" in rows[-1] and "image/rewards/accuracies" in rows[-1]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["trainer.engine=verl"], "offline preference optimisation runs on trainer.engine=local"),
+        (["actor_rollout_ref.actor.omni_loss.loss_type=kto"], "loss_type='kto'"),
+        (["actor_rollout_ref.actor.omni_loss.beta=0"], "beta=0.0 must be positive"),
+        (["actor_rollout_ref.actor.omni_loss.label_smoothing=0.5"], "must be in [0, 0.5)"),
+        (["algorithm.paired_preference=false"], "offline preference rows are always pairs"),
+        (["algorithm.trainer_type=policy_gradient"], "set algorithm.trainer_type=direct_preference"),
+        (["+data.train_sampler.class_name=RandomSampler"], "ModalityGroupedBatchSampler"),
+    ],
+)
+def test_what_an_offline_run_cannot_honour_is_refused_by_name(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        preflight(load_config(["algorithm.sample_source=offline", *overrides]))
+    assert message in str(info.value)
+
+
+def test_preference_keys_without_an_offline_run_are_refused() -> None:
+    with pytest.raises(ConfigError, match="need algorithm.sample_source=offline"):
+        preflight(load_config(["algorithm.paired_preference=true"]))
+
+
+def test_verl_omnis_hydra_dicts_are_read_as_hydra_reads_them() -> None:
+    config = load_config([
+        "+data.train_sampler.sampler_kwargs={batch_size:32,drop_last:true,num_batches:200,"
+        "modality_sample_weights:{image:1.0,video:1.0,audio:0.5}}",
+        "+data.train_sampler.class_path=pkg://verl_omni.utils.dataset.offline_mllm_dpo_dataset",
+    ])
+    assert config.data.train_sampler.sampler_kwargs == {
+        "batch_size": 32, "drop_last": True, "num_batches": 200,
+        "modality_sample_weights": {"image": 1.0, "video": 1.0, "audio": 0.5},
+    }
+    assert config.data.train_sampler.class_path == "pkg://verl_omni.utils.dataset.offline_mllm_dpo_dataset"
