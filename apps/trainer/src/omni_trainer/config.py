@@ -97,6 +97,9 @@ class ModelConfig:
     lora_dropout: float = 0.0
     target_modules: list[str] | None = None  # None: the adapter's defaults
     exclude_modules: str | None = None
+    # LoRA on nn.Parameters by name (PEFT's target_parameters): a MoE's fused experts
+    # (verl-omni's recipe: [gate_up_proj, down_proj]); exclude_modules applies to their modules.
+    target_parameters: list[str] | None = None
     freeze_vision_tower: bool = True
     freeze_audio_tower: bool = True
     # verl engine only: packed (padding-free) forward needs flash-attn 2, which is not in the

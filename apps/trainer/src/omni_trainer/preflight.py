@@ -184,6 +184,11 @@ def _ranges(config: Config, found: Findings) -> None:
     actor = config.actor_rollout_ref.actor
     rollout = config.actor_rollout_ref.rollout
     model = config.actor_rollout_ref.model
+    if model.target_parameters and model.lora_rank > 0 and model.lora_dropout:
+        found.problems.append(
+            f"actor_rollout_ref.model.lora_dropout={model.lora_dropout} with target_parameters: PEFT's LoRA on "
+            "parameters (the experts' fused weights) takes no dropout; set actor_rollout_ref.model.lora_dropout=0"
+        )
     at_least = {
         "data.train_batch_size": (data.train_batch_size, 1),
         "data.val_batch_size": (data.val_batch_size, 1),

@@ -65,6 +65,7 @@ def lora_settings(cfg: Config) -> LoraSettings:
         rank=model.lora_rank, alpha=model.lora_alpha, dropout=model.lora_dropout,
         target_modules=tuple(model.target_modules) if model.target_modules else None,
         exclude_modules=model.exclude_modules,
+        target_parameters=tuple(model.target_parameters) if model.target_parameters else None,
     )
 
 

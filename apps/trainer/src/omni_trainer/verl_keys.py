@@ -151,7 +151,9 @@ VERL_KEYS: tuple[VerlKey, ...] = (
     VerlKey("data.filter_overlong_prompts_workers", "processes verl's dataset filters with",
             "filters in its one process (honours 1)", _equals(1)),
     VerlKey("data.val_max_samples", "how many validation rows verl uses, -1 for all",
-            "validates the first data.val_batch_size rows; set data.val_batch_size instead"),
+            "validates the first data.val_batch_size rows; set data.val_batch_size instead (offline "
+            "preference runs honour it: validation pairs, split over the modalities)",
+            lambda value, config: config.algorithm.sample_source == "offline"),
     VerlKey("data.validation_shuffle", "shuffle the validation rows", "validates in file order (honours false)",
             _equals(False)),
     VerlKey("reward.reward_manager.source", "where verl finds its reward manager class",

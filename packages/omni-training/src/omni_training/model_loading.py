@@ -180,7 +180,8 @@ def count_parameters(config: Any, adapter: TrainingAdapter, lora: LoraSettings) 
 
 
 def lora_parameter_count(model: Any, adapter: TrainingAdapter, lora: LoraSettings) -> int:
-    """``rank x (in + out)`` over the ``nn.Linear`` modules LoRA would wrap (0 at rank 0)."""
+    """``rank x (in + out)`` over the ``nn.Linear`` modules LoRA would wrap, and ``rank x experts
+    x (in + out)`` over the 3-D expert parameters ``target_parameters`` names (0 at rank 0)."""
     if lora.rank <= 0:
         return 0
     targets = lora.target_modules or adapter.lora_target_modules
@@ -196,6 +197,13 @@ def lora_parameter_count(model: Any, adapter: TrainingAdapter, lora: LoraSetting
         excluded = isinstance(exclude, str) and re.fullmatch(exclude, name) is not None
         if targeted and not excluded:
             count += lora.rank * (module.in_features + module.out_features)
+    for name, parameter in model.named_parameters():  # PEFT's target_parameters: [E, out, in] experts
+        owner, _, leaf = name.rpartition(".")
+        if leaf in (lora.target_parameters or ()) and parameter.dim() == 3 and not (
+            isinstance(exclude, str) and re.fullmatch(exclude, owner) is not None
+        ):
+            experts, out_features, in_features = parameter.shape
+            count += lora.rank * experts * (in_features + out_features)
     return count
 
 
@@ -219,6 +227,7 @@ def apply_lora(model: Any, adapter: TrainingAdapter, lora: LoraSettings) -> Any:
         lora_dropout=lora.dropout,
         target_modules=list(targets) if not isinstance(targets, str) else targets,
         exclude_modules=lora.exclude_modules or adapter.lora_exclude_modules,
+        target_parameters=list(lora.target_parameters) if lora.target_parameters else None,
     )
     # The adapter in float32 on a bf16 base (PEFT's default, stated: AdamW steps on bf16
     # adapter weights would round to nothing; see precision()).

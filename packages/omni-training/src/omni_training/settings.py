@@ -20,6 +20,7 @@ class LoraSettings:
     dropout: float = 0.0
     target_modules: tuple[str, ...] | str | None = None  # default: the adapter's
     exclude_modules: str | None = None  # default: the adapter's
+    target_parameters: tuple[str, ...] | None = None  # nn.Parameters by name (a MoE's fused experts)
 
     def __post_init__(self) -> None:
         if self.rank < 0:

@@ -319,6 +319,7 @@ def _values(
         "actor_rollout_ref.model.lora.merge": _or(model.lora.merge, lora),
         "actor_rollout_ref.model.target_modules": list(model.target_modules or target_modules or []) or "all-linear",
         "actor_rollout_ref.model.exclude_modules": model.exclude_modules or exclude_modules,
+        "actor_rollout_ref.model.target_parameters": list(model.target_parameters) if model.target_parameters else None,
         "actor_rollout_ref.model.use_remove_padding": model.use_remove_padding,
         # verl asks transformers for flash_attention_2 unless told otherwise; flash-attn 2 is not
         # in the lock (it builds from source), so the FSDP actor would fail to load with it.
