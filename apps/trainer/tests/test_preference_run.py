@@ -125,6 +125,8 @@ def test_bad_pairs_are_counted_and_a_users_file_trains(tmp_path: Path, capsys: p
         (["algorithm.paired_preference=false"], "offline preference rows are always pairs"),
         (["algorithm.trainer_type=policy_gradient"], "set algorithm.trainer_type=direct_preference"),
         (["+data.train_sampler.class_name=RandomSampler"], "ModalityGroupedBatchSampler"),
+        (["+data.train_sampler.sampler_kwargs={replacement:false}"], "training pairs are drawn with replacement"),
+        (["+data.train_sampler.sampler_kwargs={batch_size:4}"], "differs from data.train_batch_size=8"),
     ],
 )
 def test_what_an_offline_run_cannot_honour_is_refused_by_name(overrides: list[str], message: str) -> None:

@@ -502,6 +502,11 @@ def _preference(config: Config, found: Findings) -> None:
                 f"{key}.class_name={sampler.class_name}: offline preference runs batch with verl-omni's "
                 "ModalityGroupedBatchSampler (one modality per batch); leave it unset or name that class"
             )
+    if config.data.train_sampler.sampler_kwargs.get("replacement", True) is not True:
+        found.problems.append(
+            "data.train_sampler.sampler_kwargs.replacement=false: training pairs are drawn with replacement, one "
+            "modality a batch (verl-omni's training sampler); sequential batches are validation's"
+        )
     given = config.data.train_sampler.sampler_kwargs.get("batch_size")
     if given is not None and given != config.data.train_batch_size:
         found.problems.append(
