@@ -80,6 +80,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import trainer as grpo_benchmark  # noqa: E402
 from trainer import load_trl_thinker, questions, trainable_parameters, version  # noqa: E402
 
 MEDIA_MODALITIES = ("image", "audio")
@@ -134,34 +135,16 @@ class Setup:
 
 
 @dataclass
-class Result:
-    name: str
-    step_ends: list[float] = field(default_factory=list)  # perf_counter at each optimizer step's end, warm-up first
-    step_tokens: list[int] = field(default_factory=list)  # tokens fed to the policy forward, each timed step
+class Result(grpo_benchmark.Result):
+    """``benchmarks/trainer.py``'s timing record, with each timed step's loss in place of its
+    reward: ``step_tokens`` are the tokens fed to the policy forward."""
+
     step_completion_tokens: list[int] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)  # each timed step's loss (before its update)
-    trainable: int = 0
-
-    @property
-    def seconds(self) -> float:
-        return self.step_ends[-1] - self.step_ends[0]
-
-    @property
-    def tokens(self) -> int:
-        return sum(self.step_tokens)
-
-    def steps_per_s(self) -> float:
-        return (len(self.step_ends) - 1) / self.seconds
-
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.seconds
 
     def raw(self) -> dict[str, Any]:
-        times = [b - a for a, b in zip(self.step_ends, self.step_ends[1:])]
-        return {"name": self.name, "step_seconds": times, "step_tokens": self.step_tokens,
-                "step_completion_tokens": self.step_completion_tokens, "losses": self.losses,
-                "trainable_parameters": self.trainable, "seconds": self.seconds, "tokens": self.tokens,
-                "steps_per_s": self.steps_per_s(), "tokens_per_s": self.tokens_per_s()}
+        raw = {k: v for k, v in super().raw().items() if k != "rewards"}
+        return {**raw, "step_completion_tokens": self.step_completion_tokens, "losses": self.losses}
 
 
 # --- data -----------------------------------------------------------------------------------------
