@@ -7,9 +7,12 @@
 # parameters (the experts) refuses dropout (peft 0.21: "ParamWrapper does not work with lora_dropout").
 # Data: uv run trainer convert omni_preference --input <Omni-Preference release> --output-dir ~/data/omni_preference
 #       (writes {image,video,audio}/{train,test}.parquet).
-# Engine: the local engine (one process; the verl engine refuses offline preference runs in this
-# version). Any key can be overridden after the script, e.g.: bash examples/<this script> trainer.total_training_steps=400
+# verl engine: its FSDP actor workers on one node of 4 GPUs, no rollout or reward workers, as
+# verl-omni runs it. ENGINE=local runs it on the local engine (one process), without the
+# verl-only keys below. Any key can be overridden after the script, e.g.:
+#   bash examples/<this script> trainer.total_training_steps=400
 set -euo pipefail
+ENGINE=${ENGINE:-verl}
 MODEL_PATH=${MODEL_PATH:-$HOME/models/Qwen/Qwen3-Omni-30B-A3B-Instruct}
 DATA_DIR=${DATA_DIR:-$HOME/data/omni_preference}
 MODALITIES=${MODALITIES:-image video audio}
@@ -21,7 +24,14 @@ for modality in $MODALITIES; do
 done
 join() { local IFS=,; echo "$*"; }
 
+verl_only=(
+    trainer.nnodes=1
+    trainer.n_gpus_per_node=4
+)
+if [ "$ENGINE" != verl ]; then verl_only=(); fi
+
 exec uv run trainer \
+    trainer.engine="$ENGINE" \
     algorithm.trainer_type=direct_preference \
     algorithm.sample_source=offline \
     algorithm.paired_preference=true \
@@ -49,10 +59,11 @@ exec uv run trainer \
     actor_rollout_ref.actor.optim.lr_scheduler_type=cosine \
     actor_rollout_ref.actor.optim.lr_warmup_steps=6 \
     actor_rollout_ref.actor.ppo_mini_batch_size=8 \
-    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 \
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2 \
     trainer.experiment_name=qwen3_omni_omni_preference_dpo_lora \
     trainer.total_training_steps=200 \
     trainer.val_before_train=false \
     trainer.test_freq=50 \
     trainer.save_freq=50 \
+    "${verl_only[@]}" \
     "$@"

@@ -33,7 +33,7 @@ LOCAL_ON_CPU = {"ENGINE": "local"}
 """The scripts target verl on GPUs; ENGINE=local runs them on the local engine, leaving out
 their verl-only keys (which the local engine would refuse)."""
 SCRIPTS = ("gsm8k_gspo_lora.sh", "mmk12_gspo_lora.sh", "avqa_gspo_lora.sh", "mmk12_opd_lora.sh",
-           "qwen25_mmk12_gspo_lora.sh", "qwen25_avqa_gspo_lora.sh")
+           "qwen25_mmk12_gspo_lora.sh", "qwen25_avqa_gspo_lora.sh", "qwen3_omni_dpo_lora.sh")
 
 
 def png(seed: int) -> bytes:
@@ -262,19 +262,29 @@ def raw_omni_preference(root: Path) -> None:
         path.write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
+DPO_ENGINES = {
+    "local": ({"ENGINE": "local"}, ["actor_rollout_ref.actor.ppo_mini_batch_size=1"]),
+    # verl's actor workers on two gloo ranks: each update takes a pair on each.
+    "verl": ({"ENGINE": "verl"}, ["trainer.device=cpu", "trainer.n_gpus_per_node=2",
+                                  "actor_rollout_ref.actor.ppo_mini_batch_size=2"]),
+}
+
+
 @pytest.mark.slow
-def test_dpo_recipe_runs_in_tiny_cpu_mode(tmp_path: Path, tiny: Path) -> None:
+@pytest.mark.parametrize("engine", list(DPO_ENGINES))
+def test_dpo_recipe_runs_in_tiny_cpu_mode(tmp_path: Path, tiny: Path, engine: str) -> None:
     """examples/qwen3_omni_dpo_lora.sh is sized for the 30B model; here it runs two steps on the
-    tiny Qwen3-Omni from a converted synthetic release: LoRA on the experts too, one modality a
-    batch, validation balanced over the modalities."""
+    tiny Qwen3-Omni from a converted synthetic release, on either engine: LoRA on the experts
+    too, one modality a batch, validation balanced over the modalities."""
+    engine_env, engine_keys = DPO_ENGINES[engine]
     raw, data, run = tmp_path / "raw", tmp_path / "data", tmp_path / "run"
     raw_omni_preference(raw)
     assert convert(["omni_preference", "--input", str(raw), "--output-dir", str(data), "--modalities", "image",
                     "audio", "--test-ratio", "0.25"]) == 0
     env = {**os.environ, "MODEL_PATH": str(tiny), "DATA_DIR": str(data), "MODALITIES": "image audio",
-           "UV_PYTHON_DOWNLOADS": "never"}
-    tiny_mode = ["data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
-                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "data.val_max_samples=2",
+           "UV_PYTHON_DOWNLOADS": "never", "RAY_DEDUP_LOGS": "0", **engine_env}
+    tiny_mode = ["data.train_batch_size=2", *engine_keys,
+                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1", "data.val_max_samples=2",
                  "actor_rollout_ref.model.lora_rank=4", "trainer.total_training_steps=2", "trainer.save_freq=0",
                  "trainer.test_freq=2", "actor_rollout_ref.actor.optim.lr_warmup_steps=0",
                  "actor_rollout_ref.model.enable_gradient_checkpointing=false"]
@@ -298,3 +308,4 @@ def test_dpo_recipe_runs_in_tiny_cpu_mode(tmp_path: Path, tiny: Path) -> None:
     model = config["actor_rollout_ref"]["model"]
     assert model["target_parameters"] == ["gate_up_proj", "down_proj"] and model["lora_rank"] == 4
     assert config["actor_rollout_ref"]["actor"]["omni_loss"]["label_smoothing"] == 0.1
+    assert config["trainer"]["engine"] == engine

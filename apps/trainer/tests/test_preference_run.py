@@ -118,7 +118,13 @@ def test_bad_pairs_are_counted_and_a_users_file_trains(tmp_path: Path, capsys: p
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["trainer.engine=verl"], "offline preference optimisation runs on trainer.engine=local"),
+        (["trainer.engine=verl", "trainer.device=cpu", "trainer.n_gpus_per_node=3"],
+         "ppo_mini_batch_size=8 pairs do not split evenly over the 3 ranks"),
+        (["trainer.engine=verl", "trainer.device=cpu", "trainer.n_gpus_per_node=2",
+          "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"], "ppo_micro_batch_size_per_gpu=3 pairs do not divide the 4"),
+        (["trainer.engine=verl", "data.train_batch_size=12"], "data.train_batch_size=12 is not a multiple"),
+        (["actor_rollout_ref.actor.ppo_epochs=2"], "passes over its pairs once"),
+        (["data.truncation=middle"], "data.truncation=middle"),
         (["actor_rollout_ref.actor.omni_loss.loss_type=kto"], "loss_type='kto'"),
         (["actor_rollout_ref.actor.omni_loss.beta=0"], "beta=0.0 must be positive"),
         (["actor_rollout_ref.actor.omni_loss.label_smoothing=0.5"], "must be in [0, 0.5)"),
@@ -151,3 +157,53 @@ def test_verl_omnis_hydra_dicts_are_read_as_hydra_reads_them() -> None:
         "modality_sample_weights": {"image": 1.0, "video": 1.0, "audio": 0.5},
     }
     assert config.data.train_sampler.class_path == "pkg://verl_omni.utils.dataset.offline_mllm_dpo_dataset"
+
+
+class WordTokenizer:
+    """One token a character: answer lengths are what the test writes."""
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
+        return {"input_ids": [ord(c) for c in text]}
+
+
+class OnePairDataset:
+    """What :class:`PairSource` reads of omni-data's ``PreferenceDataset``: one encoded pair."""
+
+    modalities = ["text"]
+
+    class report:
+        dropped: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, item: int) -> dict[str, Any]:
+        import torch
+
+        return {"input_ids": torch.tensor([1, 2]), "attention_mask": torch.tensor([1, 1]), "multi_modal_inputs": {},
+                "data_source": "pairs", "index": 7, "extra_info": {}, "modality": "text",
+                "chosen": "abcdefghij", "rejected": "xyz"}
+
+
+@pytest.mark.parametrize(("truncation", "chosen"), [(None, "abcd"), ("right", "abcd"), ("left", "ghij")])
+def test_a_long_answer_is_cut_to_max_response_length_and_counted(
+    truncation: str | None, chosen: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from omni_trainer.tasks.preference import PairSource
+
+    overrides = ["algorithm.sample_source=offline", "data.max_response_length=4"]
+    config = load_config([*overrides, *([f"data.truncation={truncation}"] if truncation else [])])
+    pairs = PairSource(OnePairDataset(), WordTokenizer(), config=config)
+    pair = pairs[0]
+    assert pair.chosen == [ord(c) for c in chosen] and pair.rejected == [ord(c) for c in "xyz"]  # a short one is kept
+    assert pairs.truncated == 1
+    out = capsys.readouterr().out
+    assert "preference row 7 (text): its chosen answer has 10 tokens" in out and "data.max_response_length=4" in out
+
+
+def test_a_long_answer_is_refused_by_row_with_truncation_error() -> None:
+    from omni_trainer.tasks.preference import PairSource
+
+    config = load_config(["algorithm.sample_source=offline", "data.max_response_length=4", "data.truncation=error"])
+    with pytest.raises(ValueError, match=r"preference row 7 \(text\): its chosen answer has 10 tokens, more than"):
+        PairSource(OnePairDataset(), WordTokenizer(), config=config)[0]

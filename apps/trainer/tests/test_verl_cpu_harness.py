@@ -112,3 +112,14 @@ def test_verl_log_probs_equal_the_local_engine(report: dict[str, Any], modality:
     verl, local = row["verl_log_probs"], row["local_log_probs"]
     assert len(verl) == len(local) == len(row["response"]) == 6
     assert max(abs(a - b) for a, b in zip(verl, local, strict=True)) <= 1e-4
+
+
+@pytest.mark.parametrize("modality", MODALITIES)
+def test_the_offline_preference_batch_is_the_agent_loops(report: dict[str, Any], modality: str) -> None:
+    """An offline DPO pair reaches verl's actor in the form verl's agent loop gives an RL row
+    with the same prompt and answer: tokens, mrope positions, response mask and media."""
+    row = row_of(report, modality)
+    assert row["pair_tokens_equal"] and row["pair_positions_equal"]
+    assert row["pair_response_mask_equal"]
+    assert row["pair_media_keys"] == sorted(row["media_keys"])
+    assert all(row["pair_media_equal"].values()), row["pair_media_equal"]

@@ -128,6 +128,18 @@ def fsdp_log_probs(verl_config: Any, output: Any, *, remove_padding: bool) -> tu
     return engine, no_padding_2_padding(result["model_output"]["log_probs"], batch_td).float()
 
 
+def pair_rows(processor: Any, inputs: dict[str, Any], modality: str, index: int) -> Any:
+    """The offline preference batch of one pair (RESPONSE chosen and rejected) on ``inputs``'
+    prompt, padded, as :func:`pair_batch` builds it for verl's actor."""
+    from omni_trainer.prompts import Prepared
+    from omni_trainer.tasks.preference import Pair
+    from omni_trainer.verl_engine.preference import pair_batch
+
+    pair = Pair(Prepared(inputs, "", "", index, {}), list(RESPONSE), list(RESPONSE), modality, index)
+    tokenizer = processor.tokenizer
+    return pair_batch([pair], processor, tokenizer.pad_token_id or 0)
+
+
 def main(out_dir: Path, remove_padding: bool, model: str) -> None:
     sys.path.insert(0, str(HERE))
     from omni_trainer.verl_engine.cpu_platform import use_cpu_platform
@@ -219,6 +231,9 @@ def main(out_dir: Path, remove_padding: bool, model: str) -> None:
         response_mask_verl = output.batch["response_mask"][i].bool()
         # The agent loop runs the rows concurrently: match the server's request by its prompt.
         (request,) = [r for r in server.requests if r["prompt_ids"] == prompt_ids.tolist()]
+        pair = pair_rows(processor, inputs, modality, i)
+        pair_mask = pair["attention_mask"][0].bool()
+        pair_media = pair["multi_modal_inputs"][0]
         report["rows"].append({
             "modality": modality,
             "prompt_equals_dataset": prompt_ids.tolist() == ours["input_ids"].tolist(),
@@ -235,6 +250,14 @@ def main(out_dir: Path, remove_padding: bool, model: str) -> None:
             "positions_total": int(mask.sum()),
             "text_positions_ok": positions[0, mask].tolist() == list(range(int(mask.sum()))),
             "local_log_probs": local[0].tolist(),
+            # The offline preference batch (omni_trainer.verl_engine.preference.pair_batch) of the
+            # same prompt with RESPONSE as its chosen answer, against the agent loop's row.
+            "pair_tokens_equal": pair["input_ids"][0][pair_mask].tolist() == sequence.tolist(),
+            "pair_positions_equal": torch.equal(pair["position_ids"][0][:, pair_mask], positions[:, mask]),
+            "pair_response_mask_equal": pair["response_mask"][0][pair["response_mask"][0].bool()].tolist()
+            == output.batch["response_mask"][i][response_mask_verl].tolist(),
+            "pair_media_keys": sorted(pair_media),
+            "pair_media_equal": {k: bool(k in pair_media and torch.equal(pair_media[k], v)) for k, v in media.items()},
             "verl_log_probs": verl_log_probs[i][response_mask_verl].tolist(),
         })
     (out_dir / "report.json").write_text(json.dumps(report, indent=1))

@@ -515,6 +515,16 @@ def _preference(config: Config, found: Findings) -> None:
         )
     if config.actor_rollout_ref.model.stage == "talker":
         found.problems.append("algorithm.sample_source=offline trains the thinker; set actor_rollout_ref.model.stage=thinker")
+    if config.actor_rollout_ref.actor.ppo_epochs != 1:
+        found.problems.append(
+            f"actor_rollout_ref.actor.ppo_epochs={config.actor_rollout_ref.actor.ppo_epochs}: an offline preference step "
+            "passes over its pairs once (verl-omni's default); leave it at 1 and raise trainer.total_training_steps instead"
+        )
+    if config.data.truncation not in (None, "error", "left", "right"):
+        found.problems.append(
+            f"data.truncation={config.data.truncation}: a preference answer longer than data.max_response_length is "
+            "cut keeping its start (unset or right), keeping its end (left), or refused (error)"
+        )
 
 
 def _reward_error_rate(config: Config, found: Findings) -> None:

@@ -70,7 +70,9 @@ def validation_line(step: int, metrics: Mapping[str, float]) -> str:
 def write_summary(
     run_dir: Path, config: Config, *, step: int, steps_this_session: int, elapsed: float, log: MetricsLog,
     final: Mapping[str, float], checkpoint: Path | None, uses_lora: bool, dropped: int,
+    lora_note: str = " (LoRA adapter in adapter/)",
 ) -> str:
+    """``lora_note`` follows the checkpoint's path when the run trains LoRA: where its adapter is."""
     label, key = "mean reward", "critic/score/mean"
     if not log.series(key) and log.series(PREFERENCE_ACCURACY):
         label, key = "preference accuracy", PREFERENCE_ACCURACY
@@ -87,7 +89,7 @@ def write_summary(
         f"curve: {(run_dir / 'curve.png').resolve()}",
         f"metrics: {(run_dir / 'metrics.jsonl').resolve()}",
         f"latest checkpoint: {checkpoint.resolve() if checkpoint else 'none'}"
-        + (" (LoRA adapter in adapter/)" if uses_lora and checkpoint else ""),
+        + (lora_note if uses_lora and checkpoint else ""),
     ]
     if uses_embedded_default(config):
         lines.append(

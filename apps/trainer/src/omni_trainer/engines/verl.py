@@ -45,12 +45,6 @@ def _rollout_memory(config: Config, found: Findings) -> None:
 
 def _verl_engine(config: Config, found: Findings) -> None:
     """The verl engine's part: what verl and our translation refuse, before Ray starts."""
-    if config.algorithm.sample_source == "offline":
-        found.problems.append(
-            "algorithm.sample_source=offline: offline preference optimisation runs on trainer.engine=local in "
-            "this version (the verl engine trains online RL and distillation)"
-        )
-        return
     if config.trainer.device == "npu":
         found.problems.append(
             "trainer.device=npu: trainer.engine=verl runs on CUDA GPUs, or on the CPU (trainer.device=cpu)"

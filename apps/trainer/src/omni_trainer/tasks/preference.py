@@ -23,6 +23,7 @@ from omni_training.batching import MicroBatch, collate
 from omni_training.preference import (
     PREFERENCE_LOSSES,
     REFERENCE_FREE,
+    PreferenceLossFn,
     PreferenceSettings,
     preference_metrics,
     sequence_log_probs,
@@ -32,6 +33,9 @@ from omni_trainer.config import Config
 from omni_trainer.prompts import Prepared, PromptSource
 from omni_trainer.tasks import LoadedRun, Task
 from omni_trainer.val_generations import ValGenerationsLog
+
+TRUNCATED_KEY = "data/truncated_answers"
+"""Training answers cut to ``data.max_response_length`` so far (see :class:`PairSource`)."""
 
 
 @dataclass
@@ -55,13 +59,21 @@ def preference_settings(config: Config) -> PreferenceSettings:
 
 
 class PairSource:
-    """A preference dataset's pairs, encoded on first use; ``modalities`` without encoding."""
+    """A preference dataset's pairs, encoded on first use; ``modalities`` without encoding.
 
-    def __init__(self, dataset: Any, tokenizer: Any, offset: int = 0) -> None:
+    An answer longer than ``data.max_response_length`` tokens is cut to it, keeping its start
+    as TRL's ``max_completion_length`` does (its end with ``data.truncation=left``), and
+    counted in :attr:`truncated`. With ``data.truncation=error`` such a pair is refused by row.
+    """
+
+    def __init__(self, dataset: Any, tokenizer: Any, offset: int = 0, *, config: Config) -> None:
         self.dataset = dataset
         self.tokenizer = tokenizer
         self.offset = offset  # keeps validation pairs' cache keys apart from training pairs'
+        self.max_answer_tokens = config.data.max_response_length
+        self.truncation = config.data.truncation
         self.cache: dict[int, Pair] = {}
+        self.truncated = 0
         self.dropped = int(sum(dataset.report.dropped.values()))
 
     @property
@@ -77,13 +89,81 @@ class PairSource:
             inputs = {"input_ids": row["input_ids"].unsqueeze(0), "attention_mask": row["attention_mask"].unsqueeze(0),
                       **row["multi_modal_inputs"]}
             prompt = Prepared(inputs, row["data_source"], "", int(row["index"]), row["extra_info"])
-            self.cache[item] = Pair(prompt, self._answer(row["chosen"]), self._answer(row["rejected"]),
-                                    row["modality"], self.offset + item)
+            chosen, rejected = (self._answer(row[side], side, row) for side in ("chosen", "rejected"))
+            self.cache[item] = Pair(prompt, chosen, rejected, row["modality"], self.offset + item)
         return self.cache[item]
 
-    def _answer(self, text: str) -> list[int]:
+    def _answer(self, text: str, side: str, row: dict[str, Any]) -> list[int]:
         ids: list[int] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return ids
+        limit = self.max_answer_tokens
+        if len(ids) <= limit:
+            return ids
+        where = f"preference row {row['index']} ({row['modality']}): its {side} answer has {len(ids)} tokens"
+        if self.truncation == "error":
+            raise ValueError(
+                f"{where}, more than data.max_response_length={limit}. Raise data.max_response_length, or unset "
+                "data.truncation to cut long answers to it (keeping their start)"
+            )
+        if self.truncated == 0:
+            kept = "end" if self.truncation == "left" else "start"
+            print(f"{where}; answers longer than data.max_response_length={limit} are cut to it, keeping their "
+                  f"{kept} (set data.truncation=error to refuse them instead); counted in data/truncated_answers",
+                  flush=True)
+        self.truncated += 1
+        return ids[-limit:] if self.truncation == "left" else ids[:limit]
+
+
+def step_pair_indices(config: Config, modalities: Sequence[str], step: int, steps_per_epoch: int) -> list[int]:
+    """``data.train_batch_size`` pairs of one modality for ``step``: verl-omni's modality-grouped
+    sampler, seeded by ``data.seed`` and the epoch, so a resumed run sees the same pairs."""
+    from omni_data import modality_batches
+
+    sampler = config.data.train_sampler.sampler_kwargs
+    epoch, position = divmod(step - 1, steps_per_epoch)
+    batches = modality_batches(
+        list(modalities), config.data.train_batch_size, seed=int(sampler.get("seed", config.data.seed)), epoch=epoch,
+        num_batches=steps_per_epoch, weights=sampler.get("modality_sample_weights"),
+        replacement=bool(sampler.get("replacement", True)), drop_last=bool(sampler.get("drop_last", True)),
+    )
+    return batches[position]
+
+
+def validation_indices(config: Config, val: PairSource) -> list[int]:
+    """The validation pairs scored: all, or ``data.val_max_samples`` of them (balanced across
+    modalities with ``data.balance_max_samples_by_modality``)."""
+    from omni_data import balanced_indices
+
+    limit = config.data.val_max_samples
+    indices = list(range(len(val)))
+    if limit is not None and 0 < limit < len(indices):
+        indices = (balanced_indices(val.modalities, limit, seed=config.data.seed)
+                   if config.data.balance_max_samples_by_modality else indices[:limit])
+    return indices
+
+
+def validation_metrics(
+    loss_fn: PreferenceLossFn, settings: PreferenceSettings, parts: dict[str, tuple[Any, ...]]
+) -> dict[str, float]:
+    """verl-omni's ``val/*`` (overall) and ``val/<modality>/*`` from each modality's (policy
+    chosen, policy rejected, reference chosen, reference rejected) sequence log-probs."""
+    def joined(k: int) -> torch.Tensor | None:
+        values = [p[k] for p in parts.values()]
+        return None if values[0] is None else torch.cat(values)
+
+    metrics: dict[str, float] = {}
+    for name, (chosen, rejected, ref_c, ref_r) in [("", tuple(joined(k) for k in range(4))),
+                                                   *((f"{m}/", p) for m, p in parts.items())]:
+        out = loss_fn(chosen, rejected, ref_c, ref_r, settings)
+        margins = out.chosen_rewards - out.rejected_rewards
+        metrics.update({
+            f"val/{name}num_samples": float(len(chosen)),
+            f"val/{name}dpo_loss": float(out.losses.mean()),
+            f"val/{name}reward_accuracy": float((out.chosen_rewards > out.rejected_rewards).float().mean()),
+            f"val/{name}reward_margin": float(margins.mean()),
+            f"val/{name}chosen_rewards": float(out.chosen_rewards.mean()),
+            f"val/{name}rejected_rewards": float(out.rejected_rewards.mean()),
+        })
+    return metrics
 
 
 class OfflinePreference(Task):
@@ -99,7 +179,7 @@ class OfflinePreference(Task):
         self.reference: dict[int, tuple[float, float]] = {}  # pair key -> sequence log-probs (chosen, rejected)
 
     def rows(self) -> tuple[PromptSource, list[Prepared]]:
-        from omni_data import DatasetConfig, PreferenceDataset, balanced_indices
+        from omni_data import DatasetConfig, PreferenceDataset
 
         cfg = self.config
         data = DatasetConfig(max_prompt_length=cfg.data.max_prompt_length, on_bad_row=cfg.data.on_bad_row)  # type: ignore[arg-type]
@@ -109,18 +189,13 @@ class OfflinePreference(Task):
             train_files, val_files = builtin_preference_files(cfg)
         else:
             train_files, val_files = cfg.data.train_files, cfg.data.val_files or []
-        self.train = PairSource(PreferenceDataset(train_files, self.run.processor, data), self.run.tokenizer)
+        self.train = PairSource(PreferenceDataset(train_files, self.run.processor, data), self.run.tokenizer, config=cfg)
         self.val: PairSource | None = None
         self.val_indices: list[int] = []
         if val_files:
             self.val = PairSource(PreferenceDataset(val_files, self.run.processor, data), self.run.tokenizer,
-                                  offset=len(self.train))
-            limit = cfg.data.val_max_samples
-            indices = list(range(len(self.val)))
-            if limit is not None and 0 < limit < len(indices):
-                indices = (balanced_indices(self.val.modalities, limit, seed=cfg.data.seed)
-                           if cfg.data.balance_max_samples_by_modality else indices[:limit])
-            self.val_indices = indices
+                                  offset=len(self.train), config=cfg)
+            self.val_indices = validation_indices(cfg, self.val)
         return self.train, []  # type: ignore[return-value]
 
     def build(self, actor: Actor, device: str) -> None:
@@ -128,32 +203,23 @@ class OfflinePreference(Task):
         actor.mask_logits(self.run.logit_mask(self.run.mode))
 
     def batch_indices(self, step: int, size: int, steps_per_epoch: int, rows: int) -> list[int]:
-        """``size`` pairs of one modality for ``step``: verl-omni's modality-grouped sampler,
-        seeded by ``data.seed`` and the epoch, so a resumed run sees the same pairs."""
-        from omni_data import modality_batches
-
-        sampler = self.config.data.train_sampler.sampler_kwargs
-        epoch, position = divmod(step - 1, steps_per_epoch)
-        batches = modality_batches(
-            self.train.modalities, size, seed=int(sampler.get("seed", self.config.data.seed)), epoch=epoch,
-            num_batches=steps_per_epoch, weights=sampler.get("modality_sample_weights"),
-            replacement=bool(sampler.get("replacement", True)), drop_last=bool(sampler.get("drop_last", True)),
-        )
-        return batches[position]
+        return step_pair_indices(self.config, self.train.modalities, step, steps_per_epoch)
 
     def step(self, step: int, prompts: list[Any], stop_requested: Callable[[], bool]) -> dict[str, float]:
         """One optimizer step per ``ppo_mini_batch_size`` pairs (verl-omni's actor update);
-        the metrics are the whole batch's, with the last optimizer step's ``actor/*``."""
+        the metrics are the whole batch's, ``actor/*`` the mean over its optimizer steps (as
+        verl reduces them)."""
         pairs: list[Pair] = prompts
         started = time.perf_counter()
         per_update = self.config.actor_rollout_ref.actor.ppo_mini_batch_size
         scored: list[tuple[torch.Tensor, ...]] = []
-        actor_metrics: dict[str, float] = {}
+        updates: list[dict[str, float]] = []
         for start in range(0, len(pairs), per_update):
             group = pairs[start : start + per_update]
             micro = self._micro_batches(group)
             refs = self._reference(group, micro)
-            actor_metrics = self.actor.update_objective(micro, self._objective(len(group), refs, scored))
+            updates.append(self.actor.update_objective(micro, self._objective(len(group), refs, scored)))
+        actor_metrics = {key: sum(u[key] for u in updates) / len(updates) for key in updates[0]}
         chosen, rejected = (torch.cat([part[k] for part in scored]) for k in (0, 1))
         ref_chosen, ref_rejected = self._reference(pairs, [])
         batch_metrics = self._metrics(chosen, rejected, ref_chosen, ref_rejected)
@@ -162,6 +228,7 @@ class OfflinePreference(Task):
             **batch_metrics,
             **{f"{pairs[0].modality}/{key}": value for key, value in batch_metrics.items()},
             **actor_metrics,
+            TRUNCATED_KEY: float(self.train.truncated),
             "timing_s/step": time.perf_counter() - started,
         }
 
@@ -193,8 +260,9 @@ class OfflinePreference(Task):
         return preference_metrics(self.loss_fn(chosen, rejected, ref_chosen, ref_rejected, self.settings), chosen, rejected)
 
     def _micro_batches(self, pairs: Sequence[Pair]) -> list[MicroBatch]:
-        """Each pair's chosen then rejected answer on adjacent rows, whole pairs per micro-batch."""
-        size = max(1, self.config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu // 2)
+        """Each pair's chosen then rejected answer on adjacent rows, ``ppo_micro_batch_size_per_gpu``
+        whole pairs per micro-batch (verl-omni counts the micro-batch in pairs)."""
+        size = max(1, self.config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu)
         batches = []
         for start in range(0, len(pairs), size):
             chunk = pairs[start : start + size]
@@ -245,24 +313,6 @@ class OfflinePreference(Task):
             ref_chosen, ref_rejected = self._reference(group, micro)
             sequences = self._sequences(micro)
             results[modality] = (sequences[0::2], sequences[1::2], ref_chosen, ref_rejected)
-        metrics = {}
-
-        def joined(k: int) -> torch.Tensor | None:
-            parts = [r[k] for r in results.values()]
-            return None if parts[0] is None else torch.cat(parts)
-
-        everything = tuple(joined(k) for k in range(4))
-        for name, (chosen, rejected, ref_c, ref_r) in [("", everything), *((f"{m}/", r) for m, r in results.items())]:
-            out = self.loss_fn(chosen, rejected, ref_c, ref_r, self.settings)
-            margins = out.chosen_rewards - out.rejected_rewards
-            metrics.update({
-                f"val/{name}num_samples": float(len(chosen)),
-                f"val/{name}dpo_loss": float(out.losses.mean()),
-                f"val/{name}reward_accuracy": float((out.chosen_rewards > out.rejected_rewards).float().mean()),
-                f"val/{name}reward_margin": float(margins.mean()),
-                f"val/{name}chosen_rewards": float(out.chosen_rewards.mean()),
-                f"val/{name}rejected_rewards": float(out.rejected_rewards.mean()),
-            })
-        return metrics
+        return validation_metrics(self.loss_fn, self.settings, results)
 
     validates = True

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from omni_trainer.config import Config, ConfigError
 from omni_trainer.resume_check import check_resume, data_fingerprint, record_run, resume_notes
+from omni_trainer.tasks import PREFERENCE, task_name
 from omni_trainer.reward_guard import RewardFailureError
 from omni_trainer.verl_engine.distillation import check_teacher_tokenizer, validate_with_verl
 from omni_trainer.verl_engine.errors import GpuRequiredError, require_extras
@@ -201,6 +202,9 @@ def run(config: Config, *, checked: bool = False) -> int:
         use_cpu_platform()  # the pre-flight may already have resolved verl's platform here
 
     import ray
+
+    if task_name(config) == PREFERENCE:
+        return run_offline(config, verl_config, on_cpu=on_cpu)
     from ray.exceptions import RayTaskError
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
@@ -211,18 +215,12 @@ def run(config: Config, *, checked: bool = False) -> int:
     validate_config(
         config=verl_config, use_reference_policy=need_reference_policy(verl_config), use_critic=need_critic(verl_config)
     )
-    run_dir = Path(config.trainer.default_local_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    start_step = record_start(config, run_dir)
-    with open_dict(verl_config):
-        verl_config.ray_kwargs.ray_init.runtime_env.env_vars[METRICS_FILE_ENV] = str(metrics_file(run_dir))
-    (run_dir / "verl_config.yaml").write_text(OmegaConf.to_yaml(verl_config))
+    run_dir, start_step, metrics = prepare_run_dir(config, verl_config)
     train_rows = check_data(verl_config)
     if not on_cpu:
         require_gpu(run_dir)
     if not ray.is_initialized():
         ray.init(**ray_init_kwargs(verl_config))
-    metrics = Path(verl_config.ray_kwargs.ray_init.runtime_env.env_vars[METRICS_FILE_ENV])
     reporter = StepReporter(
         run_dir, metrics, config, total_steps(config, train_rows),
         start_step=start_step if config.trainer.resume_mode == "resume_path" else None,
@@ -237,4 +235,49 @@ def run(config: Config, *, checked: bool = False) -> int:
     finally:
         ray.shutdown()
     print(reporter.finish(uses_lora=config.actor_rollout_ref.model.lora_rank > 0))
+    return 0
+
+
+def prepare_run_dir(config: Config, verl_config: DictConfig) -> tuple[Path, int, Path]:
+    """Record the run (the resume check, ``config.yaml``) and point verl's ``file`` logger at
+    this launch's metrics file; returns the run directory, the step the run resumes after
+    and that metrics file. verl's resolved config goes to ``verl_config.yaml``."""
+    run_dir = Path(config.trainer.default_local_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    start_step = record_start(config, run_dir)
+    metrics = metrics_file(run_dir)
+    with open_dict(verl_config):
+        verl_config.ray_kwargs.ray_init.runtime_env.env_vars[METRICS_FILE_ENV] = str(metrics)
+    (run_dir / "verl_config.yaml").write_text(OmegaConf.to_yaml(verl_config))
+    return run_dir, start_step, metrics
+
+
+def run_offline(config: Config, verl_config: DictConfig, *, on_cpu: bool) -> int:
+    """An offline preference run: verl's actor workers only, driven from this process
+    (:mod:`omni_trainer.verl_engine.preference`)."""
+    import ray
+
+    from omni_trainer.verl_engine.preference import PreferenceRun
+    from omni_trainer.verl_engine.processor import adapter_processor
+
+    run_dir, start_step, metrics = prepare_run_dir(config, verl_config)
+    os.environ[METRICS_FILE_ENV] = str(metrics)  # verl's Tracking runs in this process
+    run = PreferenceRun(config, verl_config, adapter_processor(VerlSettings.from_env()), run_dir)
+    if start_step >= run.total_steps:
+        from omni_trainer.reporting import complete_message
+
+        print(complete_message(run_dir, start_step, run.total_steps))
+        return 0
+    if not on_cpu:
+        require_gpu(run_dir)
+    if not ray.is_initialized():
+        ray.init(**ray_init_kwargs(verl_config))
+    reporter = StepReporter(run_dir, metrics, config, run.total_steps, start_step=start_step).start()
+    resumed = resumed_step(config, run_dir)
+    try:
+        run.start_workers()
+        run.fit(start_step, resume_from=resumed[1] if resumed else None)
+    finally:
+        ray.shutdown()
+    print(reporter.finish(uses_lora=config.actor_rollout_ref.model.lora_rank > 0, dropped=run.train.dropped))
     return 0

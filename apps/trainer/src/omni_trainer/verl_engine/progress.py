@@ -22,6 +22,8 @@ from omni_trainer.run_dir import MetricsLog
 
 POLL_S = 0.5
 STEP_KEY = "training/global_step"
+VALIDATION_PREFIXES = ("val-core/", "val/")
+"""RL validation's headline metrics (verl's ``val-core/``); an offline preference run's (``val/``)."""
 
 
 def checkpointed_step(run_dir: Path) -> int:
@@ -53,8 +55,9 @@ class StepReporter:
         self._thread.start()
         return self
 
-    def finish(self, *, uses_lora: bool) -> str:
-        """Stop following (reading what is left) and write ``summary.txt``; returns it."""
+    def finish(self, *, uses_lora: bool, dropped: int = 0) -> str:
+        """Stop following (reading what is left) and write ``summary.txt``; returns it.
+        ``dropped``: rows left out of the train files at load (the driver's own count)."""
         self._stop.set()
         self._thread.join()
         self._read()
@@ -62,7 +65,8 @@ class StepReporter:
         return write_summary(
             self.run_dir, self.config, step=self.last_step, steps_this_session=self.last_step - self.start_step,
             elapsed=time.monotonic() - self._started, log=self.log, final=self.validation,
-            checkpoint=checkpoint if checkpoint.is_dir() else None, uses_lora=uses_lora, dropped=0,
+            checkpoint=checkpoint if checkpoint.is_dir() else None, uses_lora=uses_lora, dropped=dropped,
+            lora_note=" (verl's sharded checkpoint in actor/; its LoRA settings in actor/lora_train_meta.json)",
         )
 
     def _follow(self) -> None:
@@ -84,7 +88,7 @@ class StepReporter:
     def _record(self, record: dict[str, Any]) -> None:
         step, data = int(record["step"]), record["data"]
         numbers = {k: float(v) for k, v in data.items() if isinstance(v, int | float)}
-        validation = {k: v for k, v in numbers.items() if k.startswith("val-core/")}
+        validation = {k: v for k, v in numbers.items() if k.startswith(VALIDATION_PREFIXES)}
         if validation:
             self.validation = validation
             print(validation_line(step, validation), flush=True)

@@ -24,7 +24,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from omni_trainer.config import Config, ConfigError
-from omni_trainer.tasks import SPEECH_RL, task_name
+from omni_trainer.tasks import PREFERENCE, SPEECH_RL, task_name
 from omni_trainer.verl_engine.distillation import distillation_problems, distillation_values
 from omni_trainer.verl_engine.errors import EXTRAS_COMMAND, MissingExtrasError
 from omni_trainer.verl_engine.settings import (
@@ -108,6 +108,8 @@ def to_verl_config(
     with open_dict(verl):
         for key, value in _values(config, model_path, lora_target_modules, lora_exclude_modules).items():
             OmegaConf.update(verl, key, value, merge=False, force_add=True)
+        if config.trainer.device == "cpu":  # a trainable engine needs an optimizer's settings (cpu_values)
+            verl.actor_rollout_ref.ref.optim = copy.deepcopy(verl.actor_rollout_ref.actor.optim)
     return verl
 
 
@@ -136,6 +138,8 @@ def config_problems(config: Config) -> list[str]:
         problems.extend(cpu_problems(config))
     if task_name(config) == SPEECH_RL:
         problems.extend(speech_problems(config))
+    if task_name(config) == PREFERENCE:
+        problems.extend(preference_problems(config))
     resume_from = config.trainer.resume_from_path
     if config.trainer.resume_mode == "resume_path" and resume_from and "global_step_" not in Path(resume_from).name:
         problems.append(
@@ -215,13 +219,42 @@ def _importable(module: str) -> bool:
 
 
 def cpu_problems(config: Config) -> list[str]:
-    """What ``trainer.device=cpu`` cannot run: a rollout other than ``omni_local``."""
+    """What ``trainer.device=cpu`` cannot run: a rollout other than ``omni_local``, offloading
+    (FSDP2 pins the offloaded weights' memory, which needs CUDA)."""
     problems = []
+    actor, ref = config.actor_rollout_ref.actor.fsdp_config, config.actor_rollout_ref.ref.fsdp_config
+    for key, value in (("actor.fsdp_config.param_offload", actor.param_offload),
+                       ("actor.fsdp_config.optimizer_offload", actor.optimizer_offload),
+                       ("ref.fsdp_config.param_offload", ref.param_offload)):
+        if value:
+            problems.append(
+                f"trainer.device=cpu: actor_rollout_ref.{key}=true offloads to pinned CPU memory, which needs CUDA; "
+                "on the CPU the weights are already in memory: leave it unset"
+            )
     if config.actor_rollout_ref.rollout.name not in ("vllm_omni", LOCAL_ROLLOUT_NAME):
         problems.append(
             f"trainer.device=cpu: actor_rollout_ref.rollout.name={config.actor_rollout_ref.rollout.name} has no "
             f"CPU server; the CPU rollout is {LOCAL_ROLLOUT_NAME}"
         )
+    return problems
+
+
+def preference_problems(config: Config) -> list[str]:
+    """Why an offline preference run cannot be split as configured over verl's ranks: verl
+    gives each rank an equal share of whole pairs, and each update an equal share of its
+    rank's pairs, ``ppo_micro_batch_size_per_gpu`` pairs a micro-batch (at most all of them)."""
+    actor, ranks = config.actor_rollout_ref.actor, config.trainer.nnodes * config.trainer.n_gpus_per_node
+    batch, mini, micro = config.data.train_batch_size, actor.ppo_mini_batch_size, actor.ppo_micro_batch_size_per_gpu
+    problems = []
+    if mini <= batch and batch % mini:  # a larger mini-batch is refused by the common checks
+        problems.append(f"data.train_batch_size={batch} is not a multiple of actor_rollout_ref.actor.ppo_mini_batch_size="
+                        f"{mini} (pairs per optimizer step); every update takes the same number of pairs")
+    if mini % ranks:
+        problems.append(f"actor_rollout_ref.actor.ppo_mini_batch_size={mini} pairs do not split evenly over the {ranks} "
+                        "ranks of trainer.nnodes x trainer.n_gpus_per_node")
+    elif not actor.use_dynamic_bsz and micro < mini // ranks and (mini // ranks) % micro:
+        problems.append(f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro} pairs do not divide the {mini // ranks} "
+                        f"pairs each rank takes per update (ppo_mini_batch_size={mini} over {ranks} ranks)")
     return problems
 
 
@@ -503,6 +536,10 @@ def cpu_values(config: Config, env_vars: dict[str, str]) -> dict[str, Any]:
         "actor_rollout_ref.ref.fsdp_config.model_dtype": config.actor_rollout_ref.ref.fsdp_config.model_dtype or actor_dtype,
         "actor_rollout_ref.actor.fsdp_config.mixed_precision": dict(FP32_MIXED_PRECISION),
         "actor_rollout_ref.ref.fsdp_config.mixed_precision": dict(FP32_MIXED_PRECISION),
+        "actor_rollout_ref.ref.fsdp_config.param_offload": False,
+        # verl's forward-only engine (the reference's) keeps its FSDP2 shards in pinned host memory,
+        # which needs CUDA; built as a trainable engine it holds them in memory and never steps.
+        "actor_rollout_ref.ref.fsdp_config.forward_only": False,
         "actor_rollout_ref.rollout.agent.num_workers": _or(config.actor_rollout_ref.rollout.agent.num_workers, 1),
         "reward.num_workers": 1,
         "data.dataloader_num_workers": 0,
