@@ -207,3 +207,13 @@ def test_a_long_answer_is_refused_by_row_with_truncation_error() -> None:
     config = load_config(["algorithm.sample_source=offline", "data.max_response_length=4", "data.truncation=error"])
     with pytest.raises(ValueError, match=r"preference row 7 \(text\): its chosen answer has 10 tokens, more than"):
         PairSource(OnePairDataset(), WordTokenizer(), config=config)[0]
+
+
+@pytest.mark.parametrize("truncation", ["left", "right", "error"])
+def test_an_offline_run_takes_data_truncation_on_either_engine(truncation: str) -> None:
+    from omni_trainer.verl_keys import local_refusals
+
+    config = load_config(["algorithm.sample_source=offline", f"data.truncation={truncation}"])
+    assert local_refusals(config) == []
+    rl = load_config([f"data.truncation={truncation}"])
+    assert bool(local_refusals(rl)) == (truncation != "error")  # an RL run's prompts: verl's key

@@ -277,7 +277,11 @@ def test_a_users_reward_file_scores_and_a_failing_step_stops_before_its_update(
         ("trainer.n_gpus_per_node=", "trainer.total_training_steps="))]
     command += ["trainer.n_gpus_per_node=1", "trainer.total_training_steps=2", "data.shuffle=false",
                 f"reward.custom_reward_function.path={scorer}", "reward.custom_reward_function.name=my_score",
-                "reward.custom_reward_function.reward_kwargs.bonus=0.25"]
+                "reward.custom_reward_function.reward_kwargs.bonus=0.25",
+                # verl's rollout correction, token-level truncated IS and token rejection, on its own code
+                "algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold=2.0",
+                "algorithm.rollout_correction.rollout_rs=token_k1",
+                "algorithm.rollout_correction.rollout_rs_threshold=0.5_2.0"]
     run = subprocess.run(command, capture_output=True, text=True, timeout=600, env=RUN_ENV)
     assert run.returncode == 2, run.stdout[-4000:] + run.stderr[-4000:]
     assert "step 2: the reward scorer failed (error or timeout) on 4 of 4 samples (100%)" in run.stderr, run.stderr[-4000:]
@@ -285,4 +289,7 @@ def test_a_users_reward_file_scores_and_a_failing_step_stops_before_its_update(
     (steps,) = launches(run_dir)
     assert [row["step"] for row in steps] == [1]  # step 2 was never trained on
     assert steps[0]["critic/score/mean"] == 0.75  # the user's function, with its reward_kwargs
+    # omni_local samples with the actor's weights in fp32: every weight near 1, nothing rejected
+    assert abs(steps[0]["rollout_corr/rollout_is_mean"] - 1) < 1e-3 and steps[0]["rollout_corr/rollout_is_max"] <= 2.0
+    assert steps[0]["rollout_corr/rollout_rs_masked_fraction"] == 0
     assert sorted(p.name for p in run_dir.glob("global_step_*")) == ["global_step_1"]

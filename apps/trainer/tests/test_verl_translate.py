@@ -306,3 +306,49 @@ def test_a_cpu_run_keeps_the_users_dtype_and_agent_workers(tmp_path: Path) -> No
     arr = to_verl_config(config, lora_target_modules=None, lora_exclude_modules=None).actor_rollout_ref
     assert arr.actor.fsdp_config.model_dtype == "bf16" and arr.ref.fsdp_config.model_dtype == "bf16"
     assert arr.rollout.agent.num_workers == 2
+
+
+def test_one_launch_translates_its_config_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pre-flight's checks and the launch share one translation; each gets its own copy
+    (the launch adds to it without changing what the other holds)."""
+    from omni_trainer.verl_engine import launch
+
+    calls: list[str] = []
+
+    def counted(config: Any, **kwargs: Any) -> Any:
+        calls.append(config.data.train_files[0])
+        return to_verl_config(config, **kwargs)
+
+    monkeypatch.setattr(launch, "to_verl_config", counted)
+    monkeypatch.setattr(launch, "adapter_lora_defaults", lambda path, stage: QWEN3_LORA)
+    pipeline = "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe"
+    config = load_config(["actor_rollout_ref.model.path=/m", pipeline, "data.train_files=[/once.parquet]", "trainer.engine=verl"])
+    first = launch.build_verl_config(config)
+    first.trainer.project_name = "changed by its caller"
+    second = launch.build_verl_config(config)
+    assert calls == ["/once.parquet"]
+    assert second.trainer.project_name != "changed by its caller"
+    other = load_config(["actor_rollout_ref.model.path=/m", pipeline, "data.train_files=[/other.parquet]", "trainer.engine=verl"])
+    launch.build_verl_config(other)
+    assert calls == ["/once.parquet", "/other.parquet"]  # another config is translated anew
+
+
+def test_rollout_correction_reaches_verl_and_is_refused_by_the_local_engine() -> None:
+    from omni_trainer.verl_keys import local_refusals
+
+    keys = ["algorithm.rollout_correction.rollout_is=sequence", "algorithm.rollout_correction.rollout_is_threshold=0.5_5.0",
+            "algorithm.rollout_correction.rollout_rs=seq_mean_k3", "algorithm.rollout_correction.rollout_rs_threshold=0.01"]
+    base = ["actor_rollout_ref.model.path=/m", "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe",
+            "data.train_files=[/d.parquet]"]
+    verl = to_verl_config(load_config([*base, "trainer.engine=verl", *keys]), lora_target_modules=QWEN3_LORA[0],
+                          lora_exclude_modules=QWEN3_LORA[1])
+    correction = verl.algorithm.rollout_correction
+    assert (correction.rollout_is, correction.rollout_is_threshold) == ("sequence", "0.5_5.0")  # IcePop bounds
+    assert (correction.rollout_rs, correction.rollout_rs_threshold, correction.bypass_mode) == ("seq_mean_k3", 0.01, False)
+    from verl.trainer.config.algorithm import RolloutCorrectionConfig
+    from verl.utils.config import omega_conf_to_dataclass
+
+    assert isinstance(omega_conf_to_dataclass(correction, RolloutCorrectionConfig), RolloutCorrectionConfig)  # verl's schema
+    (refusal,) = local_refusals(load_config([*base, keys[0]]))
+    assert "algorithm.rollout_correction.rollout_is=sequence is a verl-engine setting" in refusal
+    assert local_refusals(load_config([*base, "algorithm.rollout_correction.rollout_is=null"])) == []

@@ -326,6 +326,24 @@ class KLControlConfig:
 
 
 @dataclass
+class RolloutCorrectionConfig:
+    """verl's ``algorithm.rollout_correction``, its names, meanings and defaults (verl 0.9.1's
+    ``RolloutCorrectionConfig``): importance weights between the rollout's and the actor's
+    log-probs (``rollout_is``: ``token`` or ``sequence``; ``rollout_is_threshold``: an upper
+    bound, or ``"lower_upper"``), rejection of tokens or sequences (``rollout_rs``, its
+    thresholds), and ``bypass_mode`` (train on the rollout's log-probs as the old ones). The
+    verl engine hands it to verl; the local engine refuses it in this version."""
+
+    rollout_is: str | None = None
+    rollout_is_threshold: Any = 2.0  # a float, or "lower_upper"
+    rollout_is_batch_normalize: bool = False
+    rollout_rs: str | None = None  # comma-separated modes (token_k1, seq_mean_k3, ...)
+    rollout_rs_threshold: Any = None
+    bypass_mode: bool = False
+    loss_type: str = "ppo_clip"
+
+
+@dataclass
 class AlgorithmConfig:
     adv_estimator: str = "grpo"
     norm_adv_by_std_in_grpo: bool = True
@@ -338,6 +356,7 @@ class AlgorithmConfig:
     sample_source: str = "online"  # online | offline
     trainer_type: str = "policy_gradient"  # policy_gradient | direct_preference
     paired_preference: bool = False
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
 
 
 @dataclass

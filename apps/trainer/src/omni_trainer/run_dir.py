@@ -29,12 +29,12 @@ from omegaconf import OmegaConf
 
 from omni_trainer.config import Config, ConfigError
 from omni_trainer.model_folder import model_fingerprint, same_model
-from omni_trainer.resume_check import check_resume, data_fingerprint, resume_notes
+from omni_trainer.resume_check import MODEL_IDENTITY_KEYS, check_resume, data_fingerprint, resume_notes
 from omni_trainer.run_lock import LOCK_NAME
 
 RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.txt", "checkpoints", "curve.png")
 """Names whose presence marks a directory as a run directory."""
-IDENTITY_KEYS = ("path", "stage", "lora_rank", "lora_alpha", "target_modules", "exclude_modules")
+IDENTITY_KEYS = MODEL_IDENTITY_KEYS
 """``actor_rollout_ref.model.*`` keys a checkpoint is only valid for."""
 
 

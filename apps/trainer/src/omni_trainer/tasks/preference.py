@@ -166,6 +166,58 @@ def validation_metrics(
     return metrics
 
 
+def load_pairs(config: Config, processor: Any, tokenizer: Any) -> tuple[PairSource, PairSource | None]:
+    """The run's training and validation pairs (the built-in task's when no files are given);
+    validation pairs' cache keys follow the training pairs'."""
+    from omni_data import DatasetConfig, PreferenceDataset
+
+    data = DatasetConfig(max_prompt_length=config.data.max_prompt_length, on_bad_row=config.data.on_bad_row)  # type: ignore[arg-type]
+    if config.data.train_files is None:
+        from omni_trainer.builtin_preference import builtin_preference_files
+
+        train_files, val_files = builtin_preference_files(config)
+    else:
+        train_files, val_files = config.data.train_files, config.data.val_files or []
+    train = PairSource(PreferenceDataset(train_files, processor, data), tokenizer, config=config)
+    val = None
+    if val_files:
+        val = PairSource(PreferenceDataset(val_files, processor, data), tokenizer, offset=len(train), config=config)
+    return train, val
+
+
+class ReferenceCache(dict[int, tuple[float, float]]):
+    """Each pair's reference sequence log-probs (chosen, rejected) by pair key: computed the
+    first time the pair is seen, never again."""
+
+    def __init__(self, reference_free: bool) -> None:
+        super().__init__()
+        self.reference_free = reference_free
+
+    def lookup(
+        self, pairs: Sequence[Pair], score: Callable[[list[Pair]], torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor] | tuple[None, None]:
+        """The pairs' (chosen, rejected) reference log-probs; ``score`` gives the sequence
+        log-probs of the pairs not cached yet, each pair's chosen then rejected row (``None``
+        for a reference-free loss)."""
+        if self.reference_free:
+            return None, None
+        wanted = list({p.key: p for p in pairs if p.key not in self}.values())  # a batch may repeat a pair
+        if wanted:
+            scores = score(wanted)
+            for pair, c, r in zip(wanted, scores[0::2].tolist(), scores[1::2].tolist(), strict=True):
+                self[pair.key] = (c, r)
+        values = torch.tensor([self[p.key] for p in pairs], dtype=torch.float32)
+        return values[:, 0], values[:, 1]
+
+
+def by_modality(pairs: Sequence[Pair]) -> dict[str, list[Pair]]:
+    """``pairs`` grouped by modality, in modality order (validation scores a modality at a time)."""
+    groups: dict[str, list[Pair]] = {}
+    for pair in pairs:
+        groups.setdefault(pair.modality, []).append(pair)
+    return dict(sorted(groups.items()))
+
+
 class OfflinePreference(Task):
     """DPO-family training on preference pairs (see the module docstring)."""
 
@@ -175,27 +227,11 @@ class OfflinePreference(Task):
         super().__init__(run)
         self.settings = preference_settings(run.config)
         self.loss_fn = PREFERENCE_LOSSES.get(self.settings.loss_type)
-        self.reference_free = self.settings.loss_type in REFERENCE_FREE
-        self.reference: dict[int, tuple[float, float]] = {}  # pair key -> sequence log-probs (chosen, rejected)
+        self.reference = ReferenceCache(self.settings.loss_type in REFERENCE_FREE)
 
     def rows(self) -> tuple[PromptSource, list[Prepared]]:
-        from omni_data import DatasetConfig, PreferenceDataset
-
-        cfg = self.config
-        data = DatasetConfig(max_prompt_length=cfg.data.max_prompt_length, on_bad_row=cfg.data.on_bad_row)  # type: ignore[arg-type]
-        if cfg.data.train_files is None:
-            from omni_trainer.builtin_preference import builtin_preference_files
-
-            train_files, val_files = builtin_preference_files(cfg)
-        else:
-            train_files, val_files = cfg.data.train_files, cfg.data.val_files or []
-        self.train = PairSource(PreferenceDataset(train_files, self.run.processor, data), self.run.tokenizer, config=cfg)
-        self.val: PairSource | None = None
-        self.val_indices: list[int] = []
-        if val_files:
-            self.val = PairSource(PreferenceDataset(val_files, self.run.processor, data), self.run.tokenizer,
-                                  offset=len(self.train), config=cfg)
-            self.val_indices = validation_indices(cfg, self.val)
+        self.train, self.val = load_pairs(self.config, self.run.processor, self.run.tokenizer)
+        self.val_indices = validation_indices(self.config, self.val) if self.val is not None else []
         return self.train, []  # type: ignore[return-value]
 
     def build(self, actor: Actor, device: str) -> None:
@@ -276,18 +312,13 @@ class OfflinePreference(Task):
     def _reference(
         self, pairs: Sequence[Pair], micro: Sequence[MicroBatch]
     ) -> tuple[torch.Tensor, torch.Tensor] | tuple[None, None]:
-        """The pairs' reference sequence log-probs, from the cache or computed once (``None``
-        for a reference-free loss)."""
-        if self.reference_free:
-            return None, None
-        wanted = list({p.key: p for p in pairs if p.key not in self.reference}.values())  # a batch may repeat a pair
-        if wanted:
+        """The pairs' reference sequence log-probs, from the cache or computed once; ``micro``
+        (the pairs' own micro-batches) is reused when every pair is new."""
+        def score(wanted: list[Pair]) -> torch.Tensor:
             batches = list(micro) if micro and len(wanted) == len(pairs) else self._micro_batches(wanted)
-            sequences = self._sequences(batches, reference=True)
-            for pair, c, r in zip(wanted, sequences[0::2].tolist(), sequences[1::2].tolist(), strict=True):
-                self.reference[pair.key] = (c, r)
-        values = torch.tensor([self.reference[p.key] for p in pairs], dtype=torch.float32)
-        return values[:, 0], values[:, 1]
+            return self._sequences(batches, reference=True)
+
+        return self.reference.lookup(pairs, score)
 
     def _sequences(self, batches: Sequence[MicroBatch], *, reference: bool = False) -> torch.Tensor:
         """Sequence log-probs of every row of ``batches`` (no gradient)."""
@@ -303,12 +334,8 @@ class OfflinePreference(Task):
         modality (``val/<modality>/*``)."""
         if self.val is None or not self.val_indices:
             return {}
-        pairs = [self.val[i] for i in self.val_indices]
-        by_modality: dict[str, list[Pair]] = {}
-        for pair in pairs:
-            by_modality.setdefault(pair.modality, []).append(pair)
         results: dict[str, tuple[Any, ...]] = {}
-        for modality, group in sorted(by_modality.items()):
+        for modality, group in by_modality([self.val[i] for i in self.val_indices]).items():
             micro = self._micro_batches(group)
             ref_chosen, ref_rejected = self._reference(group, micro)
             sequences = self._sequences(micro)

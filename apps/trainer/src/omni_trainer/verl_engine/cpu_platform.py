@@ -8,7 +8,7 @@ for a device.
 
 Ray placement: verl's resource pools reserve one accelerator slot per rank, in Ray's ``GPU``
 resource, and check the cluster has enough of them. On the CPU those slots are logical: the
-local Ray starts with ``num_gpus`` = the ranks per node (:func:`cpu_ray_resources`), Ray is
+local Ray starts with ``num_gpus`` = the ranks per node (``translate.cpu_values``), Ray is
 told not to set ``CUDA_VISIBLE_DEVICES`` from them, and nothing here ever calls CUDA. A
 rank is one process with ``torch`` threads of its own; the slots only count ranks.
 """
@@ -24,8 +24,6 @@ import torch
 from verl.plugin.platform import PlatformBase, PlatformRegistry
 
 CPU_PLATFORM = "cpu"
-PLATFORM_ENV = "VERL_PLATFORM"
-"""verl reads the platform name from this variable before probing for accelerators."""
 RANK_SLOT_RESOURCE = "GPU"
 """The Ray resource verl's placement groups reserve per rank (a logical count on the CPU)."""
 NOSET_VISIBLE_DEVICES = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
@@ -174,8 +172,3 @@ def use_cpu_platform() -> None:
     from verl.plugin.platform import set_platform
 
     set_platform(CpuPlatform())
-
-
-def cpu_ray_resources(nnodes: int, n_gpus_per_node: int) -> dict[str, Any]:
-    """``ray.init`` arguments for a local CPU run: one logical rank slot per rank."""
-    return {"num_gpus": nnodes * n_gpus_per_node}

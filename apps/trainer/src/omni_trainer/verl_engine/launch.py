@@ -9,6 +9,7 @@ forward that variable itself.
 
 from __future__ import annotations
 
+import copy
 import os
 from datetime import datetime, timezone
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from omni_trainer.config import Config, ConfigError
+from omni_trainer.config import Config, ConfigError, to_yaml
 from omni_trainer.resume_check import check_resume, data_fingerprint, record_run, resume_notes
 from omni_trainer.tasks import PREFERENCE, task_name
 from omni_trainer.reward_guard import RewardFailureError
@@ -49,13 +50,22 @@ def adapter_lora_defaults(model_path: str, stage: str) -> tuple[list[str] | None
     return targets, adapter.lora_exclude_modules
 
 
+_TRANSLATED: dict[str, DictConfig] = {}
+"""verl's config per config (its YAML and given keys), translated once per process."""
+
+
 def build_verl_config(config: Config) -> DictConfig:
-    check_config(config)
-    model_path = config.actor_rollout_ref.model.path
-    targets, exclude = (None, None)
-    if model_path is not None:
-        targets, exclude = adapter_lora_defaults(model_path, config.actor_rollout_ref.model.stage)
-    return to_verl_config(config, lora_target_modules=targets, lora_exclude_modules=exclude)
+    """verl's config for ``config``: translated once per process (the pre-flight's checks and
+    the launch share it), a copy for each caller (the launch adds the run's metrics file)."""
+    key = to_yaml(config) + "given: " + ",".join(sorted(config.given_keys))
+    if key not in _TRANSLATED:
+        check_config(config)
+        model_path = config.actor_rollout_ref.model.path
+        targets, exclude = (None, None)
+        if model_path is not None:
+            targets, exclude = adapter_lora_defaults(model_path, config.actor_rollout_ref.model.stage)
+        _TRANSLATED[key] = to_verl_config(config, lora_target_modules=targets, lora_exclude_modules=exclude)
+    return copy.deepcopy(_TRANSLATED[key])
 
 
 def ray_init_kwargs(verl_config: DictConfig) -> dict[str, Any]:

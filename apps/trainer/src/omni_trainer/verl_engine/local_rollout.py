@@ -259,7 +259,6 @@ class LocalRolloutServer:
         self.teacher: Any = None
         self._teacher_calls: asyncio.Lock | None = None
         self.global_steps: int | None = None
-        self.weight_syncs = 0
         self._pending: list[_Request] = []
         self._arrived: asyncio.Event | None = None
         self._batches: asyncio.Task[None] | None = None
@@ -463,7 +462,6 @@ class LocalRolloutServer:
                     raise ValueError(f"{name}: the actor sent {tuple(value.shape)}, the policy has {tuple(state[name].shape)}.")
                 state[name].copy_(value)
         self.global_steps = global_steps
-        self.weight_syncs += 1
         # One line per sync, in the driver's log: which step's weights each replica samples with.
         print(
             f"{LOCAL_ROLLOUT_NAME} replica {self.replica_rank}: weights of step {global_steps} loaded "
@@ -471,9 +469,6 @@ class LocalRolloutServer:
             flush=True,
         )
         return len(weights)
-
-    def get_weight_syncs(self) -> int:
-        return self.weight_syncs
 
     async def wake_up(self, tags: list[str] | None = None) -> None:
         return None  # nothing is released on the CPU

@@ -23,7 +23,6 @@ follows).
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from functools import partial
@@ -47,7 +46,9 @@ from omni_trainer.reporting import DROPPED_KEY
 from omni_trainer.tasks.preference import (
     TRUNCATED_KEY,
     Pair,
-    PairSource,
+    ReferenceCache,
+    by_modality,
+    load_pairs,
     preference_settings,
     step_pair_indices,
     validation_indices,
@@ -195,19 +196,18 @@ class PreferenceRun:
         self.config, self.verl_config, self.processor, self.run_dir = config, verl_config, processor, run_dir
         self.settings = preference_settings(config)
         self.loss_fn = PREFERENCE_LOSSES.get(self.settings.loss_type)
-        self.reference_free = self.settings.loss_type in REFERENCE_FREE
+        self.reference = ReferenceCache(self.settings.loss_type in REFERENCE_FREE)
         self.lora = config.actor_rollout_ref.model.lora_rank > 0
         tokenizer = getattr(processor, "tokenizer", processor)
         pad = tokenizer.pad_token_id
         self.pad_token_id = int(pad if pad is not None else tokenizer.eos_token_id)
-        self.train, self.val = load_pairs(config, processor)
+        self.train, self.val = load_pairs(config, processor, tokenizer)
         self.val_indices = validation_indices(config, self.val) if self.val is not None else []
         self.dp_size = config.trainer.nnodes * config.trainer.n_gpus_per_node
         actor = config.actor_rollout_ref.actor
         # pairs a micro-batch: at most a rank's share of an update, as verl-omni clamps it
         self.micro_pairs = min(actor.ppo_micro_batch_size_per_gpu, max(1, actor.ppo_mini_batch_size // self.dp_size))
         self.inference_multiple = self.dp_size * self.micro_pairs
-        self.reference: dict[int, tuple[float, float]] = {}
         self.steps_per_epoch = len(self.train) // config.data.train_batch_size
         if self.steps_per_epoch == 0:
             raise ConfigError(
@@ -231,7 +231,7 @@ class PreferenceRun:
         trainer = self.verl_config.trainer
         with open_dict(self.verl_config):  # the LR schedule's horizon (verl's trainer sets it from its dataloader)
             self.verl_config.actor_rollout_ref.actor.optim.total_training_steps = self.total_steps
-        roles = [Role.Actor] if self.lora or self.reference_free else [Role.Actor, Role.RefPolicy]
+        roles = [Role.Actor] if self.lora or self.reference.reference_free else [Role.Actor, Role.RefPolicy]
         mapping: dict[Any, str] = {role: "global_pool" for role in roles}  # verl keys it by Role (typed int)
         pools = ResourcePoolManager(
             resource_pool_spec={"global_pool": [trainer.n_gpus_per_node] * trainer.nnodes}, mapping=mapping,
@@ -278,17 +278,12 @@ class PreferenceRun:
         return row_sequence_log_probs({"log_probs": output["log_probs"]}, batch, self.settings.average_log_prob)
 
     def references(self, pairs: Sequence[Pair]) -> tuple[torch.Tensor, torch.Tensor] | tuple[None, None]:
-        """The pairs' reference log-probs (chosen, rejected), computed the first time a pair
-        is seen and cached; ``None`` for a reference-free loss."""
-        if self.reference_free:
-            return None, None
-        wanted = list({p.key: p for p in pairs if p.key not in self.reference}.values())
-        if wanted:
-            scores = self.sequences(_whole_pairs(wanted, self.inference_multiple), reference=True)[: 2 * len(wanted)]
-            for pair, c, r in zip(wanted, scores[0::2].tolist(), scores[1::2].tolist(), strict=True):
-                self.reference[pair.key] = (c, r)
-        values = torch.tensor([self.reference[p.key] for p in pairs], dtype=torch.float32)
-        return values[:, 0], values[:, 1]
+        """The pairs' reference log-probs (chosen, rejected), cached after the first time;
+        ``None`` for a reference-free loss."""
+        def score(wanted: list[Pair]) -> torch.Tensor:
+            return self.sequences(_whole_pairs(wanted, self.inference_multiple), reference=True)[: 2 * len(wanted)]
+
+        return self.reference.lookup(pairs, score)
 
     # the loop
 
@@ -327,12 +322,8 @@ class PreferenceRun:
         modality (``val/<modality>/*``): the local engine's names."""
         if self.val is None or not self.val_indices:
             return {}
-        by_modality: dict[str, list[Pair]] = {}
-        for i in self.val_indices:
-            pair = self.val[i]
-            by_modality.setdefault(pair.modality, []).append(pair)
         parts: dict[str, tuple[Any, ...]] = {}
-        for modality, group in sorted(by_modality.items()):
+        for modality, group in by_modality([self.val[i] for i in self.val_indices]).items():
             scores = self.sequences(_whole_pairs(group, self.inference_multiple), reference=False)[: 2 * len(group)]
             parts[modality] = (scores[0::2], scores[1::2], *self.references(group))
         return validation_metrics(self.loss_fn, self.settings, parts)
@@ -370,25 +361,6 @@ class PreferenceRun:
         self.actor.save_checkpoint(str(folder / "actor"), None, step,
                                    max_ckpt_to_keep=self.config.trainer.max_checkpoints_to_keep)
         (self.run_dir / "latest_checkpointed_iteration.txt").write_text(str(step))
-
-
-def load_pairs(config: Config, processor: Any) -> tuple[PairSource, PairSource | None]:
-    """The run's training and validation pairs (the built-in task's when no files are given)."""
-    from omni_data import DatasetConfig, PreferenceDataset
-
-    data = DatasetConfig(max_prompt_length=config.data.max_prompt_length, on_bad_row=config.data.on_bad_row)  # type: ignore[arg-type]
-    tokenizer = getattr(processor, "tokenizer", processor)
-    if config.data.train_files is None:
-        from omni_trainer.builtin_preference import builtin_preference_files
-
-        train_files, val_files = builtin_preference_files(config)
-    else:
-        train_files, val_files = config.data.train_files, config.data.val_files or []
-    train = PairSource(PreferenceDataset(train_files, processor, data), tokenizer, config=config)
-    val = None
-    if val_files:
-        val = PairSource(PreferenceDataset(val_files, processor, data), tokenizer, offset=len(train), config=config)
-    return train, val
 
 
 def rank_major(pairs: Sequence[Pair], ranks: int, per_update: int) -> list[Pair]:

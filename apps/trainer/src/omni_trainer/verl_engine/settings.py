@@ -53,11 +53,11 @@ class VerlSettings:
     """``actor_rollout_ref.model.lora_dtype`` (verl-omni's key, not verl's): the dtype our FSDP
     engine casts the LoRA parameters to once verl has built them; ``None``: the base's."""
     reward_max_error_rate: float = 0.5
+    """``reward.max_error_rate``: our agent-loop manager stops the run when a step's scorer failed
+    on more than this share of its samples (:mod:`omni_trainer.reward_guard`)."""
     max_spoken_tokens: int = 64
     """``data.max_spoken_tokens``: the thinker's answer budget when ``omni_local`` serves a speech
     stage (vLLM-Omni's thinker answers with its own production sampling)."""
-    """``reward.max_error_rate``: our agent-loop manager stops the run when a step's scorer failed
-    on more than this share of its samples (:mod:`omni_trainer.reward_guard`)."""
 
     @property
     def audio_rewards(self) -> list[dict[str, Any]]:

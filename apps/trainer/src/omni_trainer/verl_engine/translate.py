@@ -14,6 +14,7 @@ from its install.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import importlib.util
 import json
@@ -431,6 +432,8 @@ def _values(
         "algorithm.use_kl_in_reward": algorithm.use_kl_in_reward,
         "algorithm.kl_penalty": algorithm.kl_penalty,
         "algorithm.kl_ctrl.kl_coef": algorithm.kl_ctrl.kl_coef,
+        **{f"algorithm.rollout_correction.{key}": value
+           for key, value in dataclasses.asdict(algorithm.rollout_correction).items()},
         "reward.custom_reward_function.path": REWARD_FUNCTION[0],
         "reward.custom_reward_function.name": REWARD_FUNCTION[1],
         "reward.custom_reward_function.reward_kwargs": {
