@@ -263,7 +263,8 @@ def test_a_users_reward_file_scores_and_a_failing_step_stops_before_its_update(
     user's function (with its ``reward_kwargs``) through ours. When it fails on every sample
     of step 2, the run stops as the trainer takes that step's batch: step 2 is never trained
     on and no checkpoint follows it (before, the check ran at the next dispatch, so the last
-    step trained on zeros and the run ended with exit 0)."""
+    step trained on zeros and the run ended with exit 0). The run also turns on verl's
+    ``algorithm.rollout_correction`` (token TIS and token rejection), which reaches verl's code."""
     tiny, train, val = inputs
     scorer = tmp_path / "my_reward.py"
     scorer.write_text(textwrap.dedent("""
