@@ -12,18 +12,29 @@ import pytest
 from omni_contracts import ExtraFieldSpec, TrainingAdapter
 
 
-@pytest.fixture(scope="session")
-def verl_core_algos() -> ModuleType:
-    """verl's reference implementations (the ``distributed`` extra).
+def verl_module(name: str) -> ModuleType:
+    """A module of verl's (the ``distributed`` extra), the reference a parity test compares with.
 
     Missing verl skips locally but fails in CI, where .ci/run installs the extra.
     """
     try:
-        return importlib.import_module("verl.trainer.ppo.core_algos")
+        return importlib.import_module(name)
     except ImportError as exc:
         if os.environ.get("CI"):
             pytest.fail(f"verl is required for the parity tests in CI (uv sync --extra distributed): {exc}")
         pytest.skip(f"verl is not installed (uv sync --extra distributed): {exc}")
+
+
+@pytest.fixture(scope="session")
+def verl_core_algos() -> ModuleType:
+    """verl's reference implementations of the losses and estimators."""
+    return verl_module("verl.trainer.ppo.core_algos")
+
+
+@pytest.fixture(scope="session")
+def verl_rollout_corr() -> ModuleType:
+    """verl's rollout correction (importance weights, rejection, their metrics)."""
+    return verl_module("verl.trainer.ppo.rollout_corr_helper")
 
 
 # --- a tiny causal LM built offline, and a training adapter for it ------------------------
