@@ -27,7 +27,10 @@ SHORT = [
 @pytest.mark.slow
 def test_short_run_writes_outputs_and_resumes(tmp_path: Path, isolated_cache: None, capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "run"
-    logged = ["trainer.log_val_generations=3", "trainer.logger=[console,tensorboard]"]
+    logged = ["trainer.log_val_generations=3", "trainer.logger=[console,tensorboard]",
+              # rollout correction on, as in test_verl_cpu_run's reward-file run: token TIS and k1 rejection
+              "algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold=2.0",
+              "algorithm.rollout_correction.rollout_rs=token_k1", "algorithm.rollout_correction.rollout_rs_threshold=0.5_2.0"]
     assert main([*SHORT, *logged, f"trainer.default_local_dir={run}", "trainer.total_training_steps=2"]) == 0
     first = capsys.readouterr().out
     assert "step    2/2" in first and f"run directory: {run.resolve()}" in first
@@ -41,6 +44,9 @@ def test_short_run_writes_outputs_and_resumes(tmp_path: Path, isolated_cache: No
     assert rows[-1]["training/rollout_actor_probs_pearson_corr"] > 0.99
     # The actor masks the placeholders the sampler never draws: no log(1 - P(masked)) bias.
     assert all(abs(row["rollout_corr/log_ppl_diff"]) < 1e-4 for row in rows), [r["rollout_corr/log_ppl_diff"] for r in rows]
+    # The sampler draws with the actor's own weights: weights of 1 and nothing rejected.
+    assert all(abs(row["rollout_corr/rollout_is_mean"] - 1) < 1e-3 and row["rollout_corr/rollout_is_max"] <= 2.0
+               and row["rollout_corr/rollout_rs_masked_fraction"] == 0 for row in rows)
     assert (run / "curve.png").stat().st_size > 0 and (run / "config.yaml").exists()
     assert (run / "checkpoints" / "step_000002" / "adapter" / "adapter_config.json").exists()
     # trainer.log_val_generations=3: each validation's samples (before training, then the final

@@ -273,3 +273,20 @@ def test_pipeline_unset_without_a_readable_model_is_explained(tmp_path: Path) ->
     assert any("pipeline_name is unset and could not be taken from the model" in p for p in info.value.problems)
     with pytest.raises(ConfigError, match="pipeline_name is unset"):
         config.actor_rollout_ref.rollout.pipeline()
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["algorithm.rollout_correction.rollout_is=geometric"], "algorithm.rollout_correction: rollout_is='geometric'"),
+    (["algorithm.rollout_correction.rollout_rs=token_k1"], "needs rollout_rs_threshold"),
+    (["algorithm.rollout_correction.rollout_rs=seq_max_k1", "algorithm.rollout_correction.rollout_rs_threshold=2"],
+     "unknown mode seq_max_k1"),
+    (["algorithm.sample_source=offline", "algorithm.trainer_type=direct_preference", "algorithm.paired_preference=true",
+      "algorithm.rollout_correction.rollout_is=token"], "an offline run (algorithm.sample_source=offline) has no rollout"),
+])
+def test_rollout_correction_settings_are_checked_before_anything_loads(overrides: list[str], message: str) -> None:
+    from omni_trainer.preflight import _rollout_correction
+    from omni_trainer.findings import Findings
+
+    found = Findings()
+    _rollout_correction(load_config(overrides), found)
+    (problem,) = found.problems
+    assert message in problem

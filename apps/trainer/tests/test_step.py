@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 from typing import Any
 
@@ -148,6 +149,10 @@ def test_skipped_samples_do_not_count_and_the_rate_is_a_strict_bound() -> None:
         (["actor_rollout_ref.actor.ppo_mini_batch_size=4"], 16, False),  # two optimizer steps
         (["algorithm.use_kl_in_reward=true"], 16, False),  # the reward needs them first
         (["actor_rollout_ref.actor.use_kl_loss=true"], 16, True),  # reference log-probs only
+        (["algorithm.rollout_correction.rollout_is=token"], 16, False),  # weights compare old with rollout
+        (["algorithm.rollout_correction.rollout_rs=token_k3", "algorithm.rollout_correction.rollout_rs_threshold=0.1"],
+         16, False),
+        (["algorithm.rollout_correction.bypass_mode=true"], 16, False),  # the old ones are the rollout's
     ],
 )
 def test_only_on_policy_steps_take_old_log_probs_from_the_update(
@@ -208,3 +213,57 @@ def test_a_speech_policy_returning_another_count_than_n_is_refused(returned: int
     would join this prompt's group (or a group would silently shrink)."""
     with pytest.raises(RuntimeError, match=f"FakeSpeechPolicy.sample_speech returned {returned} samples for prompt 4"):
         rollout_phase(speech_parts(FakeSpeechPolicy(returned), n=2), [spoken_prompt(4)], step=1)
+
+
+def corrected_micro_batches() -> list[Any]:
+    """Two micro-batches (widths 3 and 2) of a step whose rollout disagrees with the actor on
+    some tokens: rollout - actor = +0.9 (ratio e^-0.9, under 0.5) on those, 0 elsewhere."""
+    from omni_training.batching import MicroBatch
+
+    batches = []
+    for mask, offsets in (
+        (torch.tensor([[1, 1, 1], [1, 1, 0]]), torch.tensor([[0.0, 0.9, 0.0], [0.0, 0.0, 0.0]])),
+        (torch.tensor([[1, 1], [1, 0]]), torch.tensor([[0.0, 0.0], [0.9, 0.0]])),
+    ):
+        old = -torch.ones(mask.shape)
+        batches.append(MicroBatch(
+            {"input_ids": torch.ones(2, 4, dtype=torch.long)}, torch.ones(mask.shape, dtype=torch.long), mask,
+            old_log_probs=old, rollout_log_probs=(old + offsets) * mask,
+        ))
+    return batches
+
+
+def test_rollout_correction_takes_rejected_tokens_out_of_the_micro_batches_and_their_advantages() -> None:
+    """Decoupled rollout correction over the step: token k1 rejection outside 0.5..2 drops the
+    two mismatched tokens from their micro-batches' masks, the token weights land on each
+    micro-batch's columns, and the step's advantages are 0 on the rejected tokens (verl
+    computes them after the rejection, on its mask)."""
+    from omni_trainer.step import apply_rollout_correction
+    from omni_training.rollout_correction import CorrectionSettings
+
+    micro = corrected_micro_batches()
+    sampled = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 1, 0], [1, 0, 0]]).float()
+    settings = CorrectionSettings(rollout_is="token", rollout_rs="token_k1", rollout_rs_threshold="0.5_2.0")
+    kept, metrics = apply_rollout_correction(micro, 3, sampled, settings)
+    assert torch.equal(kept, torch.tensor([[1, 0, 1], [1, 1, 0], [1, 1, 0], [0, 0, 0]]).float())
+    assert torch.equal(micro[0].response_mask, torch.tensor([[1, 0, 1], [1, 1, 0]]))
+    assert torch.equal(micro[1].response_mask, torch.tensor([[1, 1], [0, 0]]))
+    assert micro[0].rollout_is_weights is not None and micro[1].rollout_is_weights is not None
+    assert micro[0].rollout_is_weights.shape == (2, 3) and micro[1].rollout_is_weights.shape == (2, 2)
+    assert float(micro[1].rollout_is_weights[1, 0]) == pytest.approx(math.exp(-0.9))
+    assert metrics["rollout_corr/rollout_rs_masked_fraction"] == pytest.approx(2 / 8)
+    step_parts = parts(n=2)
+    rollouts = rollout_phase(step_parts, [prompt(0), prompt(1)], step=1)
+    rewards = torch.zeros(4, 3)
+    rewards[:, 0] = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    advantages = advantage_phase(step_parts, rollouts, TrainBatch(micro=micro, mask=kept, token_rewards=rewards))
+    assert bool((advantages[kept == 0] == 0).all()) and bool((advantages[kept == 1] != 0).all())
+
+
+def test_rollout_correction_refuses_samples_without_rollout_log_probs() -> None:
+    from omni_trainer.step import require_rollout_log_probs
+
+    samples = [RolloutSample(prompt_ids=[1], response_ids=[5], response_mask=[1], response_logprobs=[-0.1]),
+               RolloutSample(prompt_ids=[1], response_ids=[5], response_mask=[1])]
+    with pytest.raises(ValueError, match="needs the rollout's log-probs of every sample; 1 of 2 came without them"):
+        require_rollout_log_probs(samples, "rollout correction (rollout_is, rollout_rs)")

@@ -60,6 +60,18 @@ def trainer_command(tiny: str, train: Path, val: Path, run_dir: Path, *extra: st
     ]
 
 
+def logged_steps(run_dir: Path) -> list[int]:
+    """Steps of the newest launch whose line verl's file logger has written in full so far."""
+    steps = []
+    for path in sorted((run_dir / "metrics").glob("verl-*.jsonl"))[-1:]:
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(json.JSONDecodeError):
+                record = json.loads(line)
+                if "training/global_step" in record["data"]:
+                    steps.append(record["step"])
+    return steps
+
+
 def launches(run_dir: Path) -> list[list[dict[str, Any]]]:
     """Per launch into ``run_dir`` (oldest first), the steps verl's file logger recorded."""
     runs = []
@@ -110,8 +122,8 @@ def test_two_nodes_distil_save_and_resume_after_a_kill(inputs: tuple[str, Path, 
     video row, with on-policy distillation: every sample's prompt + response (with its
     media) is scored by the teacher, which is the student's checkpoint, so before the first
     update verl's per-token divergence is zero to fp32 noise (a teacher answer one token off,
-    or without the media, would not be). The run is killed after its second checkpoint and
-    rerun on the same cluster: it resumes at step 3 from that checkpoint's weights, bit for bit."""
+    or without the media, would not be). The run is killed after its first checkpoint and
+    rerun on the same cluster: it resumes at step 2 from that checkpoint's weights, bit for bit."""
     from ray.cluster_utils import Cluster
 
     tiny, train, val = inputs
@@ -131,26 +143,28 @@ def test_two_nodes_distil_save_and_resume_after_a_kill(inputs: tuple[str, Path, 
             "distillation.nnodes=1", "distillation.n_gpus_per_node=1",
             "distillation.distillation_loss.loss_mode=kl", "distillation.distillation_loss.use_policy_gradient=true",
         )
-        command = [arg for arg in command if arg not in ("trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2")]
-        command.append("trainer.n_gpus_per_node=1")
+        dropped = ("trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "trainer.total_training_steps=3")
+        command = [arg for arg in command if arg not in dropped] + ["trainer.n_gpus_per_node=1", "trainer.total_training_steps=2"]
         log = (tmp_path / "first.log").open("w")
         first = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=RUN_ENV)
         latest = run_dir / "latest_checkpointed_iteration.txt"
         deadline = time.monotonic() + 600
         try:
-            # Killed once the second checkpoint is written and both replicas hold step 2's weights.
+            # Killed once the first checkpoint and step line are written and both replicas hold
+            # step 1's weights.
             while not (
-                latest.is_file() and latest.read_text().strip() == "2"
-                and {(0, 2), (1, 2)} <= weight_syncs((tmp_path / "first.log").read_text(errors="replace")).keys()
+                latest.is_file() and latest.read_text().strip() == "1"
+                and {(0, 1), (1, 1)} <= weight_syncs((tmp_path / "first.log").read_text(errors="replace")).keys()
+                and logged_steps(run_dir) == [1]
             ):
-                assert first.poll() is None, f"the run ended before its second checkpoint:\n{_tail(tmp_path / 'first.log')}"
-                assert time.monotonic() < deadline, "no second checkpoint within 10 minutes"
+                assert first.poll() is None, f"the run ended before its first checkpoint:\n{_tail(tmp_path / 'first.log')}"
+                assert time.monotonic() < deadline, "no first checkpoint within 10 minutes"
                 time.sleep(0.5)
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(first.pid, signal.SIGKILL)  # the driver; Ray ends the actors of its job
             first.wait()
-        assert (run_dir / "global_step_2" / "actor").is_dir()
+        assert (run_dir / "global_step_1" / "actor").is_dir()
         placement = node_of_each_rank(cluster.address)
 
         second = subprocess.run(command, capture_output=True, text=True, timeout=600, env=RUN_ENV)
@@ -158,14 +172,13 @@ def test_two_nodes_distil_save_and_resume_after_a_kill(inputs: tuple[str, Path, 
     finally:
         cluster.shutdown()
     killed, resumed = launches(run_dir)
-    # Killed after its second checkpoint (its step-2 line may not have been written yet).
-    assert [row["step"] for row in killed] in ([1], [1, 2])
+    assert [row["step"] for row in killed] == [1]
     # The rerun starts at the step after the newest checkpoint, from that checkpoint's weights.
-    assert [row["step"] for row in resumed] == [3]
-    assert "global_step_2" in second.stdout + second.stderr
-    assert latest.read_text().strip() == "3"
+    assert [row["step"] for row in resumed] == [2]
+    assert "global_step_1" in second.stdout + second.stderr
+    assert latest.read_text().strip() == "2"
     # The actor's two shards were written by the two nodes' ranks, at every checkpoint.
-    for step in (2, 3):
+    for step in (1, 2):
         assert sorted(p.name for p in (run_dir / f"global_step_{step}" / "actor").glob("model_world_size_2_rank_*.pt")) == [
             "model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"
         ]
@@ -180,12 +193,12 @@ def test_two_nodes_distil_save_and_resume_after_a_kill(inputs: tuple[str, Path, 
     assert max(abs(first_step[DISTILL_MIN]), abs(first_step[DISTILL_MAX])) < 1e-4, first_step
     assert max(abs(resumed[0][DISTILL_MIN]), abs(resumed[0][DISTILL_MAX])) > 1e-4, resumed[0]
     # Same weights after the resume, bit for bit: the resumed actor's first sync (labelled with
-    # the checkpoint's step) equals what the killed actor synced after its second update.
+    # the checkpoint's step) equals what the killed actor synced after its first update.
     before = weight_syncs((tmp_path / "first.log").read_text(errors="replace"))
     after = weight_syncs(second.stdout + second.stderr)
-    assert before[0, 2] == before[1, 2] != before[0, 1] != before[0, 0]  # the weights moved every step
-    assert (0, 0) not in after and after[0, 2] == after[1, 2] == before[0, 2]
-    assert after[0, 3] != after[0, 2]
+    assert before[0, 1] == before[1, 1] != before[0, 0]  # the update moved the weights
+    assert (0, 0) not in after and after[0, 1] == after[1, 1] == before[0, 1]
+    assert after[0, 2] == after[1, 2] != after[0, 1]
     # The rollout samples with the actor's weights at every step, before and after the resume,
     # and the actor scores the distribution it sampled from (placeholders masked on both
     # sides; unmasked, the bias was 1.7e-3 on these rows).

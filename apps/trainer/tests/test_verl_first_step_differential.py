@@ -34,10 +34,16 @@ each other, which this test showed before the constant was set.
 
 The layout otherwise does not enter: token-mean and the seq-mean modes other than ``-norm``
 sum over the response mask, whatever its padding.
+
+The fourth variant is vanilla token-mean with rollout correction on (token TIS at 1.5, token
+k1 rejection outside 0.5..1.7) and a fixed mismatch injected into the rollout's log-probs:
+verl's driver applies verl's correction, the local engine its own, and the rejected tokens,
+the rollout_corr/* metrics and the weighted loss (a worked value) must agree.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -52,7 +58,10 @@ from test_verl_cpu_harness import run_harness  # noqa: E402
 pytestmark = pytest.mark.slow
 
 HARNESS = Path(__file__).with_name("verl_first_step_harness.py")
-VARIANTS = [("gspo", "seq-mean-token-mean"), ("vanilla", "token-mean"), ("vanilla", "seq-mean-token-sum-norm")]
+VARIANTS = [
+    ("gspo", "seq-mean-token-mean", False), ("vanilla", "token-mean", False), ("vanilla", "seq-mean-token-sum-norm", False),
+    ("vanilla", "token-mean", True),  # rollout correction on, with an injected mismatch
+]
 TOLERANCE = 1e-4
 LR = 1e-4
 # The worked loss at the first step: the ratio is 1, nothing is clipped, each token's loss is
@@ -67,10 +76,9 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return run_harness(tmp_path_factory.mktemp("verl-first-step"), harness=HARNESS)
 
 
-@pytest.fixture(params=VARIANTS, ids=[f"{mode}-{agg}" for mode, agg in VARIANTS])
+@pytest.fixture(params=VARIANTS, ids=[f"{mode}-{agg}{'-corrected' if corrected else ''}" for mode, agg, corrected in VARIANTS])
 def variant(request: pytest.FixtureRequest, report: dict[str, Any]) -> dict[str, Any]:
-    loss_mode, loss_agg_mode = request.param
-    (found,) = [v for v in report["variants"] if (v["loss_mode"], v["loss_agg_mode"]) == (loss_mode, loss_agg_mode)]
+    (found,) = [v for v in report["variants"] if (v["loss_mode"], v["loss_agg_mode"], v["corrected"]) == request.param]
     return found
 
 
@@ -102,7 +110,8 @@ def test_old_log_probs_agree(variant: dict[str, Any]) -> None:
 
 def test_verl_policy_loss_is_the_worked_value(variant: dict[str, Any]) -> None:
     verl = variant["verl"]["metrics"]
-    assert verl["actor/pg_loss"] == pytest.approx(EXPECTED_LOSS[variant["loss_agg_mode"]], abs=1e-6)
+    expected = corrected_loss(variant) if variant["corrected"] else EXPECTED_LOSS[variant["loss_agg_mode"]]
+    assert verl["actor/pg_loss"] == pytest.approx(expected, abs=1e-6)
     # verl's summed micro-batch losses (its "actor/loss") are the mini-batch loss as well.
     assert verl["actor/loss"] == pytest.approx(verl["actor/pg_loss"], abs=1e-6)
     assert verl["actor/pg_clipfrac"] == variant["local"]["metrics"]["actor/pg_clipfrac"] == 0.0
@@ -128,3 +137,38 @@ def test_the_optimizer_step_agrees(variant: dict[str, Any]) -> None:
     # Adam's first step moves each weight by about lr (plus lr * weight_decay * w).
     assert variant["watched_max_abs_delta"] == pytest.approx(LR, rel=0.01)
     assert variant["watched_max_abs_delta_difference"] <= 0.1 * LR
+
+
+ADVANTAGES = (1.0, -0.5, 0.25, -1.5)  # per row, as the harness gives them
+
+
+def corrected_loss(variant: dict[str, Any]) -> float:
+    """token-mean at ratio 1 with rollout correction: each kept token's loss is ``-A * w``, its
+    weight ``w = min(pi_old / pi_rollout, 1.5)`` = ``min(e^-offset, 1.5)`` for the harness's
+    offset of that token; summed over the kept tokens and divided by their count."""
+    offsets = (-0.6, -0.3, 0.0, 0.3, 0.6)
+    total = count = 0.0
+    for row, kept in enumerate(variant["verl"]["kept"]):
+        for col, keep in enumerate(kept):
+            if keep:
+                total += -ADVANTAGES[row] * min(math.exp(-offsets[(3 * row + col) % 5]), 1.5)
+                count += 1
+    return total / count
+
+
+def test_rollout_correction_weights_and_rejects_the_same_tokens_on_both_engines(report: dict[str, Any]) -> None:
+    """verl's driver and worker against the local step on the same injected mismatch: the same
+    tokens rejected (those whose rollout log-prob is 0.6 above the actor's: ratio e^-0.6, under
+    the band's 0.5..1.7 in k1 terms), the same weights in the loss (the worked value above, on
+    verl's side; the local loss equals it), and every rollout_corr/* metric equal."""
+    (variant,) = [v for v in report["variants"] if v["corrected"]]
+    verl, local = variant["verl"], variant["local"]
+    assert verl["kept"] == local["kept"]
+    rejected = [(row, col) for row, kept in enumerate(verl["kept"]) for col, keep in enumerate(kept) if not keep]
+    assert rejected and all((3 * row + col) % 5 == 4 for row, col in rejected)
+    assert sum(len(kept) for kept in verl["kept"]) - len(rejected) == sum(sum(kept) for kept in verl["kept"])
+    assert verl["correction"]["rollout_corr/rollout_is_max"] == pytest.approx(1.5)
+    assert verl["correction"]["rollout_corr/rollout_rs_masked_fraction"] > 0
+    assert sorted(local["correction"]) == sorted(verl["correction"])
+    for key, value in verl["correction"].items():
+        assert local["correction"][key] == pytest.approx(value, rel=TOLERANCE, abs=TOLERANCE), key  # perplexities are ~1e3

@@ -333,7 +333,7 @@ def test_one_launch_translates_its_config_once(monkeypatch: pytest.MonkeyPatch) 
     assert calls == ["/once.parquet", "/other.parquet"]  # another config is translated anew
 
 
-def test_rollout_correction_reaches_verl_and_is_refused_by_the_local_engine() -> None:
+def test_rollout_correction_reaches_verl_and_the_local_engine_honours_it() -> None:
     from omni_trainer.verl_keys import local_refusals
 
     keys = ["algorithm.rollout_correction.rollout_is=sequence", "algorithm.rollout_correction.rollout_is_threshold=0.5_5.0",
@@ -349,6 +349,20 @@ def test_rollout_correction_reaches_verl_and_is_refused_by_the_local_engine() ->
     from verl.utils.config import omega_conf_to_dataclass
 
     assert isinstance(omega_conf_to_dataclass(correction, RolloutCorrectionConfig), RolloutCorrectionConfig)  # verl's schema
-    (refusal,) = local_refusals(load_config([*base, keys[0]]))
-    assert "algorithm.rollout_correction.rollout_is=sequence is a verl-engine setting" in refusal
-    assert local_refusals(load_config([*base, "algorithm.rollout_correction.rollout_is=null"])) == []
+    assert local_refusals(load_config([*base, *keys])) == []  # omni-training implements it
+
+
+@pytest.mark.parametrize("extra", [
+    ["algorithm.rollout_correction.rollout_is=token"],
+    ["algorithm.rollout_correction.rollout_rs=token_k3", "algorithm.rollout_correction.rollout_rs_threshold=0.1"],
+    ["algorithm.rollout_correction.loss_type=reinforce"],
+])
+def test_verl_refuses_what_its_bypass_mode_would_ignore(extra: list[str]) -> None:
+    """verl 0.9.1's V1 trainer in bypass mode only swaps the old log-probs for the rollout's."""
+    from omni_trainer.verl_engine.translate import bypass_problems
+
+    base = ["actor_rollout_ref.model.path=/m", "data.train_files=[/d.parquet]", "trainer.engine=verl",
+            "algorithm.rollout_correction.bypass_mode=true"]
+    assert bypass_problems(load_config(base)) == []  # bypass alone: verl does what it says
+    (problem,) = bypass_problems(load_config([*base, *extra]))
+    assert problem.startswith("algorithm.rollout_correction.bypass_mode=true with ") and "trainer.engine=local" in problem

@@ -30,8 +30,14 @@ Both sides load the same checkpoint (built with seed 0) and nothing in the step 
 numbers (no dropout, no sampling). Of verl's ``fit`` between rollout and update, left out:
 the reward and advantage computation (the advantages are given), ``balance_batch`` (it
 reorders rows, which moves them between micro-batches; both engines normalise by the
-mini-batch's totals, so the step does not depend on that order) and the rollout correction
-(``rollout_is`` is unset in our translation: no importance weights reach the loss).
+mini-batch's totals, so the step does not depend on that order).
+
+The last variant turns rollout correction on (:data:`CORRECTION`: token TIS and token k1
+rejection) with a fixed mismatch injected: the rollout's log-probs are the old ones plus
+:func:`mismatch`. verl applies it with its driver's ``compute_rollout_correction_and_add_to_batch``
+between the old log-probs and the update (its weights and mask reach the worker's loss); the
+local engine with ``step.apply_rollout_correction`` after a separate old-log-prob pass, as its
+step does when correction is on.
 """
 
 from __future__ import annotations
@@ -61,10 +67,24 @@ DATASET_INDEX = {"text": 0, "image": 1, "audio": 2, "image+audio": 3}  # write_m
 # (loss_mode, loss_agg_mode, entropy_coeff): our default objective, the token-level one, and
 # Dr.GRPO's, whose horizon differs between the engines (see the test).
 VARIANTS = (
-    ("gspo", "seq-mean-token-mean", 0.0),
-    ("vanilla", "token-mean", 0.0),
-    ("vanilla", "seq-mean-token-sum-norm", 0.0),
+    ("gspo", "seq-mean-token-mean", 0.0, False),
+    ("vanilla", "token-mean", 0.0, False),
+    ("vanilla", "seq-mean-token-sum-norm", 0.0, False),
+    ("vanilla", "token-mean", 0.0, True),  # with rollout correction (the last: it edits the batch)
 )
+CORRECTION = {
+    "rollout_is": "token", "rollout_is_threshold": 1.5, "rollout_rs": "token_k1", "rollout_rs_threshold": "0.5_1.7",
+}
+"""Ratios pi_old / pi_rollout of e^0.6 are truncated to 1.5; tokens with a ratio of e^-0.6 are rejected."""
+OFFSETS = (-0.6, -0.3, 0.0, 0.3, 0.6)
+
+
+def mismatch(shape: tuple[int, int]) -> Any:
+    """The rollout's log-prob minus the actor's, per (row, response token): a fixed pattern."""
+    import torch
+
+    rows, cols = torch.meshgrid(torch.arange(shape[0]), torch.arange(shape[1]), indexing="ij")
+    return torch.tensor(OFFSETS)[(3 * rows + cols) % len(OFFSETS)]
 MICRO_BATCH = 2
 LR = 1e-4  # large enough for one step to move the log-probs well past fp32 noise
 WATCHED = "model.layers.0.self_attn.q_proj.weight"  # the weight whose update is compared
@@ -87,10 +107,11 @@ class PromptServer:
         )
 
 
-def config_for(tiny: str, data: str, loss_mode: str, loss_agg_mode: str, entropy_coeff: float) -> Any:
+def config_for(tiny: str, data: str, loss_mode: str, loss_agg_mode: str, entropy_coeff: float, corrected: bool) -> Any:
     from omni_trainer.config import load_config
 
-    return load_config([
+    correction = [f"algorithm.rollout_correction.{key}={value}" for key, value in CORRECTION.items()] if corrected else []
+    return load_config([*correction,
         f"actor_rollout_ref.model.path={tiny}", f"data.train_files=[{data}]",
         "trainer.engine=verl", "trainer.device=cpu",  # the CPU run's translation: fp32 mixed precision
         f"data.train_batch_size={len(ROWS)}", f"actor_rollout_ref.actor.ppo_mini_batch_size={len(ROWS)}",
@@ -166,9 +187,10 @@ def watched(named: Any) -> tuple[str, Any]:
     return name, param
 
 
-def verl_step(verl_config: Any, batch: Any) -> dict[str, Any]:
+def verl_step(verl_config: Any, batch: Any, corrected: bool) -> dict[str, Any]:
     """verl's actor worker and driver code for one step; old/new log-probs as ``[B, T]`` lists."""
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
     from verl.utils.metric import reduce_metrics
     from verl.workers.engine_workers import ActorRolloutRefWorker
 
@@ -183,14 +205,22 @@ def verl_step(verl_config: Any, batch: Any) -> dict[str, Any]:
     old, _ = RayPPOTrainer._compute_old_log_prob(driver, batch)
     old.batch.pop("entropys")
     batch = batch.union(old)
+    correction: dict[str, float] = {}
+    if corrected:
+        mask = batch.batch["response_mask"]
+        batch.batch["rollout_log_probs"] = (batch.batch["old_log_probs"] + mismatch(tuple(mask.shape))) * mask
+        batch, correction = compute_rollout_correction_and_add_to_batch(batch, verl_config.algorithm.rollout_correction)
     output = RayPPOTrainer._update_actor(driver, batch)
     seconds = time.perf_counter() - started
     metrics = reduce_metrics(output.meta_info["metrics"])
     after = full(watched(module.named_parameters())[1])
     new, _ = RayPPOTrainer._compute_old_log_prob(driver, batch)  # the updated policy's
-    mask = batch.batch["response_mask"].bool()
+    kept = batch.batch["response_mask"]
+    mask = batch.batch["attention_mask"][:, -kept.shape[1]:].bool()  # the sampled tokens, rejected or not
     return {
         "seconds": seconds,
+        "correction": correction,
+        "kept": rows_of(kept.float(), mask),
         "trainable": sum(p.numel() for p in module.parameters() if p.requires_grad),
         "metrics": {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)},
         "old_log_probs": rows_of(batch.batch["old_log_probs"], mask),
@@ -204,13 +234,14 @@ def rows_of(values: Any, mask: Any) -> list[list[float]]:
     return [row[m].tolist() for row, m in zip(values, mask, strict=True)]
 
 
-def local_step(config: Any, tiny: str, ours: list[dict[str, Any]]) -> dict[str, Any]:
+def local_step(config: Any, tiny: str, ours: list[dict[str, Any]], corrected: bool) -> dict[str, Any]:
     """The local engine's actor, built and updated as the local trainer does on a first step."""
     import torch
     from transformers import AutoConfig
 
     from omni_contracts.training_adapter import resolve_training_adapter
-    from omni_trainer.settings_builders import actor_settings, adapter_options, lora_settings, optim_settings
+    from omni_trainer.settings_builders import actor_settings, adapter_options, correction_settings, lora_settings, optim_settings
+    from omni_trainer.step import apply_rollout_correction, padded_log_probs
     from omni_training.actor import Actor
     from omni_training.batching import MicroBatch, collate
 
@@ -242,17 +273,36 @@ def local_step(config: Any, tiny: str, ours: list[dict[str, Any]]) -> dict[str, 
         model_inputs, responses, mask = collate(inputs, [r for _, r, _ in chunk], pad_token_id=0)
         advantages = torch.tensor([a for _, _, a in chunk])[:, None] * mask.float()
         micro.append(MicroBatch(model_inputs, responses, mask, advantages=advantages))
+    sampled = [mb.response_mask.clone() for mb in micro]
     started = time.perf_counter()
-    metrics = actor.update(micro, on_policy=True)  # step.update_phase on a first step
+    correction: dict[str, float] = {}
+    if corrected:  # step.logprob_phase with correction on: a separate old pass, then the correction
+        width = max(mb.responses.shape[1] for mb in micro)
+        for mb, old in zip(micro, actor.compute_log_probs(micro), strict=True):
+            mb.old_log_probs = old
+        old_lp = padded_log_probs([mb.old_log_probs for mb in micro], width)
+        step_mask = torch.cat([torch.nn.functional.pad(m, (0, width - m.shape[1])) for m in sampled]).float()
+        rollout_lp = (old_lp + mismatch(tuple(old_lp.shape))) * step_mask
+        offset = 0
+        for mb in micro:
+            rows, cols = mb.responses.shape
+            mb.rollout_log_probs = rollout_lp[offset : offset + rows, :cols]
+            offset += rows
+        _, correction = apply_rollout_correction(micro, width, step_mask, correction_settings(config))
+        metrics = actor.update(micro)
+    else:
+        metrics = actor.update(micro, on_policy=True)  # step.update_phase on a first step
     seconds = time.perf_counter() - started
     after = full(param)
     new = actor.compute_log_probs(micro)
     return {
         "seconds": seconds,
+        "correction": correction,
+        "kept": [r for mb, m in zip(micro, sampled, strict=True) for r in rows_of(mb.response_mask.float(), m.bool())],
         "trainable": sum(p.numel() for p in actor.trainable),
         "metrics": metrics,
-        "old_log_probs": [r for mb in micro for r in rows_of(mb.old_log_probs, mb.response_mask.bool())],
-        "new_log_probs": [r for mb, lp in zip(micro, new, strict=True) for r in rows_of(lp, mb.response_mask.bool())],
+        "old_log_probs": [r for mb, m in zip(micro, sampled, strict=True) for r in rows_of(mb.old_log_probs, m.bool())],
+        "new_log_probs": [r for m, lp in zip(sampled, new, strict=True) for r in rows_of(lp, m.bool())],
         "watched": name,
         "watched_delta": (after - before),
     }
@@ -279,19 +329,19 @@ def main(out_dir: Path) -> None:
     init_process_group()
     report: dict[str, Any] = {"rows": list(ROWS), "lr": LR, "variants": []}
     batch = ours = None
-    for loss_mode, loss_agg_mode, entropy_coeff in VARIANTS:
-        config = config_for(tiny, data, loss_mode, loss_agg_mode, entropy_coeff)
+    for loss_mode, loss_agg_mode, entropy_coeff, corrected in VARIANTS:
+        config = config_for(tiny, data, loss_mode, loss_agg_mode, entropy_coeff, corrected)
         verl_config = to_verl_config(config, lora_target_modules=None, lora_exclude_modules=None)
         os.environ[SETTINGS_ENV] = settings_for(config, tiny).to_env()
         if batch is None:  # the rollouts do not depend on the objective: one set for all
             batch, ours = rollouts(verl_config, settings_for(config, tiny), data)
         assert ours is not None
-        verl = verl_step(verl_config, batch)
-        local = local_step(config, tiny, ours)
+        verl = verl_step(verl_config, batch, corrected)
+        local = local_step(config, tiny, ours, corrected)
         actor = verl_config.actor_rollout_ref.actor
         delta_v, delta_l = verl.pop("watched_delta"), local.pop("watched_delta")
         report["variants"].append({
-            "loss_mode": loss_mode, "loss_agg_mode": loss_agg_mode, "entropy_coeff": entropy_coeff,
+            "loss_mode": loss_mode, "loss_agg_mode": loss_agg_mode, "entropy_coeff": entropy_coeff, "corrected": corrected,
             "verl_config": {
                 "loss_mode": actor.policy_loss.loss_mode, "loss_agg_mode": actor.loss_agg_mode,
                 "entropy_coeff": actor.entropy_coeff, "loss_scale_factor": actor.loss_scale_factor,

@@ -352,3 +352,77 @@ def test_an_objective_update_accumulates_as_one_batch_and_lowers_its_objective(
         last = actor.update_objective([batch], objective)
     assert first["actor/objective"] == pytest.approx(whole, rel=1e-4)
     assert last["actor/objective"] < first["actor/objective"] - 1e-3 and last["actor/skipped_step"] == 0.0
+
+
+def offsets_like(log_probs: torch.Tensor) -> torch.Tensor:
+    """A fixed rollout-minus-actor mismatch per token: -0.8 .. 0.8."""
+    cols = torch.arange(log_probs.shape[1])
+    rows = torch.arange(log_probs.shape[0])[:, None]
+    return torch.tensor([-0.8, -0.2, 0.0, 0.3, 0.8])[(2 * rows + cols) % 5]
+
+
+def test_bypass_mode_trains_on_the_rollout_log_probs_without_the_rejected_tokens(
+    tiny_lm_path: Path, tiny_adapter: TrainingAdapter
+) -> None:
+    """Bypass (ppo_clip): the rollout's log-probs are the old ones, and the tokens the rejection
+    drops (current policy against the rollout, token k1 outside 0.5..2) leave the loss -- the
+    same step as a plain update on the rollout's log-probs with those tokens masked by hand."""
+    from omni_training.rollout_correction import CorrectionSettings, correct
+
+    settings = CorrectionSettings(rollout_rs="token_k1", rollout_rs_threshold="0.5_2.0", bypass_mode=True)
+    bypass = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LoraSettings(rank=0), optim=FAST,
+                                   settings=ActorSettings(bypass_correction=settings))
+    plain = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LoraSettings(rank=0), optim=FAST)
+    batch = make_batch(3)
+    (current,) = plain.compute_log_probs([batch])
+    rollout = (current + offsets_like(current)) * batch.response_mask
+    batch.rollout_log_probs = batch.old_log_probs = rollout
+    kept = correct(current, rollout, batch.response_mask.float(), settings).mask
+    assert 0 < int(kept.sum()) < int(batch.response_mask.sum())  # some tokens, not all, rejected
+    by_hand = MicroBatch(batch.model_inputs, batch.responses, batch.response_mask, old_log_probs=rollout,
+                         advantages=batch.advantages)
+    metrics = bypass.update([batch])
+    plain_metrics = _update_with_mask(plain, by_hand, kept)
+    assert metrics["actor/pg_loss"] == pytest.approx(plain_metrics["actor/pg_loss"], abs=1e-6)
+    assert metrics["actor/grad_norm"] == pytest.approx(plain_metrics["actor/grad_norm"], rel=1e-5)
+    assert metrics["rollout_corr/rollout_rs_masked_fraction"] == pytest.approx(
+        1 - float(kept.sum() / batch.response_mask.sum()), abs=1e-6)
+
+
+def _update_with_mask(actor: Actor, batch: MicroBatch, kept: torch.Tensor) -> dict[str, float]:
+    """An update whose policy loss sees ``kept`` while the batch totals are the sampled mask's,
+    as in bypass mode: the loss is given the kept tokens, the normalisation the sampled ones."""
+    from omni_training.policy_loss import get_policy_loss
+
+    loss_fn = actor.loss_fn
+    actor.loss_fn = lambda **kwargs: loss_fn(**{**kwargs, "response_mask": kept})  # type: ignore[assignment]
+    try:
+        return actor.update([batch])
+    finally:
+        actor.loss_fn = get_policy_loss(actor.settings.loss_mode)
+
+
+def test_bypass_reinforce_weights_the_policy_gradient(tiny_lm_path: Path, tiny_adapter: TrainingAdapter) -> None:
+    """Bypass with loss_type=reinforce: ``-w * A * log pi`` over the mini-batch's tokens, ``w``
+    the truncated ratio of the current policy to the rollout."""
+    from omni_training.policy_loss import BatchCounts, PolicyLossConfig, reinforce_loss
+    from omni_training.rollout_correction import CorrectionSettings, correct
+
+    settings = CorrectionSettings(rollout_is="token", rollout_is_threshold=1.5, bypass_mode=True, loss_type="reinforce")
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LoraSettings(rank=0), optim=FAST,
+                                  settings=ActorSettings(bypass_correction=settings))
+    batch = make_batch(4)
+    (current,) = actor.compute_log_probs([batch])
+    batch.rollout_log_probs = batch.old_log_probs = (current + offsets_like(current)) * batch.response_mask
+    mask = batch.response_mask.float()
+    correction = correct(current, batch.rollout_log_probs, mask, settings)
+    assert correction.weights is not None and correction.weights.max() == pytest.approx(1.5)
+    assert batch.advantages is not None
+    expected = reinforce_loss(
+        rollout_log_prob=batch.rollout_log_probs, log_prob=current, advantages=batch.advantages, response_mask=mask,
+        config=PolicyLossConfig(), counts=BatchCounts(num_tokens=float(mask.sum())), rollout_is_weights=correction.weights,
+    )
+    metrics = actor.update([batch])
+    assert metrics["actor/pg_loss"] == pytest.approx(float(expected.loss), abs=1e-6)
+    assert metrics["rollout_corr/rollout_is_max"] == pytest.approx(1.5)
+    assert metrics["actor/pg_clipfrac"] == 0.0

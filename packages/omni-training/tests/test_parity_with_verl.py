@@ -12,7 +12,7 @@ import torch
 from omni_training import advantages as adv
 from omni_training.aggregation import LOSS_AGG_MODES, aggregate_loss
 from omni_training.kl import kl_estimate
-from omni_training.policy_loss import PolicyLossConfig, get_policy_loss
+from omni_training.policy_loss import PolicyLossConfig, get_policy_loss, reinforce_loss
 
 SEEDS = (0, 1, 2)
 TOL = {"rtol": 1e-6, "atol": 1e-6}
@@ -65,21 +65,24 @@ def test_aggregation(verl_core_algos: ModuleType, seed: int, mode: str) -> None:
         ("cispo", {"clip_ratio_low": 0.2, "clip_ratio_high": 0.28}),
     ],
 )
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "rollout_is_weights"])
 def test_policy_losses(
-    verl_core_algos: ModuleType, seed: int, agg: str, loss_mode: str, clip: dict[str, float]
+    verl_core_algos: ModuleType, seed: int, agg: str, loss_mode: str, clip: dict[str, float], weighted: bool
 ) -> None:
     data = batch(seed)
     ours_new = data["new"].clone().requires_grad_(True)
     theirs_new = data["new"].clone().requires_grad_(True)
     config = PolicyLossConfig(loss_agg_mode=agg, **clip)
+    weights = torch.rand(data["mask"].shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 2
+    given = {"rollout_is_weights": weights} if weighted else {}
     ours = get_policy_loss(loss_mode)(
         old_log_prob=data["old"], log_prob=ours_new, advantages=data["adv"],
-        response_mask=data["mask"], config=config,
+        response_mask=data["mask"], config=config, **given,
     )
     verl_loss = verl_core_algos.get_policy_loss_fn(loss_mode)
     theirs, metrics = verl_loss(
         old_log_prob=data["old"], log_prob=theirs_new, advantages=data["adv"],
-        response_mask=data["mask"], loss_agg_mode=agg, config=verl_actor_config(loss_agg_mode=agg, **clip),
+        response_mask=data["mask"], loss_agg_mode=agg, config=verl_actor_config(loss_agg_mode=agg, **clip), **given,
     )
     torch.testing.assert_close(ours.loss, theirs, **TOL)
     ours.loss.backward()
@@ -88,6 +91,30 @@ def test_policy_losses(
     assert ours.clipfrac.item() == pytest.approx(metrics["actor/pg_clipfrac"], abs=1e-6)
     assert ours.ppo_kl.item() == pytest.approx(metrics["actor/ppo_kl"], abs=1e-6)
     assert ours.clipfrac_lower.item() == pytest.approx(metrics["actor/pg_clipfrac_lower"], abs=1e-6)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("agg", LOSS_AGG_MODES)
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "rollout_is_weights"])
+def test_the_bypass_reinforce_loss(verl_core_algos: ModuleType, seed: int, agg: str, weighted: bool) -> None:
+    data = batch(seed)
+    ours_new = data["new"].clone().requires_grad_(True)
+    theirs_new = data["new"].clone().requires_grad_(True)
+    weights = torch.rand(data["mask"].shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 2
+    given = weights if weighted else None
+    ours = reinforce_loss(
+        rollout_log_prob=data["old"], log_prob=ours_new, advantages=data["adv"], response_mask=data["mask"],
+        config=PolicyLossConfig(loss_agg_mode=agg), rollout_is_weights=given,
+    )
+    theirs, metrics = verl_core_algos.compute_policy_loss_reinforce(
+        rollout_log_prob=data["old"], log_prob=theirs_new, advantages=data["adv"], response_mask=data["mask"],
+        loss_agg_mode=agg, config=verl_actor_config(loss_agg_mode=agg), rollout_is_weights=given,
+    )
+    torch.testing.assert_close(ours.loss, theirs, **TOL)
+    ours.loss.backward()
+    theirs.backward()
+    torch.testing.assert_close(ours_new.grad, theirs_new.grad, **TOL)
+    assert ours.ppo_kl.item() == pytest.approx(metrics["actor/ppo_kl"], abs=1e-6)
 
 
 def grouped_rewards(seed: int, groups: list[int], t: int = 7) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:

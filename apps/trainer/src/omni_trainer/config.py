@@ -332,7 +332,8 @@ class RolloutCorrectionConfig:
     log-probs (``rollout_is``: ``token`` or ``sequence``; ``rollout_is_threshold``: an upper
     bound, or ``"lower_upper"``), rejection of tokens or sequences (``rollout_rs``, its
     thresholds), and ``bypass_mode`` (train on the rollout's log-probs as the old ones). The
-    verl engine hands it to verl; the local engine refuses it in this version."""
+    verl engine hands it to verl; the local engine applies omni-training's implementation
+    (:mod:`omni_training.rollout_correction`)."""
 
     rollout_is: str | None = None
     rollout_is_threshold: Any = 2.0  # a float, or "lower_upper"

@@ -157,6 +157,23 @@ def _distillation(config: Config, found: Findings) -> None:
         found.problems.append(f"distillation.distillation_loss: {one_line(exc)}")
 
 
+def _rollout_correction(config: Config, found: Findings) -> None:
+    """``algorithm.rollout_correction``'s modes and thresholds parse, and it has samples to
+    correct: an offline run trains on fixed pairs, with no rollout log-probs."""
+    from omni_trainer.settings_builders import correction_settings
+
+    try:
+        settings = correction_settings(config)
+    except ValueError as exc:
+        found.problems.append(f"algorithm.rollout_correction: {one_line(exc)}")
+        return
+    if config.algorithm.sample_source == "offline" and (settings.corrects or settings.bypass_mode):
+        found.problems.append(
+            "algorithm.rollout_correction: an offline run (algorithm.sample_source=offline) has no rollout to "
+            "correct; leave rollout_is and rollout_rs null and bypass_mode=false"
+        )
+
+
 def distillation_settings(config: Config) -> Any:
     """``distillation.*`` as omni-training's ``DistillationSettings`` (None when off).
 
@@ -537,6 +554,6 @@ def _reward_error_rate(config: Config, found: Findings) -> None:
 
 
 COMMON_CHECKS: tuple[Check, ...] = (
-    _vocabularies, _distillation, _ranges, _warnings, _model_paths, _data_files, _custom_reward_function, _run_dir,
+    _vocabularies, _distillation, _rollout_correction, _ranges, _warnings, _model_paths, _data_files, _custom_reward_function, _run_dir,
     _verl_omni_keys, _resume_keys, _reward_error_rate, _preference,
 )

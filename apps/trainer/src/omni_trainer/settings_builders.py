@@ -8,6 +8,7 @@ from omni_rewards import RewardManagerConfig
 from omni_rollout.sampling import SamplingSettings
 from omni_training.distillation import DistillationSettings
 from omni_training.policy_loss import PolicyLossConfig
+from omni_training.rollout_correction import CorrectionSettings
 from omni_training.settings import ActorSettings, LoraSettings, OptimizerSettings
 
 from omni_trainer.config import Config
@@ -44,6 +45,7 @@ def actor_settings(
     """``device=None``: resolved from ``trainer.device`` (:func:`local_device`)."""
     actor = cfg.actor_rollout_ref.actor
     device = device or local_device(cfg)
+    correction = correction_settings(cfg)
     return ActorSettings(
         loss_mode=actor.policy_loss.loss_mode,
         policy_loss=PolicyLossConfig(
@@ -56,6 +58,17 @@ def actor_settings(
         dtype=model_dtype(cfg, device),  # type: ignore[arg-type]
         device=device, gradient_checkpointing=cfg.actor_rollout_ref.model.enable_gradient_checkpointing,
         distillation=distillation,
+        bypass_correction=correction if correction.bypass_mode else None,
+    )
+
+
+def correction_settings(cfg: Config) -> CorrectionSettings:
+    """``algorithm.rollout_correction`` as omni-training's settings (checked on creation)."""
+    rc = cfg.algorithm.rollout_correction
+    return CorrectionSettings(
+        rollout_is=rc.rollout_is, rollout_is_threshold=rc.rollout_is_threshold,
+        rollout_is_batch_normalize=rc.rollout_is_batch_normalize, rollout_rs=rc.rollout_rs,
+        rollout_rs_threshold=rc.rollout_rs_threshold, bypass_mode=rc.bypass_mode, loss_type=rc.loss_type,
     )
 
 

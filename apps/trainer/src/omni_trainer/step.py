@@ -28,10 +28,12 @@ from omni_training.batching import MicroBatch, collate, plan_micro_batches
 from omni_training.consistency import rollout_actor_consistency
 from omni_training.kl import kl_penalized_rewards
 from omni_training.metrics import length_metrics
+from omni_training.rollout_correction import METRIC_PREFIX, CorrectionSettings, correct, off_policy_metrics
 
 from omni_trainer.config import Config
 from omni_trainer.prompts import Prepared
 from omni_trainer.reward_guard import check_reward_failures
+from omni_trainer.settings_builders import correction_settings
 
 
 class StepDiscarded(Exception):
@@ -65,9 +67,10 @@ class TrainBatch:
     """The step's samples as actor micro-batches, with the step-level tensors."""
 
     micro: list[MicroBatch]
-    mask: torch.Tensor  # [B, T] response mask, padded to the longest response
+    mask: torch.Tensor  # [B, T] response mask, padded to the longest response; without rejected tokens
     token_rewards: torch.Tensor  # [B, T] score on the last response token (minus KL if in reward)
     metrics: dict[str, float] = field(default_factory=dict)
+    sampled_mask: torch.Tensor | None = None  # [B, T] before rollout correction's rejection (None: mask)
 
 
 class Sampler:
@@ -118,10 +121,12 @@ def takes_old_log_probs_from_update(parts: StepParts, num_samples: int) -> bool:
     log-probs before the update (no KL in the reward, no teacher)."""
     cfg = parts.config
     actor = cfg.actor_rollout_ref.actor
+    correction = cfg.algorithm.rollout_correction
     return (
         actor.old_log_prob == "auto" and actor.ppo_epochs == 1
         and num_samples <= actor.ppo_mini_batch_size * cfg.actor_rollout_ref.rollout.n
         and not cfg.algorithm.use_kl_in_reward and not parts.sampler.reads_old_log_probs
+        and not correction.rollout_is and not correction.rollout_rs and not correction.bypass_mode
     )
 
 
@@ -131,15 +136,22 @@ def padded_log_probs(per_micro: Sequence[torch.Tensor], width: int) -> torch.Ten
 
 def logprob_phase(parts: StepParts, rollouts: Rollouts, scores: Scores, *, on_policy: bool) -> TrainBatch:
     """Old log-probs (and the rollout/actor consistency) unless ``on_policy`` defers them to
-    the update, the task's (a teacher's when distilling), reference log-probs when a KL term
-    needs them, and the token-level rewards."""
+    the update (in rollout correction's bypass mode they are the rollout's), the task's (a
+    teacher's when distilling), reference log-probs when a KL term needs them, the
+    token-level rewards, and rollout correction's weights and rejection."""
     cfg = parts.config
+    correction = correction_settings(cfg)
     micro = micro_batches(parts, rollouts.samples, rollouts.owners)
     width = max(mb.responses.shape[1] for mb in micro)
     mask = torch.cat([pad_cols(mb.response_mask, width) for mb in micro]).float()
     metrics: dict[str, float] = {}
     actor_lp = None
-    if not on_policy:
+    if correction.bypass_mode:
+        require_rollout_log_probs(rollouts.samples, "rollout correction's bypass_mode")
+        for mb in micro:
+            mb.old_log_probs = mb.rollout_log_probs
+        actor_lp = padded_log_probs([mb.rollout_log_probs for mb in micro], width)  # type: ignore[misc]
+    elif not on_policy:
         old = parts.actor.compute_log_probs(micro)
         for mb, log_probs in zip(micro, old, strict=True):
             mb.old_log_probs = log_probs
@@ -160,14 +172,51 @@ def logprob_phase(parts: StepParts, rollouts: Rollouts, scores: Scores, *, on_po
                 token_rewards, actor_lp, ref_lp, mask, coef=cfg.algorithm.kl_ctrl.kl_coef, mode=cfg.algorithm.kl_penalty
             )
             metrics["actor/reward_kl_penalty"] = float(mean_kl)
+    if correction.corrects and not correction.bypass_mode:
+        require_rollout_log_probs(rollouts.samples, "rollout correction (rollout_is, rollout_rs)")
+        kept, corrected = apply_rollout_correction(micro, width, mask, correction)
+        return TrainBatch(micro, kept, token_rewards, {**metrics, **corrected}, sampled_mask=mask)
     return TrainBatch(micro, mask, token_rewards, metrics)
 
 
-def consistency_metrics(micro: Sequence[MicroBatch], width: int, mask: torch.Tensor) -> dict[str, float]:
-    """Rollout (sampling-time) vs actor (old) log-probs of the same tokens."""
+def require_rollout_log_probs(samples: Sequence[RolloutSample], what: str) -> None:
+    """Rollout correction compares the rollout's log-probs with the actor's: a sample without
+    them would be compared with zeros."""
+    missing = sum(sample.response_logprobs is None for sample in samples)
+    if missing:
+        raise ValueError(
+            f"{what} needs the rollout's log-probs of every sample; {missing} of {len(samples)} came without them"
+        )
+
+
+def apply_rollout_correction(
+    micro: Sequence[MicroBatch], width: int, mask: torch.Tensor, settings: CorrectionSettings
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Decoupled rollout correction over the whole step (as verl computes it once per batch):
+    the old log-probs against the rollout's, the weights laid onto the micro-batches and the
+    rejected tokens taken out of their masks. Returns the step's mask without them and the
+    ``rollout_corr/*`` metrics."""
     rollout_lp = padded_log_probs([mb.rollout_log_probs for mb in micro], width)  # type: ignore[misc]
     actor_lp = padded_log_probs([mb.old_log_probs for mb in micro], width)  # type: ignore[misc]
-    return dict(rollout_actor_consistency(rollout_lp, actor_lp, mask))
+    correction = correct(actor_lp, rollout_lp, mask, settings)
+    offset = 0
+    for mb in micro:
+        rows, cols = mb.responses.shape
+        mb.response_mask = correction.mask[offset : offset + rows, :cols].to(mb.response_mask.dtype)
+        if correction.weights is not None:
+            mb.rollout_is_weights = correction.weights[offset : offset + rows, :cols].float()
+        offset += rows
+    return correction.mask, correction.metrics
+
+
+def consistency_metrics(micro: Sequence[MicroBatch], width: int, mask: torch.Tensor) -> dict[str, float]:
+    """Rollout (sampling-time) vs actor (old) log-probs of the same tokens: their agreement,
+    and verl's off-policy metrics (``rollout_corr/kl``, perplexities, chi^2), which verl logs
+    whether or not correction is on."""
+    rollout_lp = padded_log_probs([mb.rollout_log_probs for mb in micro], width)  # type: ignore[misc]
+    actor_lp = padded_log_probs([mb.old_log_probs for mb in micro], width)  # type: ignore[misc]
+    off_policy = {f"{METRIC_PREFIX}{name}": value for name, value in off_policy_metrics(actor_lp, rollout_lp, mask).items()}
+    return {**rollout_actor_consistency(rollout_lp, actor_lp, mask), **off_policy}
 
 
 def advantage_phase(parts: StepParts, rollouts: Rollouts, batch: TrainBatch) -> torch.Tensor:
@@ -238,6 +287,7 @@ def train_step(
     timed("update_actor", started)
     step_time = sum(timings.values())
     mask = batch.mask
+    sampled = batch.sampled_mask if batch.sampled_mask is not None else mask
     return {
         "step": float(step),
         "critic/score/mean": float(scores.scores.mean()),
@@ -246,10 +296,10 @@ def train_step(
         **scores.metrics,
         **batch.metrics,
         **actor_metrics,
-        **length_metrics(mask, max_response_length=parts.config.data.max_response_length),
+        **length_metrics(sampled, max_response_length=parts.config.data.max_response_length),
         **timings,
         "timing_s/step": step_time,
-        "perf/throughput_tokens_per_s": float(mask.sum()) / max(step_time, 1e-9),
+        "perf/throughput_tokens_per_s": float(sampled.sum()) / max(step_time, 1e-9),
         **parts.sampler.rollout_metrics(),
     }
 

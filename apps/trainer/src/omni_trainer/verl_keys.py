@@ -168,13 +168,6 @@ VERL_KEYS: tuple[VerlKey, ...] = (
             "has one rank (honours false)", _equals(False)),
     VerlKey("trainer.critic_warmup", "critic-only steps before the actor trains",
             "has no critic (honours 0)", _equals(0)),
-    # -- off-policy correction
-    VerlKey("algorithm.rollout_correction.*",
-            "verl's rollout correction: importance weights and rejection where the rollout's log-probs "
-            "and the actor's disagree (verl's rollout_corr/* metrics)",
-            "samples with the actor's own weights in the actor's dtype and does not correct in this version "
-            "(honours no rollout_is, no rollout_rs, bypass_mode=false)",
-            lambda value, config: not value.rollout_is and not value.rollout_rs and not value.bypass_mode),
     # -- distillation's teacher pool (verl: a vLLM-Omni server of its own)
     VerlKey("distillation.nnodes", "nodes of the teacher's GPU pool", "runs the teacher in its own process"),
     VerlKey("distillation.n_gpus_per_node", "GPUs per node of the teacher's pool", "runs the teacher in its own process"),

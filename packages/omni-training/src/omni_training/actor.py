@@ -32,7 +32,8 @@ from omni_training.kl import kl_estimate
 from omni_training.logit_mask import mask_policy_logits
 from omni_training.logprobs import ResponseLogProbs, response_log_probs
 from omni_training.model_loading import load_policy, precision
-from omni_training.policy_loss import BatchCounts, get_policy_loss
+from omni_training.policy_loss import BatchCounts, PolicyLossOutput, get_policy_loss, reinforce_loss
+from omni_training.rollout_correction import correct
 from omni_training.settings import ActorSettings, LoraSettings, OptimizerSettings
 
 
@@ -200,6 +201,7 @@ class Actor:
             "pg_loss": 0.0, "kl_loss": 0.0, "entropy": 0.0, "clipfrac": 0.0, "ppo_kl": 0.0,
             "clipfrac_lower": 0.0, "distill_loss": 0.0,
         }
+        correction_totals: dict[str, float] = {}  # bypass mode's rollout_corr/*, a mean over micro-batches
         started = time.perf_counter()
         for given in batches:
             if on_policy and given.old_log_probs is not None:
@@ -218,10 +220,16 @@ class Actor:
             assert old_log_probs is not None
             if on_policy:
                 given.old_log_probs = old_log_probs.cpu()
-            pg = self.loss_fn(
-                old_log_prob=old_log_probs, log_prob=out.log_probs, advantages=batch.advantages,
-                response_mask=mask, config=settings.policy_loss, counts=counts,
-            )
+            if settings.bypass_correction is not None:
+                pg, corrected = self._bypass_policy_loss(batch, out.log_probs, mask, counts)
+                for name, value in corrected.items():
+                    correction_totals[name] = correction_totals.get(name, 0.0) + value / len(batches)
+            else:
+                weights = {} if batch.rollout_is_weights is None else {"rollout_is_weights": batch.rollout_is_weights}
+                pg = self.loss_fn(
+                    old_log_prob=old_log_probs, log_prob=out.log_probs, advantages=batch.advantages,
+                    response_mask=mask, config=settings.policy_loss, counts=counts, **weights,
+                )
             loss = pg.loss
             if distill is not None:
                 assert batch.teacher is not None
@@ -264,8 +272,35 @@ class Actor:
             "actor/ppo_kl": totals["ppo_kl"],
             "actor/pg_clipfrac_lower": totals["clipfrac_lower"],
             **({"actor/distill_loss": totals["distill_loss"]} if distill is not None else {}),
+            **correction_totals,
             **self._optimizer_step(started, float(counts.num_tokens or 0)),
         }
+
+    def _bypass_policy_loss(
+        self, batch: MicroBatch, log_probs: Tensor, mask: Tensor, counts: BatchCounts
+    ) -> tuple[PolicyLossOutput, dict[str, float]]:
+        """Rollout correction in bypass mode (the old log-probs are the rollout's): the weights
+        and rejection of the current policy against the rollout, then the policy loss on the
+        kept tokens -- the configured loss, whose ratio already is ``pi / pi_rollout`` (the
+        weights are only measured), or REINFORCE with the weights (``loss_type=reinforce``)."""
+        settings = self.settings.bypass_correction
+        assert settings is not None and batch.advantages is not None
+        if batch.rollout_log_probs is None:
+            raise ValueError("rollout correction's bypass mode needs the rollout's log-probs on every micro-batch.")
+        correction = correct(log_probs.detach(), batch.rollout_log_probs, mask, settings)
+        kept = correction.mask.to(mask.dtype)
+        if settings.loss_type == "reinforce":
+            pg = reinforce_loss(
+                rollout_log_prob=batch.rollout_log_probs, log_prob=log_probs, advantages=batch.advantages,
+                response_mask=kept, config=self.settings.policy_loss, counts=counts,
+                rollout_is_weights=correction.weights,
+            )
+        else:
+            pg = self.loss_fn(
+                old_log_prob=batch.rollout_log_probs, log_prob=log_probs, advantages=batch.advantages,
+                response_mask=kept, config=self.settings.policy_loss, counts=counts,
+            )
+        return pg, correction.metrics
 
     def update_objective(self, batches: Sequence[MicroBatch], objective: Objective) -> dict[str, float]:
         """One optimizer step minimising ``objective`` summed over ``batches`` (gradient

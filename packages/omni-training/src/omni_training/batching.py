@@ -52,6 +52,7 @@ class MicroBatch:
     advantages: Tensor | None = None  # [B, T]
     ref_log_probs: Tensor | None = None  # [B, T]
     rollout_log_probs: Tensor | None = None  # [B, T]
+    rollout_is_weights: Tensor | None = None  # [B, T] rollout correction's importance weights
     teacher: TeacherLogProbs | None = None  # on-policy distillation only
     extra: dict[str, list[Any]] = field(default_factory=dict)  # namespaced extra fields
 
@@ -88,6 +89,7 @@ class MicroBatch:
             responses=move(self.responses), response_mask=move(self.response_mask),
             old_log_probs=move(self.old_log_probs), advantages=move(self.advantages),
             ref_log_probs=move(self.ref_log_probs), rollout_log_probs=move(self.rollout_log_probs),
+            rollout_is_weights=move(self.rollout_is_weights),
             teacher=teacher, extra=self.extra,
         )
 

@@ -11,6 +11,10 @@ Each loss is a pure function of keyword-only tensors, registered under verl's na
 - ``sapo``: a smooth sigmoid gate of the token ratio instead of a hard clip
   (https://arxiv.org/abs/2511.20347), always aggregated ``seq-mean-token-mean``.
 - ``cispo``: a clipped, stop-gradient ratio times ``A * log pi`` (https://arxiv.org/abs/2506.13585).
+
+Each takes ``rollout_is_weights`` (rollout correction's importance weights), which multiply the
+per-token loss before aggregation, as verl applies them. :func:`reinforce_loss` is rollout
+correction's bypass ``loss_type=reinforce``, not a ``loss_mode``.
 """
 
 from __future__ import annotations
@@ -86,6 +90,7 @@ class PolicyLossFn(Protocol):
         response_mask: Tensor,
         config: PolicyLossConfig,
         counts: BatchCounts = ...,
+        rollout_is_weights: Tensor | None = ...,
     ) -> PolicyLossOutput: ...
 
 
@@ -103,7 +108,10 @@ def get_policy_loss(name: str) -> PolicyLossFn:
     return POLICY_LOSSES.get(name)
 
 
-def _aggregate(loss_mat: Tensor, mask: Tensor, mode: str, counts: BatchCounts) -> Tensor:
+def _aggregate(loss_mat: Tensor, mask: Tensor, mode: str, counts: BatchCounts, weights: Tensor | None) -> Tensor:
+    """The per-token losses, times the rollout-correction weights if any, aggregated."""
+    if weights is not None:
+        loss_mat = loss_mat * weights
     return aggregate_loss(
         loss_mat, mask, mode,
         num_tokens=counts.num_tokens, num_sequences=counts.num_sequences, horizon=counts.horizon,
@@ -119,6 +127,7 @@ def vanilla_loss(
     response_mask: Tensor,  # [B, T]
     config: PolicyLossConfig,
     counts: BatchCounts = BatchCounts(),
+    rollout_is_weights: Tensor | None = None,  # [B, T]
 ) -> PolicyLossOutput:
     log_ratio = torch.clamp(log_prob - old_log_prob, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
@@ -129,7 +138,7 @@ def vanilla_loss(
     dual_clipped = torch.minimum(dual_bound, pessimistic)
     per_token = torch.where(advantages < 0, dual_clipped, pessimistic)
     return PolicyLossOutput(
-        loss=_aggregate(per_token, response_mask, config.loss_agg_mode, counts),
+        loss=_aggregate(per_token, response_mask, config.loss_agg_mode, counts, rollout_is_weights),
         clipfrac=masked_mean((clipped > unclipped).float(), response_mask),
         clipfrac_lower=masked_mean(((pessimistic > dual_bound) & (advantages < 0)).float(), response_mask),
         ppo_kl=masked_mean(-log_ratio, response_mask),
@@ -145,6 +154,7 @@ def gspo_loss(
     response_mask: Tensor,  # [B, T]
     config: PolicyLossConfig,
     counts: BatchCounts = BatchCounts(),
+    rollout_is_weights: Tensor | None = None,  # [B, T]
 ) -> PolicyLossOutput:
     log_ratio = log_prob - old_log_prob
     lengths = response_mask.sum(dim=-1).clamp(min=1)
@@ -155,7 +165,7 @@ def gspo_loss(
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1 - config.low, 1 + config.high)
     per_token = torch.maximum(unclipped, clipped)
-    loss = _aggregate(per_token, response_mask, config.loss_agg_mode, counts)
+    loss = _aggregate(per_token, response_mask, config.loss_agg_mode, counts, rollout_is_weights)
     return PolicyLossOutput(
         loss=loss,
         clipfrac=masked_mean((clipped > unclipped).float(), response_mask),
@@ -173,6 +183,7 @@ def sapo_loss(
     response_mask: Tensor,  # [B, T]
     config: PolicyLossConfig,
     counts: BatchCounts = BatchCounts(),
+    rollout_is_weights: Tensor | None = None,  # [B, T]
 ) -> PolicyLossOutput:
     log_ratio = torch.clamp(log_prob - old_log_prob, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
@@ -182,7 +193,7 @@ def sapo_loss(
         torch.as_tensor(config.tau_neg, dtype=advantages.dtype),
     )
     gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
-    loss = _aggregate(-gate * advantages, response_mask, "seq-mean-token-mean", counts)
+    loss = _aggregate(-gate * advantages, response_mask, "seq-mean-token-mean", counts, rollout_is_weights)
     zero = torch.zeros((), device=loss.device)
     return PolicyLossOutput(loss=loss, clipfrac=zero, clipfrac_lower=zero, ppo_kl=masked_mean(-log_ratio, response_mask))
 
@@ -196,15 +207,37 @@ def cispo_loss(
     response_mask: Tensor,  # [B, T]
     config: PolicyLossConfig,
     counts: BatchCounts = BatchCounts(),
+    rollout_is_weights: Tensor | None = None,  # [B, T]
 ) -> PolicyLossOutput:
     log_ratio = torch.clamp(log_prob - old_log_prob, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
     weight = torch.clamp(ratio, 1 - config.low, 1 + config.high)
     per_token = -weight.detach() * advantages * log_prob
-    loss = _aggregate(per_token, response_mask, config.loss_agg_mode, counts)
+    loss = _aggregate(per_token, response_mask, config.loss_agg_mode, counts, rollout_is_weights)
     return PolicyLossOutput(
         loss=loss,
         clipfrac=masked_mean((ratio != weight).float(), response_mask),
         clipfrac_lower=torch.zeros((), device=loss.device),
         ppo_kl=masked_mean(-log_ratio, response_mask),
+    )
+
+
+def reinforce_loss(
+    *,
+    rollout_log_prob: Tensor,  # [B, T]
+    log_prob: Tensor,  # [B, T]
+    advantages: Tensor,  # [B, T]
+    response_mask: Tensor,  # [B, T]
+    config: PolicyLossConfig,
+    counts: BatchCounts = BatchCounts(),
+    rollout_is_weights: Tensor | None = None,  # [B, T]
+) -> PolicyLossOutput:
+    """``-w * A * log pi`` with no ratio and no clip: the policy gradient of samples drawn by
+    the rollout, reweighted by rollout correction's weights ``w`` (verl's bypass-mode
+    ``loss_type=reinforce``). ``ppo_kl`` measures the current policy against the rollout."""
+    per_token = -advantages * log_prob
+    loss = _aggregate(per_token, response_mask, config.loss_agg_mode, counts, rollout_is_weights)
+    zero = torch.zeros((), device=loss.device)
+    return PolicyLossOutput(
+        loss=loss, clipfrac=zero, clipfrac_lower=zero, ppo_kl=masked_mean(rollout_log_prob - log_prob, response_mask)
     )

@@ -9,7 +9,9 @@ truncated, keeps the update on-policy in expectation (truncated importance sampl
 (unbiased, high variance). ``threshold`` is an upper bound (weights are clamped to it: TIS) or
 ``"lower_upper"`` (weights outside the band become 0: IcePop).
 
-Not wired into the local engine's step yet: the verl engine applies verl's own implementation;
+:func:`correct` is the whole of it for one batch: the weights, the rejection mask
+(:mod:`omni_training.rollout_rejection`) and verl's off-policy metrics (KL, perplexities, chi^2),
+under verl's ``rollout_corr/`` names. The verl engine applies verl's own implementation;
 ``tests/test_rollout_correction.py`` holds this one to verl's on a generated corpus.
 """
 
@@ -22,10 +24,123 @@ import torch
 from torch import Tensor
 
 from omni_training.masked import masked_mean, masked_sum
+from omni_training.rollout_rejection import RejectionBound, parse_rejection, rejection_mask
 
 LOG_RATIO_BOUND = 20.0
 """Log-ratios are clamped to +-this before ``exp`` (verl's bound): e^20 is about 5e8."""
 LEVELS = ("token", "sequence")
+LOSS_TYPES = ("ppo_clip", "reinforce")
+METRIC_PREFIX = "rollout_corr/"
+
+
+@dataclass(frozen=True)
+class CorrectionSettings:
+    """verl's ``algorithm.rollout_correction`` (its names and meanings), checked on creation.
+
+    Decoupled (``bypass_mode=False``): the actor recomputes the old log-probs, and the weights
+    and rejection compare them with the rollout's once per step. Bypass: the rollout's
+    log-probs are the old ones (no recompute); the weights and rejection compare the current
+    policy with the rollout in each micro-batch's loss, and ``loss_type`` picks the loss:
+    ``ppo_clip`` (the configured policy loss, whose ratio already is ``pi / pi_rollout``: the
+    weights are only measured) or ``reinforce`` (``-w * A * log pi``).
+    """
+
+    rollout_is: str | None = None
+    rollout_is_threshold: float | int | str | None = 2.0
+    rollout_is_batch_normalize: bool = False
+    rollout_rs: str | None = None
+    rollout_rs_threshold: float | int | str | None = None
+    bypass_mode: bool = False
+    loss_type: str = "ppo_clip"
+
+    def __post_init__(self) -> None:
+        if self.rollout_is is not None:
+            if self.rollout_is not in LEVELS:
+                raise ValueError(f"rollout_is={self.rollout_is!r}: choose one of {', '.join(LEVELS)}, or null for none")
+            if self.rollout_is_threshold is None:
+                raise ValueError("rollout_is is set but rollout_is_threshold is null: give an upper bound (2.0) or 'lower_upper'")
+            Threshold.parse(self.rollout_is_threshold)
+        if self.rollout_rs is not None:
+            self.rejection_bounds  # noqa: B018 -- parsing checks the modes and thresholds
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(f"rollout_correction.loss_type={self.loss_type!r}: choose one of {', '.join(LOSS_TYPES)}")
+
+    @property
+    def corrects(self) -> bool:
+        """Weights or rejection are on (otherwise only the off-policy metrics are measured)."""
+        return self.rollout_is is not None or self.rollout_rs is not None
+
+    @property
+    def rejection_bounds(self) -> list[RejectionBound]:
+        return parse_rejection(self.rollout_rs, self.rollout_rs_threshold) if self.rollout_rs is not None else []
+
+
+@dataclass(frozen=True)
+class Correction:
+    weights: Tensor | None  # [B, T] importance weights (rollout_is set), detached
+    mask: Tensor  # [B, T] the response mask without rejected tokens
+    metrics: dict[str, float]  # under rollout_corr/
+
+
+def correct(actor_log_probs: Tensor, rollout_log_probs: Tensor, mask: Tensor, settings: CorrectionSettings) -> Correction:
+    """Weights, rejection and the off-policy metrics for one batch (verl's
+    ``compute_rollout_correction_and_rejection_mask``).
+
+    Raises:
+        ValueError: shapes differ, or the mask has no token.
+    """
+    if actor_log_probs.shape != rollout_log_probs.shape or actor_log_probs.shape != mask.shape:
+        raise ValueError(
+            f"rollout correction needs equal shapes: actor {tuple(actor_log_probs.shape)}, rollout "
+            f"{tuple(rollout_log_probs.shape)}, mask {tuple(mask.shape)}"
+        )
+    if not bool(mask.any()):
+        raise ValueError("rollout correction needs at least one response token in the batch")
+    log_ratio = actor_log_probs - rollout_log_probs
+    metrics: dict[str, float] = {}
+    weights = None
+    if settings.rollout_is is not None:
+        assert settings.rollout_is_threshold is not None  # CorrectionSettings checked it
+        is_weights = importance_weights(
+            log_ratio, mask, settings.rollout_is, settings.rollout_is_threshold, settings.rollout_is_batch_normalize
+        )
+        weights = is_weights.weights
+        metrics.update(is_weights.metrics)
+    kept = mask.clone()
+    if settings.rollout_rs is not None:
+        rejection = rejection_mask(log_ratio, mask, settings.rejection_bounds)
+        kept = rejection.mask
+        metrics.update(rejection.metrics)
+    metrics.update(off_policy_metrics(actor_log_probs, rollout_log_probs, mask))
+    return Correction(weights, kept, {f"{METRIC_PREFIX}{key}": value for key, value in metrics.items()})
+
+
+def off_policy_metrics(actor_log_probs: Tensor, rollout_log_probs: Tensor, mask: Tensor) -> dict[str, float]:
+    """How far the rollout's distribution is from the actor's on the sampled tokens (verl's
+    names, without the prefix): KL(rollout || actor) directly and by k3, both perplexities
+    (means of per-response perplexities) and their log difference, and chi^2 of the token and
+    response ratios (clamped at verl's e^20)."""
+    actor_mean = masked_mean(actor_log_probs, mask, dim=-1)
+    rollout_mean = masked_mean(rollout_log_probs, mask, dim=-1)
+    log_ratio = actor_log_probs - rollout_log_probs
+    log_ppl_diff = rollout_mean - actor_mean
+    token_ratio = torch.exp(log_ratio.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND))
+    sequence_log_ratio = masked_sum(log_ratio, mask, dim=-1).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    return {
+        "training_ppl": float(torch.exp(-actor_mean).mean()),
+        "training_log_ppl": float((-actor_mean).mean()),
+        "kl": float(masked_mean(rollout_log_probs - actor_log_probs, mask)),
+        "k3_kl": float(masked_mean(torch.exp(log_ratio) - log_ratio - 1, mask)),
+        "rollout_ppl": float(torch.exp(-rollout_mean).mean()),
+        "rollout_log_ppl": float((-rollout_mean).mean()),
+        "log_ppl_diff": float(log_ppl_diff.mean()),
+        "log_ppl_abs_diff": float(log_ppl_diff.abs().mean()),
+        "log_ppl_diff_max": float(log_ppl_diff.max()),
+        "log_ppl_diff_min": float(log_ppl_diff.min()),
+        "ppl_ratio": float(torch.exp(log_ppl_diff).mean()),
+        "chi2_token": float(masked_mean(token_ratio.square(), mask) - 1.0),
+        "chi2_seq": float(torch.exp(2.0 * sequence_log_ratio).mean() - 1.0),
+    }
 
 
 @dataclass(frozen=True)

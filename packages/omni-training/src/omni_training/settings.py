@@ -9,6 +9,7 @@ from omni_training.policy_loss import PolicyLossConfig
 
 if TYPE_CHECKING:
     from omni_training.distillation import DistillationSettings
+    from omni_training.rollout_correction import CorrectionSettings
 
 
 @dataclass(frozen=True)
@@ -62,3 +63,7 @@ class ActorSettings:
     device: str = "cpu"  # where the model lives ("cpu", "cuda", "cuda:1"); micro-batches move there
     gradient_checkpointing: bool = False  # recompute decoder layers in the backward pass
     distillation: DistillationSettings | None = None  # on-policy distillation, when enabled
+    # Rollout correction in bypass mode: the old log-probs are the rollout's, and the weights
+    # and rejection are computed in each micro-batch's loss (decoupled mode sets the weights
+    # and the mask on the micro-batches before the update).
+    bypass_correction: CorrectionSettings | None = None

@@ -149,7 +149,28 @@ def config_problems(config: Config) -> list[str]:
         )
     problems.extend(distillation_problems(config))
     problems.extend(verl_key_problems(config))
+    problems.extend(bypass_problems(config))
     return problems
+
+
+def bypass_problems(config: Config) -> list[str]:
+    """verl 0.9.1's trainer (``TaskRunnerV1``) in rollout correction's bypass mode takes the
+    rollout's log-probs as the old ones and stops there: it computes no importance weights, no
+    rejection and no REINFORCE loss, so asking for them would be silently ignored."""
+    rc = config.algorithm.rollout_correction
+    if not rc.bypass_mode:
+        return []
+    ignored = [f"{key}={value}" for key, value in (
+        ("rollout_is", rc.rollout_is), ("rollout_rs", rc.rollout_rs),
+        ("loss_type", None if rc.loss_type == "ppo_clip" else rc.loss_type),
+    ) if value is not None]
+    if not ignored:
+        return []
+    return [
+        f"algorithm.rollout_correction.bypass_mode=true with {', '.join(ignored)}: verl 0.9.1's trainer uses the "
+        "rollout's log-probs as the old ones in bypass mode and applies no weights, rejection or REINFORCE loss; "
+        "set bypass_mode=false for weights and rejection, or use trainer.engine=local, which applies them in bypass mode"
+    ]
 
 
 TORCH_DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",

@@ -1,0 +1,119 @@
+"""Rollout correction against an injected rollout/actor mismatch, on the embedded default.
+
+The local engine normally samples with the actor's own weights, so its rollout and actor
+agree to float noise. Here the rollout samples hotter than the actor scores: every training
+rollout runs at ``--rollout-temperature`` times the configured temperature and reports its
+log-probs under that distribution, as a rollout with other kernels, precision or stale
+weights reports its own, while the actor keeps temperature 1. Three arms, one process, the
+same seed, config and steps:
+
+- ``matched``: no injection (the reference curve);
+- ``mismatched``: the hot rollout, no correction;
+- ``mismatched+tis``: the hot rollout, token-level truncated IS
+  (``algorithm.rollout_correction.rollout_is=token rollout_is_threshold=2.0``).
+
+Learning is read from validation, which samples at the actor's own temperature (the
+injection is off there): ``val-core/.../score/mean@4`` every ``--val-every`` steps. The
+training reward is of the hot samples, so it is printed but not compared. Raw numbers go to
+``outputs/benchmarks/rollout_mismatch.json``.
+
+    uv run python benchmarks/rollout_mismatch.py [--steps 40] [--rollout-temperature 1.5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+ARMS: dict[str, tuple[bool, list[str]]] = {
+    "matched": (False, []),
+    "mismatched": (True, []),
+    "mismatched+tis": (True, ["algorithm.rollout_correction.rollout_is=token",
+                              "algorithm.rollout_correction.rollout_is_threshold=2.0"]),
+}
+VAL_KEY = "val-core/omni_rl/builtin_digits/score/mean@4"
+
+
+def run_arm(name: str, hot: bool, overrides: list[str], args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    from omni_trainer.config import load_config
+    from omni_trainer.local_trainer import LocalTrainer
+
+    trainer = LocalTrainer(load_config([
+        f"trainer.total_training_steps={args.steps}", "trainer.test_freq=0", "trainer.save_freq=0",
+        f"trainer.default_local_dir={root / name.replace('+', '-')}", *overrides,
+    ]))
+    trainer.setup()
+    engine = trainer.engine
+    assert engine is not None
+    generate = engine.generate
+    injecting = False
+
+    def hot_generate(prompts: Any, sampling: Any) -> Any:
+        if injecting:
+            sampling = dataclasses.replace(sampling, temperature=sampling.temperature * args.rollout_temperature)
+        return generate(prompts, sampling)
+
+    engine.generate = hot_generate  # type: ignore[method-assign]
+    curve: dict[str, Any] = {"steps": [], "reward": [], "val_steps": [], "val_score": [], "kl": [], "is_mean": []}
+    started = time.perf_counter()
+    trainer.task.start()
+    try:
+        curve["val_steps"].append(0)
+        curve["val_score"].append(trainer.validate(0)[VAL_KEY])
+        for step, batch in trainer.batches(0):
+            injecting = hot
+            metrics = trainer.train_step(step, batch)
+            injecting = False
+            curve["steps"].append(step)
+            curve["reward"].append(metrics["critic/score/mean"])
+            curve["kl"].append(metrics.get("rollout_corr/kl"))
+            curve["is_mean"].append(metrics.get("rollout_corr/rollout_is_mean"))
+            if step % args.val_every == 0:
+                curve["val_steps"].append(step)
+                curve["val_score"].append(trainer.validate(step)[VAL_KEY])
+                print(f"{name:>15} step {step:3d}: val {curve['val_score'][-1]:.3f}  "
+                      f"train reward {sum(curve['reward'][-args.val_every:]) / args.val_every:.3f}  "
+                      f"rollout_corr/kl {metrics.get('rollout_corr/kl', float('nan')):+.4f}", flush=True)
+    finally:
+        trainer.task.close()
+    curve["seconds"] = time.perf_counter() - started
+    return curve
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--val-every", type=int, default=10)
+    parser.add_argument("--rollout-temperature", type=float, default=1.5,
+                        help="the training rollout's temperature, as a multiple of the actor's")
+    parser.add_argument("--out", type=Path, default=Path("outputs/benchmarks/rollout_mismatch.json"))
+    parser.add_argument("--arms", nargs="*", default=list(ARMS), choices=list(ARMS))
+    args = parser.parse_args()
+    import tempfile
+
+    import torch
+
+    torch.set_num_threads(1)
+    results: dict[str, Any] = {"rollout_temperature": args.rollout_temperature, "steps": args.steps, "arms": {}}
+    with tempfile.TemporaryDirectory() as root:
+        for name in args.arms:
+            hot, overrides = ARMS[name]
+            results["arms"][name] = run_arm(name, hot, overrides, args, Path(root))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=1))
+    print(f"\nvalidation score (mean@4) by step; rollout at {args.rollout_temperature}x the actor's temperature")
+    steps = results["arms"][args.arms[0]]["val_steps"]
+    print(f"{'arm':>15} " + " ".join(f"{s:>6d}" for s in steps) + "   mean kl")
+    for name, curve in results["arms"].items():
+        kls = [k for k in curve["kl"] if k is not None]
+        print(f"{name:>15} " + " ".join(f"{v:6.3f}" for v in curve["val_score"])
+              + f"   {sum(kls) / max(len(kls), 1):+.4f}")
+    print(f"raw numbers: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
