@@ -17,7 +17,7 @@ injection is off there): ``val-core/.../score/mean@4`` every ``--val-every`` ste
 training reward is of the hot samples, so it is printed but not compared. Raw numbers go to
 ``outputs/benchmarks/rollout_mismatch.json``.
 
-    uv run python benchmarks/rollout_mismatch.py [--steps 40] [--rollout-temperature 1.5]
+    uv run python benchmarks/rollout_mismatch.py [--steps 40] [--rollout-temperature 1.5] [--seeds 1 2 3]
 """
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ ARMS: dict[str, tuple[bool, list[str]]] = {
 VAL_KEY = "val-core/omni_rl/builtin_digits/score/mean@4"
 
 
-def run_arm(name: str, hot: bool, overrides: list[str], args: argparse.Namespace, root: Path) -> dict[str, Any]:
+def run_arm(name: str, hot: bool, overrides: list[str], args: argparse.Namespace, root: Path, seed: int) -> dict[str, Any]:
     from omni_trainer.config import load_config
     from omni_trainer.local_trainer import LocalTrainer
 
     trainer = LocalTrainer(load_config([
         f"trainer.total_training_steps={args.steps}", "trainer.test_freq=0", "trainer.save_freq=0",
-        f"trainer.default_local_dir={root / name.replace('+', '-')}", *overrides,
+        f"trainer.default_local_dir={root / name.replace('+', '-')}-{seed}", f"trainer.seed={seed}", *overrides,
     ]))
     trainer.setup()
     engine = trainer.engine
@@ -75,7 +75,7 @@ def run_arm(name: str, hot: bool, overrides: list[str], args: argparse.Namespace
             if step % args.val_every == 0:
                 curve["val_steps"].append(step)
                 curve["val_score"].append(trainer.validate(step)[VAL_KEY])
-                print(f"{name:>15} step {step:3d}: val {curve['val_score'][-1]:.3f}  "
+                print(f"{name:>15} seed {seed} step {step:3d}: val {curve['val_score'][-1]:.3f}  "
                       f"train reward {sum(curve['reward'][-args.val_every:]) / args.val_every:.3f}  "
                       f"rollout_corr/kl {metrics.get('rollout_corr/kl', float('nan')):+.4f}", flush=True)
     finally:
@@ -92,26 +92,34 @@ def main() -> None:
                         help="the training rollout's temperature, as a multiple of the actor's")
     parser.add_argument("--out", type=Path, default=Path("outputs/benchmarks/rollout_mismatch.json"))
     parser.add_argument("--arms", nargs="*", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--seeds", type=int, nargs="*", default=[1, 2, 3])
     args = parser.parse_args()
     import tempfile
 
     import torch
 
     torch.set_num_threads(1)
-    results: dict[str, Any] = {"rollout_temperature": args.rollout_temperature, "steps": args.steps, "arms": {}}
+    results: dict[str, Any] = {
+        "rollout_temperature": args.rollout_temperature, "steps": args.steps, "seeds": args.seeds,
+        "arms": {name: {} for name in args.arms},
+    }
     with tempfile.TemporaryDirectory() as root:
-        for name in args.arms:
-            hot, overrides = ARMS[name]
-            results["arms"][name] = run_arm(name, hot, overrides, args, Path(root))
+        for seed in args.seeds:
+            for name in args.arms:
+                hot, overrides = ARMS[name]
+                results["arms"][name][seed] = run_arm(name, hot, overrides, args, Path(root), seed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1))
     print(f"\nvalidation score (mean@4) by step; rollout at {args.rollout_temperature}x the actor's temperature")
-    steps = results["arms"][args.arms[0]]["val_steps"]
-    print(f"{'arm':>15} " + " ".join(f"{s:>6d}" for s in steps) + "   mean kl")
-    for name, curve in results["arms"].items():
-        kls = [k for k in curve["kl"] if k is not None]
-        print(f"{name:>15} " + " ".join(f"{v:6.3f}" for v in curve["val_score"])
-              + f"   {sum(kls) / max(len(kls), 1):+.4f}")
+    steps = results["arms"][args.arms[0]][args.seeds[0]]["val_steps"]
+    print(f"{'arm':>15} {'seed':>5} " + " ".join(f"{s:>6d}" for s in steps) + "   mean rollout_corr/kl")
+    for name, by_seed in results["arms"].items():
+        for seed, curve in by_seed.items():
+            kls = [k for k in curve["kl"] if k is not None]
+            print(f"{name:>15} {seed:>5} " + " ".join(f"{v:6.3f}" for v in curve["val_score"])
+                  + f"   {sum(kls) / max(len(kls), 1):+.4f}")
+        means = [sum(c["val_score"][i] for c in by_seed.values()) / len(by_seed) for i in range(len(steps))]
+        print(f"{name:>15} {'mean':>5} " + " ".join(f"{v:6.3f}" for v in means))
     print(f"raw numbers: {args.out}")
 
 

@@ -345,6 +345,16 @@ class RolloutCorrectionConfig:
 
 
 @dataclass
+class AsyncTrainingConfig:
+    """Asynchronous rollout (the local engine's text RL): a thread samples the coming steps with
+    a copy of the policy while the actor updates; ``max_staleness`` is how many policy versions
+    a step's samples may lag the actor (0: synchronous). It trains on the rollout's own
+    log-probs (``algorithm.rollout_correction.bypass_mode=true``, as verl's one-step-off recipe)."""
+
+    max_staleness: int = 0
+
+
+@dataclass
 class AlgorithmConfig:
     adv_estimator: str = "grpo"
     norm_adv_by_std_in_grpo: bool = True
@@ -515,6 +525,7 @@ class Config:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     distillation: DistillationConfig = field(default_factory=DistillationConfig)
     ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
+    async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
     # Recorded by load_config, never set by an override, left out of the written config: the
     # keys the override groups gave (run script, "$@"), not the packaged defaults or presets.
     # The local engine refuses the verl-engine keys among them it cannot honour.

@@ -62,6 +62,7 @@ class LocalTrainer:
             print(note)
         self.complete = False
         self.generations: ValGenerationsLog | None = None  # trainer.log_val_generations, set by fit
+        self._prepared: dict[int, list[Prepared]] = {}  # prompts_of's, for the steps in flight
         torch.manual_seed(config.trainer.seed)
         random.seed(config.trainer.seed)
 
@@ -147,10 +148,19 @@ class LocalTrainer:
     def batches(self, start_step: int) -> Iterator[tuple[int, list[Any]]]:
         """``(step, prompts)`` after ``start_step``, as the task orders them; the order depends
         only on the seed and the step, so a resumed run sees what the uninterrupted one would."""
-        size = self.config.data.train_batch_size
-        per_epoch = self._steps_per_epoch()
         for step in range(start_step + 1, self.total_steps + 1):
-            yield step, [self.train_rows[i] for i in self.task.batch_indices(step, size, per_epoch, len(self.train_rows))]
+            prompts = self.prompts_of(step)
+            del self._prepared[step]
+            yield step, prompts
+
+    def prompts_of(self, step: int) -> list[Prepared]:
+        """The prompts of ``step``, prepared once: a task sampling ahead asks for them before
+        :meth:`batches` yields them."""
+        if step not in self._prepared:
+            size = self.config.data.train_batch_size
+            indices = self.task.batch_indices(step, size, self._steps_per_epoch(), len(self.train_rows))
+            self._prepared[step] = [self.train_rows[i] for i in indices]
+        return self._prepared[step]
 
     def train_step(self, step: int, batch: list[Prepared]) -> dict[str, float]:
         """One step (no stop checks): what benchmarks and tests drive directly."""
@@ -194,6 +204,7 @@ class LocalTrainer:
                     print(validation_line(0, before), flush=True)
                     self._log(0, {"step": 0.0, **before}, sinks)
                 stop.begin_training()
+                self.task.prefetch(self.prompts_of, start_step + 1, self.total_steps)
                 for step, batch in self.batches(start_step):
                     try:
                         last = {**self.task.step(step, batch, lambda: stop.requested),

@@ -174,6 +174,28 @@ def _rollout_correction(config: Config, found: Findings) -> None:
         )
 
 
+def _async_training(config: Config, found: Findings) -> None:
+    """Asynchronous rollout: the local engine's text RL, on the rollout's own log-probs."""
+    from omni_trainer.tasks import TEXT_RL, task_name
+
+    staleness = config.async_training.max_staleness
+    if staleness < 0:
+        found.problems.append(f"async_training.max_staleness={staleness} must be >= 0 (0: synchronous)")
+    if staleness <= 0:
+        return
+    if task_name(config) != TEXT_RL:
+        found.problems.append(
+            f"async_training.max_staleness={staleness}: asynchronous rollout runs RL on text in this version "
+            f"(this run is {task_name(config)}); set async_training.max_staleness=0"
+        )
+    if not config.algorithm.rollout_correction.bypass_mode:
+        found.problems.append(
+            f"async_training.max_staleness={staleness} trains on samples of older policy versions, whose old "
+            "log-probs are the rollout's own: set algorithm.rollout_correction.bypass_mode=true (as verl's "
+            "one-step-off recipe does), with rollout_is / rollout_rs to correct the lag"
+        )
+
+
 def distillation_settings(config: Config) -> Any:
     """``distillation.*`` as omni-training's ``DistillationSettings`` (None when off).
 
@@ -554,6 +576,6 @@ def _reward_error_rate(config: Config, found: Findings) -> None:
 
 
 COMMON_CHECKS: tuple[Check, ...] = (
-    _vocabularies, _distillation, _rollout_correction, _ranges, _warnings, _model_paths, _data_files, _custom_reward_function, _run_dir,
+    _vocabularies, _distillation, _rollout_correction, _async_training, _ranges, _warnings, _model_paths, _data_files, _custom_reward_function, _run_dir,
     _verl_omni_keys, _resume_keys, _reward_error_rate, _preference,
 )

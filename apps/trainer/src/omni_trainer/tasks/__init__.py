@@ -75,13 +75,16 @@ class LoadedRun:
 
         return policy_logit_mask(self.rollout_adapter, mode, self.hf_config, self.processor, self.tokenizer)
 
-    def text_engine(self, actor: Actor, mode: str, *, also_suppressed: tuple[int, ...] = ()) -> LocalEngine:
-        """A local engine over ``mode``'s policy stage of ``actor``, ending at the tokenizer's
-        end of turn and never sampling what :meth:`logit_mask` masks (nor ``also_suppressed``)."""
+    def text_engine(
+        self, actor: Actor, mode: str, *, also_suppressed: tuple[int, ...] = (), model: Any = None
+    ) -> LocalEngine:
+        """A local engine over ``mode``'s policy stage of ``actor`` (or of ``model``, a copy of
+        the actor's, in the actor's precision), ending at the tokenizer's end of turn and never
+        sampling what :meth:`logit_mask` masks (nor ``also_suppressed``)."""
         from omni_rollout.local_engine import LocalEngine, find_policy_module
         from omni_training.logit_mask import masked_ids
 
-        module = find_policy_module(actor.model, self.rollout_adapter, mode)
+        module = find_policy_module(actor.model if model is None else model, self.rollout_adapter, mode)
         width = int(module.get_output_embeddings().weight.shape[0])
         return LocalEngine(
             module, eos_token_ids=(self.tokenizer.eos_token_id,), pad_token_id=self.pad_token_id,
@@ -136,6 +139,10 @@ class Task:
 
     def start(self) -> None:
         """Start what the steps use (reward processes): Ctrl-C here stops the run."""
+
+    def prefetch(self, schedule: Callable[[int], list[Prepared]], first_step: int, last_step: int) -> None:
+        """Before the first step: ``schedule(step)`` gives any step's prompts, for a task that
+        samples ahead (``async_training.max_staleness``); called on the trainer's thread."""
 
     def step(self, step: int, prompts: list[Prepared], stop_requested: Callable[[], bool]) -> dict[str, float]:
         """One training step; returns its metrics. Raises

@@ -19,6 +19,7 @@ from omni_rollout.local_engine import LocalEngine
 from omni_training.actor import Actor, Regularizer
 
 from omni_trainer import builtin_task
+from omni_trainer.async_rollout import AsyncSampler, policy_copy
 from omni_trainer.builtin_files import BUILTIN_VALIDATION_ROWS
 from omni_trainer.config import Config, ConfigError
 from omni_trainer.interrupts import workers_ignore_sigint
@@ -84,6 +85,7 @@ class TextRL(Task):
         self.probe_rewards: WeightedAudioReward | None = None
         self.rewards: RewardManager | None = None
         self._val_rows: list[Prepared] = []
+        self.async_sampler: AsyncSampler | None = None
 
     def rows(self) -> tuple[PromptSource, list[Prepared]]:
         train, self._val_rows = self._load_rows()
@@ -152,6 +154,32 @@ class TextRL(Task):
             return {builtin_task.DATA_SOURCE}
         return resolve_run(self.config).data_sources
 
+    def prefetch(self, schedule: Callable[[int], list[Prepared]], first_step: int, last_step: int) -> None:
+        """With ``async_training.max_staleness``, a thread samples the coming steps with a copy
+        of the policy (:mod:`omni_trainer.async_rollout`)."""
+        staleness = self.config.async_training.max_staleness
+        if staleness == 0 or first_step > last_step:
+            return
+        assert self.rewards is not None
+        policy = policy_copy(self.actor.model)
+        background = self._sampler(self.run.text_engine(self.actor, self.run.mode, model=policy), self.rewards)
+        model = self.actor.model
+        self.async_sampler = AsyncSampler(
+            background, policy, lambda: {n: p for n, p in model.named_parameters() if p.requires_grad}, schedule,
+            first_step=first_step, last_step=last_step, max_staleness=staleness,
+        )
+        self.parts = StepParts(
+            self.config, self.async_sampler, self.actor, self.run.training_adapter, pad_token_id=self.parts.pad_token_id,
+        )
+
+    def step(self, step: int, prompts: list[Prepared], stop_requested: Callable[[], bool]) -> dict[str, float]:
+        from omni_trainer.step import train_step
+
+        metrics = train_step(self.parts, step, prompts, stop_requested)
+        if self.async_sampler is not None:
+            self.async_sampler.publish(step)
+        return metrics
+
     def start(self) -> None:
         assert self.rewards is not None
         with workers_ignore_sigint():  # only while the processes are created
@@ -164,6 +192,13 @@ class TextRL(Task):
         """``rollout.val_kwargs`` responses on the validation prompts:
         ``val-core/<data_source>/<metric>/mean@<n>`` (none without ``data.val_files``). With
         ``trainer.log_val_generations``, samples of them are logged as ``step``'s."""
+        assert self.engine is not None and self.rewards is not None
+        if self.async_sampler is not None:
+            with self.async_sampler.paused():  # the rollout thread shares the reward workers
+                return self._validate(step, generations)
+        return self._validate(step, generations)
+
+    def _validate(self, step: int, generations: ValGenerationsLog | None) -> dict[str, float]:
         assert self.engine is not None and self.rewards is not None
         drift = self._drift_metrics()
         val_rows = self._val_rows
@@ -211,6 +246,8 @@ class TextRL(Task):
         return metrics
 
     def close(self) -> None:
+        if self.async_sampler is not None:
+            self.async_sampler.close()  # before the reward workers it may be using
         for rewards in (self.rewards, self.probe_rewards):
             if rewards is not None:
                 rewards.close()

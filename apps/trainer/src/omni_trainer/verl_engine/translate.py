@@ -150,6 +150,11 @@ def config_problems(config: Config) -> list[str]:
     problems.extend(distillation_problems(config))
     problems.extend(verl_key_problems(config))
     problems.extend(bypass_problems(config))
+    if config.async_training.max_staleness:
+        problems.append(
+            f"async_training.max_staleness={config.async_training.max_staleness}: asynchronous rollout runs on "
+            "trainer.engine=local in this version (verl's one-step-off and fully-async trainers are not wired yet)"
+        )
     return problems
 
 

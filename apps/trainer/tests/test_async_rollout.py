@@ -1,0 +1,173 @@
+"""Asynchronous rollout on the local engine: the staleness bound, per-sample policy versions,
+weights reaching the rollout's copy, failures handed to the trainer, and a whole run."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+
+import pytest
+import torch
+
+from omni_contracts import RolloutSample
+from omni_trainer.async_rollout import AsyncSampler
+from omni_trainer.cli import main
+from omni_trainer.prompts import Prepared
+from omni_trainer.step import Rollouts, Sampler, Scores
+
+
+def prompt(step: int) -> Prepared:
+    return Prepared(inputs={"input_ids": torch.tensor([[step, 1]])}, data_source="d", ground_truth="1", index=step)
+
+
+class RecordingSampler(Sampler):
+    """Samples one response per prompt, recording the copy's weight when it sampled."""
+
+    def __init__(self, policy: torch.nn.Linear, fail_at: int | None = None, delay: float = 0.0) -> None:
+        self.policy = policy
+        self.fail_at = fail_at
+        self.delay = delay
+        self.weights_seen: dict[int, float] = {}
+
+    def rollout(self, prompts: Sequence[Prepared], step: int) -> Rollouts:
+        if step == self.fail_at:
+            raise ValueError(f"the engine broke at step {step}")
+        time.sleep(self.delay)
+        self.weights_seen[step] = float(self.policy.weight.item())
+        samples = [RolloutSample(prompt_ids=[1], response_ids=[5], response_mask=[1], response_logprobs=[-0.1]) for _ in prompts]
+        return Rollouts(samples, list(prompts), ["g"] * len(prompts))
+
+    def score(self, rollouts: Rollouts) -> Scores:
+        return Scores(torch.ones(len(rollouts.samples)), torch.ones(len(rollouts.samples)), {})
+
+
+def async_sampler(actor: torch.nn.Linear, background: RecordingSampler, k: int, first: int = 1, last: int = 8) -> AsyncSampler:
+    return AsyncSampler(
+        background, background.policy, lambda: dict(actor.named_parameters()), lambda step: [prompt(step)],
+        first_step=first, last_step=last, max_staleness=k,
+    )
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_samples_lag_the_actor_by_at_most_k_versions_and_carry_the_weights_that_drew_them(k: int) -> None:
+    actor, copy = torch.nn.Linear(1, 1, bias=False), torch.nn.Linear(1, 1, bias=False)
+    with torch.no_grad():
+        actor.weight.fill_(0.0)
+        copy.weight.fill_(0.0)
+    background = RecordingSampler(copy)
+    sampler = async_sampler(actor, background, k)
+    staleness = []
+    try:
+        for step in range(1, 9):
+            sampler.rollout([prompt(step)], step)
+            metrics = sampler.rollout_metrics()
+            staleness.append(int(metrics["async/staleness"]))
+            version = int(metrics["async/policy_version"])
+            # The copy sampled with the weights of the version it reports: version v has weight v.
+            assert background.weights_seen[step] == float(version)
+            assert step - 1 - version == staleness[-1] <= k
+            # An update: the thread runs ahead meanwhile, as far as the bound allows.
+            deadline = time.monotonic() + 30
+            while min(step + k, 8) not in background.weights_seen:
+                assert time.monotonic() < deadline, "the thread did not sample ahead"
+                time.sleep(0.005)
+            assert step + k + 1 not in background.weights_seen  # and no further
+            with torch.no_grad():
+                actor.weight.fill_(float(step))
+            sampler.publish(step)
+    finally:
+        sampler.close()
+    assert max(staleness) == k  # the thread did run ahead as far as allowed
+    assert sum(metrics[f"async/staleness_{s}"] for s in range(k + 1) if f"async/staleness_{s}" in metrics) == 8
+
+
+def test_a_failing_rollout_reaches_the_trainer_at_the_step_it_waits_for() -> None:
+    actor, copy = torch.nn.Linear(1, 1, bias=False), torch.nn.Linear(1, 1, bias=False)
+    sampler = async_sampler(actor, RecordingSampler(copy, fail_at=2), k=1)
+    try:
+        sampler.rollout([prompt(1)], 1)
+        sampler.publish(1)
+        with pytest.raises(RuntimeError, match="the asynchronous rollout failed before step 2") as raised:
+            sampler.rollout([prompt(2)], 2)
+        assert "the engine broke at step 2" in str(raised.value.__cause__)
+    finally:
+        sampler.close()
+
+
+def test_the_prompts_drawn_must_be_the_steps() -> None:
+    actor, copy = torch.nn.Linear(1, 1, bias=False), torch.nn.Linear(1, 1, bias=False)
+    sampler = async_sampler(actor, RecordingSampler(copy), k=1)
+    try:
+        with pytest.raises(RuntimeError, match="step 1: the asynchronous rollout sampled other prompts"):
+            sampler.rollout([prompt(99)], 1)
+    finally:
+        sampler.close()
+
+
+def test_validation_pauses_the_thread() -> None:
+    actor, copy = torch.nn.Linear(1, 1, bias=False), torch.nn.Linear(1, 1, bias=False)
+    background = RecordingSampler(copy, delay=0.05)
+    sampler = async_sampler(actor, background, k=2)
+    try:
+        sampler.rollout([prompt(1)], 1)
+        with sampler.paused():
+            sampled = set(background.weights_seen)
+            time.sleep(0.2)
+            assert set(background.weights_seen) == sampled  # nothing sampled while paused
+        assert isinstance(sampler.paused(), type(threading.Lock()))
+    finally:
+        sampler.close()
+
+
+def test_a_run_with_one_step_of_staleness(tmp_path: Path) -> None:
+    """The embedded default with async_training.max_staleness=1 and token TIS in bypass mode:
+    from step 2 on every step trains on samples one version old, the old log-probs are the
+    rollout's (the weights compare the actor with the policy that sampled: a KL once the
+    weights move), and a resumed run continues."""
+    run = tmp_path / "run"
+    common = [f"trainer.default_local_dir={run}", "trainer.test_freq=0", "trainer.save_freq=2",
+              "async_training.max_staleness=1", "algorithm.rollout_correction.bypass_mode=true",
+              "algorithm.rollout_correction.rollout_is=token"]
+    assert main([*common, "trainer.total_training_steps=4"]) == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()][1:]
+    assert [row["step"] for row in rows] == [1.0, 2.0, 3.0, 4.0]
+    assert [row["async/staleness"] for row in rows] == [0.0, 1.0, 1.0, 1.0]
+    assert [row["async/policy_version"] for row in rows] == [0.0, 0.0, 1.0, 2.0]
+    assert rows[-1]["async/staleness_0"] == 1 and rows[-1]["async/staleness_1"] == 3
+    assert all(row["timing_s/wait_rollout"] >= 0 and "rollout_corr/rollout_is_mean" in row for row in rows)
+    assert main([*common, "trainer.total_training_steps=5"]) == 0  # resumes from step 4's checkpoint
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()][1:]
+    assert [row["step"] for row in rows] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert rows[-1]["async/staleness"] == 0.0 and rows[-1]["async/policy_version"] == 4.0  # the restart's first batch
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["async_training.max_staleness=1"], "set algorithm.rollout_correction.bypass_mode=true"),
+    (["async_training.max_staleness=-1"], "async_training.max_staleness=-1 must be >= 0"),
+    (["async_training.max_staleness=1", "algorithm.rollout_correction.bypass_mode=true", "distillation.enabled=true",
+      "distillation.teacher_models.teacher_model.model_path=/t"],
+     "asynchronous rollout runs RL on text in this version (this run is distillation)"),
+])
+def test_asynchronous_rollout_is_checked_before_anything_loads(overrides: list[str], message: str) -> None:
+    from omni_trainer.config import load_config
+    from omni_trainer.findings import Findings
+    from omni_trainer.preflight import _async_training
+
+    found = Findings()
+    _async_training(load_config(overrides), found)
+    assert any(message in problem for problem in found.problems), found.problems
+
+
+def test_verl_refuses_asynchronous_rollout_by_name() -> None:
+    from omni_trainer.config import load_config
+    from omni_trainer.verl_engine.translate import config_problems
+
+    config = load_config(["trainer.engine=verl", "actor_rollout_ref.model.path=/m", "data.train_files=[/d.parquet]",
+                          "async_training.max_staleness=1"])
+    assert any("asynchronous rollout runs on trainer.engine=local" in p for p in config_problems(config))
+
+
