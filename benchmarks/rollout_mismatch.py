@@ -12,12 +12,18 @@ same seed, config and steps:
 - ``mismatched+tis``: the hot rollout, token-level truncated IS
   (``algorithm.rollout_correction.rollout_is=token rollout_is_threshold=2.0``).
 
-Learning is read from validation, which samples at the actor's own temperature (the
-injection is off there): ``val-core/.../score/mean@4`` every ``--val-every`` steps. The
+``--mismatch stale`` injects the other common gap, a stale policy: REINFORCE on the rollout's
+log-probs (bypass mode, ``loss_type=reinforce``), synchronous (``matched``), on samples up to
+two policy versions old (``stale``: ``async_training.max_staleness=2``), and the same with
+token TIS (``stale+tis``).
+
+Learning is read from validation, which samples at the actor's own temperature (with the
+task's own engine, not the injected one): ``val-core/.../score/mean@4`` every ``--val-every`` steps. The
 training reward is of the hot samples, so it is printed but not compared. Raw numbers go to
 ``outputs/benchmarks/rollout_mismatch.json``.
 
     uv run python benchmarks/rollout_mismatch.py [--steps 40] [--rollout-temperature 1.5] [--seeds 1 2 3]
+    uv run python benchmarks/rollout_mismatch.py --mismatch stale --out outputs/benchmarks/rollout_mismatch_stale.json
 """
 
 from __future__ import annotations
@@ -29,13 +35,37 @@ import time
 from pathlib import Path
 from typing import Any
 
+TIS = ["algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold=2.0"]
 ARMS: dict[str, tuple[bool, list[str]]] = {
     "matched": (False, []),
     "mismatched": (True, []),
-    "mismatched+tis": (True, ["algorithm.rollout_correction.rollout_is=token",
-                              "algorithm.rollout_correction.rollout_is_threshold=2.0"]),
+    "mismatched+tis": (True, TIS),
 }
+REINFORCE = ["algorithm.rollout_correction.bypass_mode=true", "algorithm.rollout_correction.loss_type=reinforce"]
+STALE_ARMS: dict[str, tuple[bool, list[str]]] = {
+    "matched": (False, REINFORCE),
+    "stale": (False, [*REINFORCE, "async_training.max_staleness=2"]),
+    "stale+tis": (False, [*REINFORCE, "async_training.max_staleness=2", *TIS]),
+}
+"""``--mismatch stale``: REINFORCE on the rollout's log-probs (bypass mode), synchronous or on
+samples up to two policy versions old (``async_training``); uncorrected, the stale samples'
+gradient is the old policy's, and token TIS reweights it toward the current one."""
 VAL_KEY = "val-core/omni_rl/builtin_digits/score/mean@4"
+
+
+class HotEngine:
+    """The local engine sampling at ``factor`` times the temperature it is asked for (its
+    log-probs are of that hotter distribution); everything else is the engine's."""
+
+    def __init__(self, engine: Any, factor: float) -> None:
+        self.engine = engine
+        self.factor = factor
+
+    def generate(self, prompts: Any, sampling: Any) -> Any:
+        return self.engine.generate(prompts, dataclasses.replace(sampling, temperature=sampling.temperature * self.factor))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
 
 
 def run_arm(name: str, hot: bool, overrides: list[str], args: argparse.Namespace, root: Path, seed: int) -> dict[str, Any]:
@@ -47,27 +77,18 @@ def run_arm(name: str, hot: bool, overrides: list[str], args: argparse.Namespace
         f"trainer.default_local_dir={root / name.replace('+', '-')}-{seed}", f"trainer.seed={seed}", *overrides,
     ]))
     trainer.setup()
-    engine = trainer.engine
-    assert engine is not None
-    generate = engine.generate
-    injecting = False
-
-    def hot_generate(prompts: Any, sampling: Any) -> Any:
-        if injecting:
-            sampling = dataclasses.replace(sampling, temperature=sampling.temperature * args.rollout_temperature)
-        return generate(prompts, sampling)
-
-    engine.generate = hot_generate  # type: ignore[method-assign]
+    if hot:  # the training sampler's engine only: validation samples with the task's own engine
+        sampler = trainer.task.sampler  # type: ignore[attr-defined]
+        sampler.engine = HotEngine(sampler.engine, args.rollout_temperature)
     curve: dict[str, Any] = {"steps": [], "reward": [], "val_steps": [], "val_score": [], "kl": [], "is_mean": []}
     started = time.perf_counter()
     trainer.task.start()
     try:
+        trainer.task.prefetch(trainer.prompts_of, 1, trainer.total_steps)  # async arms: the thread starts
         curve["val_steps"].append(0)
         curve["val_score"].append(trainer.validate(0)[VAL_KEY])
         for step, batch in trainer.batches(0):
-            injecting = hot
             metrics = trainer.train_step(step, batch)
-            injecting = False
             curve["steps"].append(step)
             curve["reward"].append(metrics["critic/score/mean"])
             curve["kl"].append(metrics.get("rollout_corr/kl"))
@@ -91,7 +112,8 @@ def main() -> None:
     parser.add_argument("--rollout-temperature", type=float, default=1.5,
                         help="the training rollout's temperature, as a multiple of the actor's")
     parser.add_argument("--out", type=Path, default=Path("outputs/benchmarks/rollout_mismatch.json"))
-    parser.add_argument("--arms", nargs="*", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--mismatch", choices=("temperature", "stale"), default="temperature")
+    parser.add_argument("--arms", nargs="*", default=None, choices=sorted({*ARMS, *STALE_ARMS}))
     parser.add_argument("--seeds", type=int, nargs="*", default=[1, 2, 3])
     args = parser.parse_args()
     import tempfile
@@ -99,18 +121,22 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
+    arms = ARMS if args.mismatch == "temperature" else STALE_ARMS
+    args.arms = args.arms or list(arms)
     results: dict[str, Any] = {
-        "rollout_temperature": args.rollout_temperature, "steps": args.steps, "seeds": args.seeds,
+        "mismatch": args.mismatch, "rollout_temperature": args.rollout_temperature, "steps": args.steps, "seeds": args.seeds,
         "arms": {name: {} for name in args.arms},
     }
     with tempfile.TemporaryDirectory() as root:
         for seed in args.seeds:
             for name in args.arms:
-                hot, overrides = ARMS[name]
+                hot, overrides = arms[name]
                 results["arms"][name][seed] = run_arm(name, hot, overrides, args, Path(root), seed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1))
-    print(f"\nvalidation score (mean@4) by step; rollout at {args.rollout_temperature}x the actor's temperature")
+    gap = f"rollout at {args.rollout_temperature}x the actor's temperature" if args.mismatch == "temperature" \
+        else "samples up to 2 policy versions old, REINFORCE in bypass mode"
+    print(f"\nvalidation score (mean@4) by step; {gap}")
     steps = results["arms"][args.arms[0]][args.seeds[0]]["val_steps"]
     print(f"{'arm':>15} {'seed':>5} " + " ".join(f"{s:>6d}" for s in steps) + "   mean rollout_corr/kl")
     for name, by_seed in results["arms"].items():

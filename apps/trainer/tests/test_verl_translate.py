@@ -366,3 +366,18 @@ def test_verl_refuses_what_its_bypass_mode_would_ignore(extra: list[str]) -> Non
     assert bypass_problems(load_config(base)) == []  # bypass alone: verl does what it says
     (problem,) = bypass_problems(load_config([*base, *extra]))
     assert problem.startswith("algorithm.rollout_correction.bypass_mode=true with ") and "trainer.engine=local" in problem
+
+
+def test_rollout_routing_replay_is_refused_on_both_engines_with_the_reason() -> None:
+    """verl 0.9.1 replays MoE routing on its megatron and veomni engines only (engine_workers
+    sets it to disabled for FSDP); the local engine samples with the actor's own module."""
+    from omni_trainer.verl_engine.translate import verl_key_problems
+    from omni_trainer.verl_keys import local_refusals
+
+    base = ["actor_rollout_ref.model.path=/m", "data.train_files=[/d.parquet]",
+            "actor_rollout_ref.rollout.enable_rollout_routing_replay=true"]
+    (problem,) = [p for p in verl_key_problems(load_config([*base, "trainer.engine=verl"])) if "routing_replay" in p]
+    assert "only on its megatron and veomni engines" in problem and "rollout_is=token" in problem
+    (refusal,) = local_refusals(load_config(base))
+    assert "enable_rollout_routing_replay=true" in refusal and "nothing to replay" in refusal
+    assert not [p for p in verl_key_problems(load_config(base[:2] + ["trainer.engine=verl"])) if "routing_replay" in p]

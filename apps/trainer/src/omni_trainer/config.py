@@ -297,6 +297,9 @@ class RolloutConfig:
     log_prob_micro_batch_size_per_gpu: int | None = None
     log_prob_use_dynamic_bsz: bool | None = None
     log_prob_max_token_len_per_gpu: int | None = None
+    # verl's rollout routing replay (R3) for mixture-of-experts models: the rollout records each
+    # token's experts and the actor replays them. Refused on both engines (verl_keys, translate).
+    enable_rollout_routing_replay: bool = False
 
     def pipeline(self) -> str:
         """``pipeline_name``, which the pre-flight guarantees is set.

@@ -214,8 +214,9 @@ class PreferenceRun:
                 f"Invalid configuration:\n  - data.train_batch_size={config.data.train_batch_size} exceeds the "
                 f"{len(self.train)} preference pairs left after loading (see the dataset report above)"
             )
-        total = config.trainer.total_training_steps
-        self.total_steps = total if total is not None else self.steps_per_epoch * config.trainer.total_epochs
+        from omni_trainer.verl_engine.launch import total_steps
+
+        self.total_steps = total_steps(config, len(self.train))
 
     # workers
 

@@ -205,6 +205,13 @@ def verl_key_problems(config: Config) -> list[str]:
             f"{fsdp.model_dtype or 'fp32'}, which FSDP1 (actor_rollout_ref.actor.strategy=fsdp) cannot hold in one "
             "flat parameter; use strategy=fsdp2"
         )
+    if config.actor_rollout_ref.rollout.enable_rollout_routing_replay:
+        problems.append(
+            "actor_rollout_ref.rollout.enable_rollout_routing_replay=true: verl 0.9.1 replays a MoE's routing only on "
+            "its megatron and veomni engines and turns it off on FSDP, which trainer.engine=verl trains with; the "
+            "routes would be recorded and never replayed. Correct the rollout/actor gap with "
+            "algorithm.rollout_correction (rollout_is=token) instead"
+        )
     if model.external_lib is not None and not _importable(model.external_lib):
         problems.append(
             f"actor_rollout_ref.model.external_lib={model.external_lib} cannot be imported here, and verl imports it in "
