@@ -70,3 +70,19 @@ def test_a_worker_whose_owner_is_gone_ends_without_a_traceback() -> None:
     thread.join(timeout=30)
     assert ended == [None]
     worker.close()
+
+
+def test_a_ctrl_c_while_a_worker_is_created_arrives_once_it_exists() -> None:
+    """Interrupted between the fork server's fork and the parent's message, the child printed
+    an EOFError traceback as the run stopped (seen in CI: a Ctrl-C during start-up)."""
+    import signal
+
+    from omni_rewards.pool import sigint_deferred
+
+    reached_the_end = False
+    with pytest.raises(KeyboardInterrupt):
+        with sigint_deferred():
+            signal.raise_signal(signal.SIGINT)
+            reached_the_end = True  # the interrupt waits for the block to finish
+    assert reached_the_end
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is restored

@@ -13,14 +13,16 @@ per task, in order; ``None`` asks it to exit.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import multiprocessing
 import multiprocessing.forkserver
 import signal
+import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, Literal
@@ -83,6 +85,25 @@ def _worker_main(
                 conn.send((index, False, error))
 
 
+@contextlib.contextmanager
+def sigint_deferred() -> Iterator[None]:
+    """A Ctrl-C that arrives inside is delivered on the way out (on the main thread; elsewhere
+    no signal arrives). Creating a worker must not be cut short: the fork server forks the
+    child before this process has sent it what to run, and a child left without it prints
+    a traceback (``EOFError`` in ``spawn._main``) as the run stops."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if received:
+            signal.raise_signal(signal.SIGINT)  # to the handler that was there before
+
+
 class _Worker:
     def __init__(
         self, context: Any, preload: tuple[str, ...], initializer: Callable[[], object] | None
@@ -94,7 +115,8 @@ class _Worker:
             name="omni-rewards-worker",
             daemon=True,
         )
-        self.process.start()
+        with sigint_deferred():
+            self.process.start()
         child_end.close()
         self.conn: Connection = parent_end
         self.ready = False
