@@ -121,12 +121,12 @@ def takes_old_log_probs_from_update(parts: StepParts, num_samples: int) -> bool:
     log-probs before the update (no KL in the reward, no teacher)."""
     cfg = parts.config
     actor = cfg.actor_rollout_ref.actor
-    correction = cfg.algorithm.rollout_correction
+    correction = correction_settings(cfg)
     return (
         actor.old_log_prob == "auto" and actor.ppo_epochs == 1
         and num_samples <= actor.ppo_mini_batch_size * cfg.actor_rollout_ref.rollout.n
         and not cfg.algorithm.use_kl_in_reward and not parts.sampler.reads_old_log_probs
-        and not correction.rollout_is and not correction.rollout_rs and not correction.bypass_mode
+        and not correction.corrects and not correction.bypass_mode
     )
 
 

@@ -24,10 +24,7 @@ import torch
 from torch import Tensor
 
 from omni_training.masked import masked_mean, masked_sum
-from omni_training.rollout_rejection import RejectionBound, parse_rejection, rejection_mask
-
-LOG_RATIO_BOUND = 20.0
-"""Log-ratios are clamped to +-this before ``exp`` (verl's bound): e^20 is about 5e8."""
+from omni_training.rollout_rejection import LOG_RATIO_BOUND, RejectionBound, parse_rejection, rejection_mask
 LEVELS = ("token", "sequence")
 LOSS_TYPES = ("ppo_clip", "reinforce")
 METRIC_PREFIX = "rollout_corr/"

@@ -21,7 +21,7 @@ from torch import Tensor
 from omni_training.masked import masked_mean, masked_sum
 
 LOG_RATIO_BOUND = 20.0
-"""Log-ratios are clamped to +-this before the estimates (verl's bound)."""
+"""Log-ratios are clamped to +-this before ``exp`` and the estimates (verl's bound): e^20 is about 5e8."""
 ESTIMATES = ("k1", "k2", "k3")
 SCOPES = ("token", "seq_sum", "seq_mean", "seq_max")
 MODES = tuple(
