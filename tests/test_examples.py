@@ -33,7 +33,8 @@ LOCAL_ON_CPU = {"ENGINE": "local"}
 """The scripts target verl on GPUs; ENGINE=local runs them on the local engine, leaving out
 their verl-only keys (which the local engine would refuse)."""
 SCRIPTS = ("gsm8k_gspo_lora.sh", "mmk12_gspo_lora.sh", "avqa_gspo_lora.sh", "mmk12_opd_lora.sh",
-           "qwen25_mmk12_gspo_lora.sh", "qwen25_avqa_gspo_lora.sh", "qwen3_omni_dpo_lora.sh")
+           "qwen25_mmk12_gspo_lora.sh", "qwen25_avqa_gspo_lora.sh", "qwen3_omni_dpo_lora.sh",
+           "gsm8k_gspo_lora_one_step_off.sh")
 
 
 def png(seed: int) -> bytes:
@@ -119,6 +120,20 @@ def test_engine_local_leaves_out_the_keys_the_local_engine_refuses(script: str, 
     verl = load_config(script_overrides(script, tmp_path))
     assert verl.trainer.engine == "verl"
     assert {key for key in verl.given_keys if verl_key(key)} - set(local.given_keys)  # the sizing is there
+
+
+def test_the_one_step_off_script_runs_verls_one_step_off_trainer_on_a_pool_of_its_own(tmp_path: Path) -> None:
+    """examples/gsm8k_gspo_lora_one_step_off.sh: on verl, the one-step-off trainer with the
+    rollout on 4 GPUs of its own and NCCL weight sync, nothing refused."""
+    from omni_trainer.config import load_config
+    from omni_trainer.verl_engine.one_step_off import is_one_step_off, one_step_off_values
+    from omni_trainer.verl_engine.translate import config_problems
+
+    config = load_config(script_overrides("gsm8k_gspo_lora_one_step_off.sh", tmp_path))
+    assert config_problems(config) == [] and is_one_step_off(config)
+    values = one_step_off_values(config)
+    assert values["actor_rollout_ref.rollout.n_gpus_per_node"] == 4 and values["actor_rollout_ref.hybrid_engine"] is False
+    assert values["actor_rollout_ref.rollout.checkpoint_engine.backend"] == "nccl"
 
 
 @pytest.fixture(scope="module")

@@ -162,12 +162,55 @@ def test_asynchronous_rollout_is_checked_before_anything_loads(overrides: list[s
     assert any(message in problem for problem in found.problems), found.problems
 
 
-def test_verl_refuses_asynchronous_rollout_by_name() -> None:
+VERL_BASE = ["trainer.engine=verl", "actor_rollout_ref.model.path=/m", "data.train_files=[/d.parquet]",
+             "algorithm.rollout_correction.bypass_mode=true"]
+
+
+def test_verl_runs_staleness_one_as_its_one_step_off_trainer() -> None:
+    from omni_trainer.config import load_config
+    from omni_trainer.verl_engine.one_step_off import one_step_off_values
+    from omni_trainer.verl_engine.settings import BATCH_AGENT_LOOP_MANAGER, GLOO_BACKEND
+    from omni_trainer.verl_engine.translate import config_problems
+
+    config = load_config([*VERL_BASE, "async_training.max_staleness=1", "rollout.n_gpus_per_node=4"])
+    assert config_problems(config) == []
+    values = one_step_off_values(config)
+    assert values["actor_rollout_ref.hybrid_engine"] is False
+    assert values["actor_rollout_ref.rollout.n_gpus_per_node"] == values["rollout.n_gpus_per_node"] == 4
+    assert values["actor_rollout_ref.rollout.checkpoint_engine.backend"] == "nccl"  # on GPUs
+    assert values["actor_rollout_ref.rollout.agent.agent_loop_manager_class"] == BATCH_AGENT_LOOP_MANAGER
+    cpu = one_step_off_values(load_config([*VERL_BASE, "trainer.device=cpu", "async_training.max_staleness=1"]))
+    assert cpu["actor_rollout_ref.rollout.checkpoint_engine.backend"] == GLOO_BACKEND
+    assert one_step_off_values(load_config(VERL_BASE)) == {}  # synchronous: verl's defaults stay
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["async_training.max_staleness=2"], "verl's fully-async trainer (deeper staleness) is not wired"),
+        (["async_training.max_staleness=1", "distillation.enabled=true",
+          "distillation.teacher_models.teacher_model.model_path=/t"], "one-step-off trainer has no teacher"),
+        (["async_training.max_staleness=1", "rollout.n_gpus_per_node=0"], "needs a pool of its own"),
+        (["async_training.max_staleness=1", "rollout.n_gpus_per_node=3",
+          "actor_rollout_ref.rollout.tensor_model_parallel_size=2"], "do not hold whole replicas"),
+        (["async_training.max_staleness=1", "actor_rollout_ref.rollout.checkpoint_engine.backend=naive"],
+         "one-step-off's rollout runs on its own ranks"),
+    ],
+)
+def test_verl_refuses_what_its_one_step_off_trainer_cannot_run(overrides: list[str], message: str) -> None:
     from omni_trainer.config import load_config
     from omni_trainer.verl_engine.translate import config_problems
 
-    config = load_config(["trainer.engine=verl", "actor_rollout_ref.model.path=/m", "data.train_files=[/d.parquet]",
-                          "async_training.max_staleness=1"])
-    assert any("asynchronous rollout runs on trainer.engine=local" in p for p in config_problems(config))
+    problems = config_problems(load_config([*VERL_BASE, *overrides]))
+    assert any(message in problem for problem in problems), problems
+
+
+def test_the_local_engine_refuses_the_one_step_off_pool_keys() -> None:
+    from omni_trainer.config import load_config
+    from omni_trainer.verl_keys import local_refusals
+
+    problems = local_refusals(load_config(["rollout.n_gpus_per_node=2",
+                                           "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl"]))
+    assert len(problems) == 2 and all("verl-engine setting" in p for p in problems), problems
 
 

@@ -307,3 +307,57 @@ def test_a_users_reward_file_scores_and_a_failing_step_stops_before_its_update(
     assert abs(steps[0]["rollout_corr/rollout_is_mean"] - 1) < 1e-3 and steps[0]["rollout_corr/rollout_is_max"] <= 2.0
     assert steps[0]["rollout_corr/rollout_rs_masked_fraction"] == 0
     assert sorted(p.name for p in run_dir.glob("global_step_*")) == ["global_step_1"]
+
+
+RAY_PROCESS = re.compile(r"\((CheckpointEngineWorker|WorkerDict|LocalRolloutServer) pid=(\d+)\)")
+
+
+def test_one_step_off_rollout_on_its_own_rank_trains_one_version_behind(
+    inputs: tuple[str, Path, Path], tmp_path: Path
+) -> None:
+    """``async_training.max_staleness=1`` on verl: verl's one-step-off trainer, its rollout on a
+    rank of its own (the ``omni_local`` replica behind a ``CheckpointEngineWorker``), the actor's
+    weights broadcast to it over gloo after every update (``omni_gloo``). Step t+1's batch is
+    sampled while step t trains, so from step 2 on the actor trains on samples of the policy
+    one update old: in bypass mode its PPO ratio is against the rollout's log-probs, which at
+    step 1 equal the actor's (ratio 1, KL 0) and later do not. A user's scorer pays varied
+    rewards on the first three steps and fails on every sample of the fourth: the run stops
+    before training on that batch, which was drawn while step 3 trained."""
+    tiny, train, val = inputs
+    scorer = tmp_path / "my_reward.py"
+    scorer.write_text(textwrap.dedent("""
+        def my_score(data_source, solution_str, ground_truth, extra_info=None):
+            if extra_info["index"] >= 6:  # the fourth step's rows (data.shuffle=false)
+                raise ConnectionError("the grading service is down")
+            return (sum(map(ord, solution_str)) % 5) / 4
+    """))
+    run_dir = tmp_path / "run"
+    command = [arg for arg in trainer_command(tiny, train, val, run_dir) if not arg.startswith(
+        ("trainer.n_gpus_per_node=", "trainer.total_training_steps=", "trainer.save_freq="))]
+    command += ["trainer.n_gpus_per_node=1", "trainer.total_training_steps=4", "trainer.save_freq=-1", "data.shuffle=false",
+                f"reward.custom_reward_function.path={scorer}", "reward.custom_reward_function.name=my_score",
+                "async_training.max_staleness=1", "algorithm.rollout_correction.bypass_mode=true",
+                "rollout.nnodes=1", "rollout.n_gpus_per_node=1"]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=600, env=RUN_ENV)
+    log = run.stdout + run.stderr
+    assert run.returncode == 2, log[-6000:]
+    assert "step 4: the reward scorer failed (error or timeout) on 4 of 4 samples (100%)" in run.stderr, log[-4000:]
+    (steps,) = launches(run_dir)
+    assert [row["step"] for row in steps] == [1, 2, 3]  # step 4's batch was never trained on
+    assert all(row["actor/grad_norm"] > 0 for row in steps), steps  # varied rewards: real updates
+    # On-policy at step 1; one update behind at steps 2 and 3.
+    assert abs(steps[0]["actor/ppo_kl"]) < 1e-5, steps[0]["actor/ppo_kl"]
+    for row in steps[1:]:
+        assert abs(row["actor/ppo_kl"]) > 1e-4, (row["step"], row["actor/ppo_kl"])
+    # The replica took each step's weights through the checkpoint engine: the initial ones, then
+    # before drawing step t+1's batch, the actor's after t-1 updates.
+    syncs = weight_syncs(log)
+    assert sorted(step for replica, step in syncs if replica == 0) == [0, 1, 2, 3], syncs
+    assert syncs[0, 0] == syncs[0, 1] != syncs[0, 2] != syncs[0, 3]
+    # Training, weight receiving and sampling in three processes of their own.
+    processes = {name: {pid for n, pid in RAY_PROCESS.findall(log) if n == name}
+                 for name in ("WorkerDict", "CheckpointEngineWorker", "LocalRolloutServer")}
+    assert all(len(pids) == 1 for pids in processes.values()), processes
+    assert len(set.union(*processes.values())) == 3, processes
+    verl_config = (run_dir / "verl_config.yaml").read_text()
+    assert "backend: omni_gloo" in verl_config and "hybrid_engine: false" in verl_config

@@ -261,6 +261,17 @@ class ValKwargsConfig:
 
 
 @dataclass
+class CheckpointEngineConfig:
+    """verl's ``actor_rollout_ref.rollout.checkpoint_engine``: how the actor's weights reach
+    rollout replicas on ranks of their own (verl engine, ``async_training.max_staleness=1``).
+    ``backend`` None: ``nccl`` on GPUs, ``omni_gloo`` on the CPU; a colocated (synchronous)
+    run always syncs in place (verl's ``naive``)."""
+
+    backend: str | None = None
+    update_weights_bucket_megabytes: int = 2048
+
+
+@dataclass
 class RolloutConfig:
     n: int = 8
     temperature: float = 1.0
@@ -300,6 +311,7 @@ class RolloutConfig:
     # verl's rollout routing replay (R3) for mixture-of-experts models: the rollout records each
     # token's experts and the actor replays them. Refused on both engines (verl_keys, translate).
     enable_rollout_routing_replay: bool = False
+    checkpoint_engine: CheckpointEngineConfig = field(default_factory=CheckpointEngineConfig)
 
     def pipeline(self) -> str:
         """``pipeline_name``, which the pre-flight guarantees is set.
@@ -349,12 +361,24 @@ class RolloutCorrectionConfig:
 
 @dataclass
 class AsyncTrainingConfig:
-    """Asynchronous rollout (the local engine's text RL): a thread samples the coming steps with
-    a copy of the policy while the actor updates; ``max_staleness`` is how many policy versions
-    a step's samples may lag the actor (0: synchronous). It trains on the rollout's own
+    """Asynchronous rollout (text RL): the coming steps are sampled while the actor updates;
+    ``max_staleness`` is how many policy versions a step's samples may lag the actor (0:
+    synchronous). The local engine samples in a thread with a copy of the policy; the verl
+    engine runs verl's one-step-off trainer (``max_staleness=1``), its rollout on a pool of its
+    own (``rollout.nnodes`` x ``rollout.n_gpus_per_node``). It trains on the rollout's own
     log-probs (``algorithm.rollout_correction.bypass_mode=true``, as verl's one-step-off recipe)."""
 
     max_staleness: int = 0
+
+
+@dataclass
+class RolloutPoolConfig:
+    """verl's top-level ``rollout`` of its one-step-off trainer: the rollout's own GPU pool
+    (nodes x GPUs), apart from ``trainer.nnodes`` x ``trainer.n_gpus_per_node``; Ray must offer
+    both. Read with ``async_training.max_staleness=1`` on the verl engine only."""
+
+    nnodes: int = 1
+    n_gpus_per_node: int = 8
 
 
 @dataclass
@@ -529,6 +553,7 @@ class Config:
     distillation: DistillationConfig = field(default_factory=DistillationConfig)
     ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
     async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
+    rollout: RolloutPoolConfig = field(default_factory=RolloutPoolConfig)
     # Recorded by load_config, never set by an override, left out of the written config: the
     # keys the override groups gave (run script, "$@"), not the packaged defaults or presets.
     # The local engine refuses the verl-engine keys among them it cannot honour.

@@ -177,6 +177,14 @@ VERL_KEYS: tuple[VerlKey, ...] = (
     VerlKey("distillation.n_gpus_per_node", "GPUs per node of the teacher's pool", "runs the teacher in its own process"),
     VerlKey("distillation.teacher_models.teacher_model.inference.*", "the teacher's vLLM-Omni server",
             "runs the teacher with transformers in its own process"),
+    # -- the one-step-off trainer's rollout pool (async_training.max_staleness=1)
+    VerlKey("rollout.nnodes", "nodes of the one-step-off rollout's own GPU pool",
+            "samples asynchronously in a thread of its one process"),
+    VerlKey("rollout.n_gpus_per_node", "GPUs per node of the one-step-off rollout's pool",
+            "samples asynchronously in a thread of its one process"),
+    VerlKey("actor_rollout_ref.rollout.checkpoint_engine.*",
+            "how the actor's weights reach rollout replicas on ranks of their own",
+            "hands its sampling thread the trainable weights in memory"),
 )
 """Every verl-engine key of the schema and what the local engine does with it."""
 

@@ -20,6 +20,7 @@ from uuid import uuid4
 import ray
 from verl.experimental.agent_loop.agent_loop import (
     AgentLoopBase,
+    AgentLoopManager,
     AgentLoopMetrics,
     AgentLoopOutput,
     AgentLoopWorker,
@@ -108,6 +109,46 @@ class OmniAgentLoopManager(AgentLoopManagerTQ):
         for tallies in ray.get([worker.take_reward_tallies.remote() for worker in workers]):
             self.reward_watch.add(tallies)
         self.reward_watch.check(run_dir=str(config.trainer.default_local_dir))
+
+
+class OmniBatchAgentLoopManager(AgentLoopManager):
+    """verl's batch-returning agent-loop manager, which its one-step-off trainer drives, starting
+    :class:`OmniAgentLoopWorker` workers. Each training batch it returns has been scored; the
+    run stops there if the scorer failed on more than ``reward.max_error_rate`` of it.
+
+    The one-step-off trainer draws the first batch (of a launch) for the step it trains,
+    labelled with that step (``global_steps``), and every later one while the step before it
+    trains, labelled with that step. A failure names the step that would have trained on the
+    batch.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.agent_loop_workers_class = ray.remote(OmniAgentLoopWorker)
+        self._drawn = False
+
+    async def generate_sequences(self, prompts: Any) -> Any:
+        output = await super().generate_sequences(prompts)
+        if not prompts.meta_info.get("validate", False):
+            label = int(prompts.meta_info.get("global_steps", 0))
+            self.check_rewards(label + 1 if self._drawn else label, output.non_tensor_batch)
+            self._drawn = True
+        return output
+
+    def check_rewards(self, step: int, columns: dict[str, Any]) -> None:
+        """Tally and check one training batch's ``reward_<status>`` columns.
+
+        Raises:
+            RewardFailureError: the scorer failed on more than ``reward.max_error_rate`` of it.
+        """
+        rows = len(next(iter(columns.values()), ()))
+        keys = [key for key in columns if key.startswith("reward_")]
+        tallies: dict[int, StepTally] = {}
+        for i in range(rows):
+            count_sample(tallies, step, {key: columns[key][i] for key in keys})
+        watch = StepFailureWatch(max(rows, 1), VerlSettings.from_env().reward_max_error_rate)
+        watch.add(tallies)
+        watch.check(run_dir=str(self.config.trainer.default_local_dir))
 
 
 class RewardCheckedReplayBuffer(ReplayBuffer):

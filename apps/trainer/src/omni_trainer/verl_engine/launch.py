@@ -236,7 +236,7 @@ def run(config: Config, *, checked: bool = False) -> int:
         start_step=start_step if config.trainer.resume_mode == "resume_path" else None,
     ).start()
     try:
-        run_ppo(verl_config, task_runner_class=TaskRunnerV1)
+        run_ppo(verl_config, task_runner_class=task_runner(config, TaskRunnerV1))
     except RayTaskError as exc:  # raised in verl's task runner (by our agent-loop manager)
         failure = unwrap_reward_failure(exc)
         if failure is None:
@@ -246,6 +246,19 @@ def run(config: Config, *, checked: bool = False) -> int:
         ray.shutdown()
     print(reporter.finish(uses_lora=config.actor_rollout_ref.model.lora_rank > 0))
     return 0
+
+
+def task_runner(config: Config, synchronous: Any) -> Any:
+    """verl's task runner for ``config``: its one-step-off trainer's for
+    ``async_training.max_staleness=1`` (:mod:`omni_trainer.verl_engine.one_step_off`), else
+    ``synchronous`` (verl's V1 runner)."""
+    from omni_trainer.verl_engine.one_step_off import is_one_step_off
+
+    if not is_one_step_off(config):
+        return synchronous
+    from verl.experimental.one_step_off_policy.main_ppo import OneStepTaskRunner
+
+    return OneStepTaskRunner
 
 
 def prepare_run_dir(config: Config, verl_config: DictConfig) -> tuple[Path, int, Path]:

@@ -35,7 +35,7 @@ import hashlib
 import logging
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import AsyncIterable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -43,6 +43,7 @@ import ray
 import torch
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
+from verl.workers.rollout.utils import ensure_async_iterator
 
 from omni_rollout.local_engine import LocalEngine, find_policy_module
 from omni_rollout.sampling import SamplingSettings
@@ -574,7 +575,7 @@ class LocalRolloutWorkerAdapter(BaseRollout):
 
     async def update_weights(
         self,
-        weights: Iterable[tuple[str, torch.Tensor]],
+        weights: Iterable[tuple[str, torch.Tensor]] | AsyncIterable[tuple[str, torch.Tensor]],
         wire_format: str = "named_tensors",
         global_steps: int | None = None,
         peft_config: Any = None,
@@ -586,7 +587,9 @@ class LocalRolloutWorkerAdapter(BaseRollout):
             raise ValueError(
                 f"rollout.name={LOCAL_ROLLOUT_NAME} loads merged weights; set actor_rollout_ref.model.lora.merge=true."
             )
-        collected = {name: tensor.detach().to("cpu").clone() for name, tensor in weights}
+        # A generator in the actor's process (colocated sync); an async one from a checkpoint
+        # engine in a rollout worker of its own (separated rollout, e.g. one-step-off).
+        collected = {name: tensor.detach().to("cpu").clone() async for name, tensor in ensure_async_iterator(weights)}
         if self.sends:
             loaded = await self._server_handle().load_weights.remote(collected, global_steps)
             logger.info("omni_local: %d tensors to replica %d (step %s)", loaded, self.replica_rank, global_steps)

@@ -30,6 +30,13 @@ starts the agent-loop workers."""
 REPLAY_BUFFER = ("pkg://omni_trainer.verl_engine.agent_loop", "RewardCheckedReplayBuffer")
 """``trainer.v1.sampler.custom_sampler.{path,name}``: verl's hook for the replay buffer its
 trainer samples each step's batch from (ours checks ``reward.max_error_rate`` there)."""
+BATCH_AGENT_LOOP_MANAGER = "omni_trainer.verl_engine.agent_loop.OmniBatchAgentLoopManager"
+"""The agent-loop manager of verl's one-step-off trainer, which takes each batch back whole
+(verl's legacy ``generate_sequences``; its V1 trainer reads batches from TransferQueue)."""
+GLOO_BACKEND = "omni_gloo"
+"""``actor_rollout_ref.rollout.checkpoint_engine.backend`` of a separated rollout on the CPU:
+:mod:`omni_trainer.verl_engine.gloo_checkpoint`."""
+GLOO_BACKEND_MODULE = "omni_trainer.verl_engine.gloo_checkpoint"
 AGENT_LOOPS = {"single_turn_agent": "single_turn_agent"}
 """Our agent-loop names -> verl's agent loops (they get the adapter's processor from
 :class:`~omni_trainer.verl_engine.agent_loop.OmniAgentLoopManager`'s workers)."""

@@ -28,6 +28,7 @@ from omni_trainer.config import Config, ConfigError
 from omni_trainer.tasks import PREFERENCE, SPEECH_RL, task_name
 from omni_trainer.verl_engine.distillation import distillation_problems, distillation_values
 from omni_trainer.verl_engine.errors import EXTRAS_COMMAND, MissingExtrasError
+from omni_trainer.verl_engine.one_step_off import one_step_off_problems, one_step_off_values, rollout_slots
 from omni_trainer.verl_engine.settings import (
     AGENT_LOOP_MANAGER,
     AGENT_LOOPS,
@@ -150,11 +151,7 @@ def config_problems(config: Config) -> list[str]:
     problems.extend(distillation_problems(config))
     problems.extend(verl_key_problems(config))
     problems.extend(bypass_problems(config))
-    if config.async_training.max_staleness:
-        problems.append(
-            f"async_training.max_staleness={config.async_training.max_staleness}: asynchronous rollout runs on "
-            "trainer.engine=local in this version (verl's one-step-off and fully-async trainers are not wired yet)"
-        )
+    problems.extend(one_step_off_problems(config))
     return problems
 
 
@@ -512,6 +509,7 @@ def _values(
     if ray_init.num_gpus is not None:
         values["ray_kwargs.ray_init.num_gpus"] = ray_init.num_gpus
     values.update(distillation_values(config))
+    values.update(one_step_off_values(config))
     if trainer.device == "cpu":
         values.update(cpu_values(config, env_vars))
     return values
@@ -592,7 +590,9 @@ def cpu_values(config: Config, env_vars: dict[str, str]) -> dict[str, Any]:
         teacher_slots = distillation.nnodes * distillation.n_gpus_per_node
     if ray_init.address is None:
         if ray_init.num_gpus is None:
-            values["ray_kwargs.ray_init.num_gpus"] = trainer.nnodes * trainer.n_gpus_per_node + teacher_slots
+            values["ray_kwargs.ray_init.num_gpus"] = (
+                trainer.nnodes * trainer.n_gpus_per_node + teacher_slots + rollout_slots(config)
+            )
         if ray_init.num_cpus is None:
             # Also logical: verl's actors and placement bundles each hold CPUs, more than a laptop has.
             values["ray_kwargs.ray_init.num_cpus"] = CPU_RUN_RAY_CPUS
