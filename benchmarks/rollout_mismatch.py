@@ -12,6 +12,11 @@ same seed, config and steps:
 - ``mismatched+tis``: the hot rollout, token-level truncated IS
   (``algorithm.rollout_correction.rollout_is=token rollout_is_threshold=2.0``).
 
+``--mismatch bf16`` injects the precision gap: the training rollout samples with a bf16 copy
+of the policy (its weights refreshed from the actor's before every call, bf16 kernels, bf16
+log-probs) while the actor scores in fp32, as a bf16 vLLM rollout does against an FSDP actor
+(arms ``matched``, ``bf16``, ``bf16+tis``).
+
 ``--mismatch stale`` injects the other common gap, a stale policy: REINFORCE on the rollout's
 log-probs (bypass mode, ``loss_type=reinforce``), synchronous (``matched``), on samples up to
 two policy versions old (``stale``: ``async_training.max_staleness=2``), and the same with
@@ -24,6 +29,7 @@ training reward is of the hot samples, so it is printed but not compared. Raw nu
 
     uv run python benchmarks/rollout_mismatch.py [--steps 40] [--rollout-temperature 1.5] [--seeds 1 2 3]
     uv run python benchmarks/rollout_mismatch.py --mismatch stale --out outputs/benchmarks/rollout_mismatch_stale.json
+    uv run python benchmarks/rollout_mismatch.py --mismatch bf16 --out outputs/benchmarks/rollout_mismatch_bf16.json
 """
 
 from __future__ import annotations
@@ -50,6 +56,12 @@ STALE_ARMS: dict[str, tuple[bool, list[str]]] = {
 """``--mismatch stale``: REINFORCE on the rollout's log-probs (bypass mode), synchronous or on
 samples up to two policy versions old (``async_training``); uncorrected, the stale samples'
 gradient is the old policy's, and token TIS reweights it toward the current one."""
+BF16_ARMS: dict[str, tuple[bool, list[str]]] = {
+    "matched": (False, []),
+    "bf16": (True, []),
+    "bf16+tis": (True, TIS),
+}
+"""``--mismatch bf16``: the rollout samples with a bf16 copy of the fp32 policy."""
 VAL_KEY = "val-core/omni_rl/builtin_digits/score/mean@4"
 
 
@@ -68,6 +80,38 @@ class HotEngine:
         return getattr(self.engine, name)
 
 
+class Bf16Engine:
+    """A local engine over a bf16 copy of the policy, its weights refreshed from the actor's
+    before every ``generate`` (rounded to bf16); everything else is the actor's engine's."""
+
+    def __init__(self, engine: Any, bf16_engine: Any, policy: Any, copy: Any) -> None:
+        self.engine = engine
+        self.bf16_engine = bf16_engine
+        self.pairs = list(zip(policy.parameters(), copy.parameters(), strict=True))
+
+    def generate(self, prompts: Any, sampling: Any) -> Any:
+        import torch
+
+        with torch.no_grad():
+            for source, target in self.pairs:
+                target.copy_(source)
+        return self.bf16_engine.generate(prompts, sampling)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+
+def bf16_engine(trainer: Any, engine: Any) -> Bf16Engine:
+    """The training sampler's engine on a bf16 copy of ``trainer``'s policy."""
+    import torch
+
+    from omni_trainer.async_rollout import policy_copy
+
+    copy = policy_copy(trainer.actor.model).to(torch.bfloat16)
+    return Bf16Engine(engine, trainer.run.text_engine(trainer.actor, trainer.run.mode, model=copy),
+                      trainer.actor.model, copy)
+
+
 def run_arm(name: str, hot: bool, overrides: list[str], args: argparse.Namespace, root: Path, seed: int) -> dict[str, Any]:
     from omni_trainer.config import load_config
     from omni_trainer.local_trainer import LocalTrainer
@@ -79,7 +123,8 @@ def run_arm(name: str, hot: bool, overrides: list[str], args: argparse.Namespace
     trainer.setup()
     if hot:  # the training sampler's engine only: validation samples with the task's own engine
         sampler = trainer.task.sampler  # type: ignore[attr-defined]
-        sampler.engine = HotEngine(sampler.engine, args.rollout_temperature)
+        sampler.engine = (bf16_engine(trainer, sampler.engine) if args.mismatch == "bf16"
+                          else HotEngine(sampler.engine, args.rollout_temperature))
     curve: dict[str, Any] = {"steps": [], "reward": [], "val_steps": [], "val_score": [], "kl": [], "is_mean": []}
     started = time.perf_counter()
     trainer.task.start()
@@ -112,8 +157,8 @@ def main() -> None:
     parser.add_argument("--rollout-temperature", type=float, default=1.5,
                         help="the training rollout's temperature, as a multiple of the actor's")
     parser.add_argument("--out", type=Path, default=Path("outputs/benchmarks/rollout_mismatch.json"))
-    parser.add_argument("--mismatch", choices=("temperature", "stale"), default="temperature")
-    parser.add_argument("--arms", nargs="*", default=None, choices=sorted({*ARMS, *STALE_ARMS}))
+    parser.add_argument("--mismatch", choices=("temperature", "stale", "bf16"), default="temperature")
+    parser.add_argument("--arms", nargs="*", default=None, choices=sorted({*ARMS, *STALE_ARMS, *BF16_ARMS}))
     parser.add_argument("--seeds", type=int, nargs="*", default=[1, 2, 3])
     args = parser.parse_args()
     import tempfile
@@ -121,7 +166,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    arms = ARMS if args.mismatch == "temperature" else STALE_ARMS
+    arms = {"temperature": ARMS, "stale": STALE_ARMS, "bf16": BF16_ARMS}[args.mismatch]
     args.arms = args.arms or list(arms)
     results: dict[str, Any] = {
         "mismatch": args.mismatch, "rollout_temperature": args.rollout_temperature, "steps": args.steps, "seeds": args.seeds,
@@ -134,8 +179,9 @@ def main() -> None:
                 results["arms"][name][seed] = run_arm(name, hot, overrides, args, Path(root), seed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1))
-    gap = f"rollout at {args.rollout_temperature}x the actor's temperature" if args.mismatch == "temperature" \
-        else "samples up to 2 policy versions old, REINFORCE in bypass mode"
+    gap = {"temperature": f"rollout at {args.rollout_temperature}x the actor's temperature",
+           "stale": "samples up to 2 policy versions old, REINFORCE in bypass mode",
+           "bf16": "rollout with a bf16 copy of the fp32 policy"}[args.mismatch]
     print(f"\nvalidation score (mean@4) by step; {gap}")
     steps = results["arms"][args.arms[0]][args.seeds[0]]["val_steps"]
     print(f"{'arm':>15} {'seed':>5} " + " ".join(f"{s:>6d}" for s in steps) + "   mean rollout_corr/kl")

@@ -312,7 +312,7 @@ def test_a_users_reward_file_scores_and_a_failing_step_stops_before_its_update(
 RAY_PROCESS = re.compile(r"\((CheckpointEngineWorker|WorkerDict|LocalRolloutServer) pid=(\d+)\)")
 
 
-def test_one_step_off_rollout_on_its_own_rank_trains_one_version_behind(
+def test_one_step_off_rollout_on_its_own_rank_trains_one_version_behind_and_resumes(
     inputs: tuple[str, Path, Path], tmp_path: Path
 ) -> None:
     """``async_training.max_staleness=1`` on verl: verl's one-step-off trainer, its rollout on a
@@ -322,19 +322,23 @@ def test_one_step_off_rollout_on_its_own_rank_trains_one_version_behind(
     one update old: in bypass mode its PPO ratio is against the rollout's log-probs, which at
     step 1 equal the actor's (ratio 1, KL 0) and later do not. A user's scorer pays varied
     rewards on the first three steps and fails on every sample of the fourth: the run stops
-    before training on that batch, which was drawn while step 3 trained."""
+    before training on that batch, which was drawn while step 3 trained. Fixed, the same
+    command resumes from step 2's checkpoint, its replica starting from those weights."""
     tiny, train, val = inputs
     scorer = tmp_path / "my_reward.py"
     scorer.write_text(textwrap.dedent("""
         def my_score(data_source, solution_str, ground_truth, extra_info=None):
             if extra_info["index"] >= 6:  # the fourth step's rows (data.shuffle=false)
                 raise ConnectionError("the grading service is down")
-            return (sum(map(ord, solution_str)) % 5) / 4
+            # a different score for (almost) every different answer: every group has an advantage
+            return sum((i + 1) * ord(c) for i, c in enumerate(solution_str)) % 997 / 996
     """))
     run_dir = tmp_path / "run"
     command = [arg for arg in trainer_command(tiny, train, val, run_dir) if not arg.startswith(
-        ("trainer.n_gpus_per_node=", "trainer.total_training_steps=", "trainer.save_freq="))]
-    command += ["trainer.n_gpus_per_node=1", "trainer.total_training_steps=4", "trainer.save_freq=-1", "data.shuffle=false",
+        ("trainer.n_gpus_per_node=", "trainer.total_training_steps=", "trainer.save_freq=", "trainer.val_before_train=",
+         "trainer.test_freq="))]
+    command += ["trainer.n_gpus_per_node=1", "trainer.total_training_steps=4", "trainer.save_freq=2", "data.shuffle=false",
+                "trainer.val_before_train=true", "trainer.test_freq=2",
                 f"reward.custom_reward_function.path={scorer}", "reward.custom_reward_function.name=my_score",
                 "async_training.max_staleness=1", "algorithm.rollout_correction.bypass_mode=true",
                 "rollout.nnodes=1", "rollout.n_gpus_per_node=1"]
@@ -349,6 +353,9 @@ def test_one_step_off_rollout_on_its_own_rank_trains_one_version_behind(
     assert abs(steps[0]["actor/ppo_kl"]) < 1e-5, steps[0]["actor/ppo_kl"]
     for row in steps[1:]:
         assert abs(row["actor/ppo_kl"]) > 1e-4, (row["step"], row["actor/ppo_kl"])
+    # Validation ran on the rollout's replica before training and at step 2.
+    validated = [json.loads(line) for line in sorted((run_dir / "metrics").glob("verl-*.jsonl"))[0].read_text().splitlines()]
+    assert [r["step"] for r in validated if any(k.startswith("val-core/") for k in r["data"])] == [0, 2]
     # The replica took each step's weights through the checkpoint engine: the initial ones, then
     # before drawing step t+1's batch, the actor's after t-1 updates.
     syncs = weight_syncs(log)
@@ -361,3 +368,15 @@ def test_one_step_off_rollout_on_its_own_rank_trains_one_version_behind(
     assert len(set.union(*processes.values())) == 3, processes
     verl_config = (run_dir / "verl_config.yaml").read_text()
     assert "backend: omni_gloo" in verl_config and "hybrid_engine: false" in verl_config
+
+    scorer.write_text(scorer.read_text().replace('raise ConnectionError("the grading service is down")', "return 1.0"))
+    resumed_run = subprocess.run(command, capture_output=True, text=True, timeout=600, env=RUN_ENV)
+    resumed_log = resumed_run.stdout + resumed_run.stderr
+    assert resumed_run.returncode == 0, resumed_log[-6000:]
+    _, resumed = launches(run_dir)
+    assert [row["step"] for row in resumed] == [3, 4]
+    # The resumed replica starts from step 2's checkpoint: the weights the first run synced
+    # after its second update, bit for bit.
+    after = weight_syncs(resumed_log)
+    assert after[0, 2] == syncs[0, 3] and sorted(step for _, step in after) == [2, 3, 4], after
+    assert (run_dir / "latest_checkpointed_iteration.txt").read_text().strip() == "4"

@@ -28,6 +28,7 @@ from verl.experimental.agent_loop.agent_loop import (
 )
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+from verl.utils.ray_utils import auto_await
 
 from omni_rewards.audio import WeightedAudioReward
 from omni_trainer.reward_guard import StepFailureWatch, StepTally, count_sample
@@ -127,6 +128,7 @@ class OmniBatchAgentLoopManager(AgentLoopManager):
         self.agent_loop_workers_class = ray.remote(OmniAgentLoopWorker)
         self._drawn = False
 
+    @auto_await  # as verl's: its validation calls this without await, from inside its event loop
     async def generate_sequences(self, prompts: Any) -> Any:
         output = await super().generate_sequences(prompts)
         if not prompts.meta_info.get("validate", False):
