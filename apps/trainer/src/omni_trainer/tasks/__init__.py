@@ -7,8 +7,10 @@ what it writes beside the checkpoints. The local trainer
 its adapters, the actor, the run directory, resume, saving and Ctrl-C.
 
 The config names the task (:func:`task_name`); the verl engine translates the three online
-ones (:mod:`omni_trainer.verl_engine.translate`) and refuses offline preference runs. A new task is a module here with a subclass of
-:class:`Task`, added to :data:`LOCAL_TASKS` under its name.
+ones (:mod:`omni_trainer.verl_engine.translate`) for verl's trainers and drives offline
+preference runs on verl's actor workers itself (:mod:`omni_trainer.verl_engine.preference`).
+A new task is a module here with a subclass of :class:`Task`, added to :data:`LOCAL_TASKS`
+under its name.
 """
 
 from __future__ import annotations
