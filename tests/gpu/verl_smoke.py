@@ -21,10 +21,16 @@ image+audio rows; nothing is downloaded.
    named by ``$OMNI_RL_QWEN3_OMNI_CKPT`` (vLLM-Omni's talker mode cannot run on the tiny model):
    vLLM-Omni's talker mode against verl's actor, held to the same bounds. Not yet run.
 
+5. (opt-in, ``VERL_SMOKE_PHASES=async``, two GPUs) 3 GSPO steps under verl's one-step-off
+   trainer (``async_training.max_staleness=1``): the FSDP actor on one GPU, a vLLM-Omni replica
+   on a pool of its own on the other, NCCL weight sync after every update, bypass mode. Checks
+   the steps ran, the weights synced every step, and step 1 trained on-policy (its PPO KL
+   against the bf16 rollout's log-probs is small). Not yet run.
+
 Usage (from tests/gpu/run_gpu_smoke.sh): python tests/gpu/verl_smoke.py [key=value ...] in the
 environment the script chose
-(the extra overrides go to every phase; ``VERL_SMOKE_PHASES=gspo``, ``=opd``, ``=mm`` or
-``=talker`` runs one). Exit code 0 when the phases ran their steps and the metrics are finite
+(the extra overrides go to every phase; ``VERL_SMOKE_PHASES=gspo``, ``=opd``, ``=mm``,
+``=talker`` or ``=async`` runs one). Exit code 0 when the phases ran their steps and the metrics are finite
 and sane.
 """
 
@@ -154,6 +160,20 @@ def print_table(steps: dict[int, dict[str, float]], wanted: dict[str, str], prob
                 problems.append(f"step {step}: {name} is {value}")
 
 
+def phase_steps(
+    label: str, overrides: list[str], log_path: Path, count: int, wanted: dict[str, str], problems: list[str],
+    env: dict[str, str | None] | None = None,
+) -> dict[int, dict[str, float]] | None:
+    """Run the trainer for one phase, print its steps' ``wanted`` metrics; None when it failed."""
+    stdout = run_trainer(overrides, log_path, env)
+    if stdout is None:
+        problems.append(f"{label}: the trainer failed")
+        return None
+    steps = training_steps(stdout, count, problems)
+    print_table(steps, wanted, problems)
+    return steps
+
+
 def gspo_phase(
     base: list[str], extra: list[str], model: Path, work: Path, problems: list[str], *, steps_wanted: int = STEPS,
     name: str = "run",
@@ -240,20 +260,46 @@ def talker_phase(base: list[str], extra: list[str], work: Path, problems: list[s
                    ground_truth="", ability="speech", extra_info={"index": n}) for n in range(2, 18)]
     train = write_rl_parquet(rows, work / "speech.parquet")
     talker_base = [o for o in base if not o.startswith(("data.train_files", "data.val_files", "data.max_response"))]
-    stdout = run_trainer(
+    steps = phase_steps(
+        "talker phase",
         [*talker_base, f"actor_rollout_ref.model.path={checkpoint}", f"data.train_files=[{train}]",
          "actor_rollout_ref.model.stage=talker", "actor_rollout_ref.rollout.pipeline_mode=talker",
          "data.spoken_text=thinker", "data.max_response_length=256",
          "reward.audio_rewards=[{name: duration, weight: 1.0}]",
          f"trainer.total_training_steps={TALKER_STEPS}", f"trainer.default_local_dir={work / 'run_talker'}", *extra],
-        work / "trainer_talker.log",
+        work / "trainer_talker.log", TALKER_STEPS, TALKER_WANTED, problems,
     )
-    if stdout is None:
-        problems.append("talker phase: the trainer failed")
+    if steps is not None:
+        check_agreement(steps, problems, label="talker step")
+
+
+ASYNC_STEPS = 3
+ASYNC_WANTED = {
+    "step time (s)": "timing_s/step",
+    "weight sync (s)": "timing_s/sync_rollout_weights",
+    "waited for batch (s)": "timing_s/gen",
+    "ppo_kl (vs rollout)": "actor/ppo_kl",
+    "pg_clipfrac": "actor/pg_clipfrac",
+}
+
+
+def one_step_off_phase(base: list[str], extra: list[str], model: Path, work: Path, problems: list[str]) -> None:
+    """verl's one-step-off trainer on two GPUs: trainer pool and rollout pool one GPU each."""
+    steps = phase_steps(
+        "one-step-off phase",
+        [*base, f"actor_rollout_ref.model.path={model}", f"trainer.total_training_steps={ASYNC_STEPS}",
+         f"trainer.default_local_dir={work / 'run_async'}", "async_training.max_staleness=1",
+         "algorithm.rollout_correction.bypass_mode=true", "rollout.nnodes=1", "rollout.n_gpus_per_node=1",
+         "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl", *extra],
+        work / "trainer_async.log", ASYNC_STEPS, ASYNC_WANTED, problems,
+    )
+    if steps is None:
         return
-    steps = training_steps(stdout, TALKER_STEPS, problems)
-    print_table(steps, TALKER_WANTED, problems)
-    check_agreement(steps, problems, label="talker step")
+    first = steps.get(1, {})
+    kl = pick(first, ASYNC_WANTED["ppo_kl (vs rollout)"])
+    # Step 1 trains on the initial weights' samples: only the bf16 rollout's numerics separate them.
+    if kl is not None and abs(kl) > 0.05:
+        problems.append(f"one-step-off step 1: |ppo_kl| {abs(kl):.4f} > 0.05 (the rollout's log-probs are not the actor's)")
 
 
 def main(extra: list[str]) -> int:
@@ -281,9 +327,9 @@ def main(extra: list[str]) -> int:
     ]
     problems: list[str] = []
     phases = os.environ.get("VERL_SMOKE_PHASES", "gspo,opd,mm").split(",")
-    unknown = sorted(set(phases) - {"gspo", "opd", "mm", "talker"})
+    unknown = sorted(set(phases) - {"gspo", "opd", "mm", "talker", "async"})
     if unknown:
-        print(f"VERL_SMOKE_PHASES has {unknown}; valid: gspo, opd, mm, talker (comma-separated)")
+        print(f"VERL_SMOKE_PHASES has {unknown}; valid: gspo, opd, mm, talker, async (comma-separated)")
         return 2
     if "gspo" in phases:
         print("== phase 1: GSPO ==")
@@ -300,6 +346,9 @@ def main(extra: list[str]) -> int:
     if "talker" in phases:
         print("== phase 4: talker RL (a real checkpoint) ==")
         talker_phase(base, extra, work, problems)
+    if "async" in phases:
+        print("== phase 5: one-step-off asynchronous rollout (two GPUs) ==")
+        one_step_off_phase(base, extra, model, work, problems)
     for problem in problems:
         print("FAIL:", problem)
     return 1 if problems else 0
