@@ -13,7 +13,9 @@ This module is such a backend, with the local engine's generation instead of vLL
 - :class:`LocalRolloutReplica`: places that server on the node of its training rank.
 - :class:`LocalRolloutWorkerAdapter`: the worker-side half verl builds in every actor
   rank; it sends the actor's weights (verl's ``get_per_tensor_param`` stream, LoRA merged)
-  to its replica's server through Ray's object store.
+  to its replica's server through Ray's object store. With the rollout on ranks of its own
+  (one-step-off), verl builds it in the replica's ``CheckpointEngineWorker`` instead, which
+  hands it what the checkpoint engine received (:mod:`gloo_checkpoint` on the CPU).
 
 A teacher replica (on-policy distillation: verl's ``TeacherModelManager`` builds one per
 teacher slot of ``distillation.nnodes`` x ``distillation.n_gpus_per_node``) holds the
@@ -548,9 +550,10 @@ class LocalRolloutReplica(RolloutReplica):
 
 
 class LocalRolloutWorkerAdapter(BaseRollout):
-    """The rollout half verl builds inside each actor rank: sends the rank's weights to its
-    replica's server (the first rank of each replica; every rank walks the stream, since
-    gathering a sharded tensor is a collective)."""
+    """The rollout half verl builds inside each actor rank (or, with the rollout on ranks of
+    its own, inside each rollout rank's ``CheckpointEngineWorker``): sends the weights it is
+    given to its replica's server (the first rank of each replica; every rank walks the
+    stream, since gathering a sharded tensor is a collective)."""
 
     def __init__(self, config: Any, model_config: Any, device_mesh: Any, replica_rank: int = -1) -> None:
         super().__init__(config, model_config, device_mesh)
