@@ -31,7 +31,7 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from verl.utils.ray_utils import auto_await
 
 from omni_rewards.audio import WeightedAudioReward
-from omni_trainer.reward_guard import StepFailureWatch, StepTally, count_sample
+from omni_trainer.reward_guard import StepFailureWatch, StepTally, check_reward_failures, count_sample
 from omni_trainer.verl_engine.compat import AfterPostprocess, ray_actor_class
 from omni_trainer.verl_engine.processor import adapter_processor
 from omni_trainer.verl_engine.settings import SPEECH_AGENT_LOOP, VerlSettings
@@ -148,9 +148,9 @@ class OmniBatchAgentLoopManager(AgentLoopManager):
         tallies: dict[int, StepTally] = {}
         for i in range(rows):
             count_sample(tallies, step, {key: columns[key][i] for key in keys})
-        watch = StepFailureWatch(max(rows, 1), VerlSettings.from_env().reward_max_error_rate)
-        watch.add(tallies)
-        watch.check(run_dir=str(self.config.trainer.default_local_dir))
+        tally = tallies.get(step, StepTally())
+        check_reward_failures(step, tally.failed, tally.total, VerlSettings.from_env().reward_max_error_rate,
+                              run_dir=str(self.config.trainer.default_local_dir))
 
 
 class RewardCheckedReplayBuffer(ReplayBuffer):
