@@ -285,17 +285,15 @@ DPO_ENGINES = {
 }
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("engine", list(DPO_ENGINES))
-def test_dpo_recipe_runs_in_tiny_cpu_mode(tmp_path: Path, tiny: Path, engine: str) -> None:
-    """examples/qwen3_omni_dpo_lora.sh is sized for the 30B model; here it runs two steps on the
-    tiny Qwen3-Omni from a converted synthetic release, on either engine: LoRA on the experts
-    too, one modality a batch, validation balanced over the modalities."""
+def run_dpo_recipe(tmp_path: Path, tiny: Path, engine: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    """examples/qwen3_omni_dpo_lora.sh in tiny mode on a converted synthetic release, into
+    ``tmp_path / "run"`` (converted once per ``tmp_path``)."""
     engine_env, engine_keys = DPO_ENGINES[engine]
     raw, data, run = tmp_path / "raw", tmp_path / "data", tmp_path / "run"
-    raw_omni_preference(raw)
-    assert convert(["omni_preference", "--input", str(raw), "--output-dir", str(data), "--modalities", "image",
-                    "audio", "--test-ratio", "0.25"]) == 0
+    if not data.is_dir():
+        raw_omni_preference(raw)
+        assert convert(["omni_preference", "--input", str(raw), "--output-dir", str(data), "--modalities", "image",
+                        "audio", "--test-ratio", "0.25"]) == 0
     env = {**os.environ, "MODEL_PATH": str(tiny), "DATA_DIR": str(data), "MODALITIES": "image audio",
            "UV_PYTHON_DOWNLOADS": "never", "RAY_DEDUP_LOGS": "0", **engine_env}
     tiny_mode = ["data.train_batch_size=2", *engine_keys,
@@ -304,10 +302,16 @@ def test_dpo_recipe_runs_in_tiny_cpu_mode(tmp_path: Path, tiny: Path, engine: st
                  "trainer.test_freq=2", "actor_rollout_ref.actor.optim.lr_warmup_steps=0",
                  "actor_rollout_ref.model.enable_gradient_checkpointing=false"]
     done = subprocess.run(
-        ["bash", str(ROOT / "examples" / "qwen3_omni_dpo_lora.sh"), *tiny_mode, f"trainer.default_local_dir={run}"],
+        ["bash", str(ROOT / "examples" / "qwen3_omni_dpo_lora.sh"), *tiny_mode, f"trainer.default_local_dir={run}", *extra],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def check_dpo_recipe_run(run: Path, engine: str) -> list[dict[str, Any]]:
+    """Two steps, LoRA on the experts too, one modality a batch, validation at the end balanced
+    over the modalities; returns the rows of ``metrics.jsonl``."""
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [1.0, 2.0]  # the script validates at the end only
     for row in rows:
@@ -324,3 +328,35 @@ def test_dpo_recipe_runs_in_tiny_cpu_mode(tmp_path: Path, tiny: Path, engine: st
     assert model["target_parameters"] == ["gate_up_proj", "down_proj"] and model["lora_rank"] == 4
     assert config["actor_rollout_ref"]["actor"]["omni_loss"]["label_smoothing"] == 0.1
     assert config["trainer"]["engine"] == engine
+    return rows
+
+
+@pytest.mark.slow
+def test_dpo_recipe_runs_in_tiny_cpu_mode(tmp_path: Path, tiny: Path) -> None:
+    """examples/qwen3_omni_dpo_lora.sh is sized for the 30B model; here it runs two steps of it
+    on the local engine (the verl engine's run is the next test)."""
+    run_dpo_recipe(tmp_path, tiny, "local")
+    check_dpo_recipe_run(tmp_path / "run", "local")
+
+
+@pytest.mark.slow
+def test_dpo_recipe_on_verl_starts_at_its_reference_and_resumes(tmp_path: Path, tiny: Path) -> None:
+    """The same recipe on the verl engine (its FSDP actor on two gloo ranks, no rollout). LoRA:
+    before training the policy is its reference (the adapter is zero), so every validation
+    reward is exactly 0; after training they are not, since the reference stays the
+    adapter-disabled base. A second launch with one more step resumes from the verl checkpoint."""
+    run = tmp_path / "run"
+    run_dpo_recipe(tmp_path, tiny, "verl", "trainer.val_before_train=true", "trainer.save_freq=2",
+                   "actor_rollout_ref.actor.optim.lr=1e-3")
+    rows = check_dpo_recipe_run(run, "verl")
+    (before,) = [json.loads(line)["data"] for line in sorted((run / "metrics").glob("verl-*.jsonl"))[0].read_text().splitlines()
+                 if json.loads(line)["step"] == 0]
+    assert before["val/num_samples"] == 2
+    assert before["val/chosen_rewards"] == 0 and before["val/rejected_rewards"] == 0
+    assert rows[-1]["val/reward_margin"] != 0 and rows[-1]["val/chosen_rewards"] != 0
+    done = run_dpo_recipe(tmp_path, tiny, "verl", "trainer.total_training_steps=3", "trainer.save_freq=1",
+                          "actor_rollout_ref.actor.optim.lr=1e-3")
+    assert "step    3/3" in done.stdout and "step    1/3" not in done.stdout
+    assert (run / "latest_checkpointed_iteration.txt").read_text() == "3"
+    resumed = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert resumed == [1.0, 2.0, 3.0]

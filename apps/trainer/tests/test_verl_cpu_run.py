@@ -6,8 +6,8 @@ per rank) taking the actor's weights every step through verl's weight sync, Tran
 verl's reward loop with our scorer, verl-format checkpoints, and ``resume_mode=auto`` after
 the run is killed. The runs cover two Ray nodes with a teacher on a third (image+audio and
 video rows, on-policy distillation, killed and resumed), the talker stage on two ranks of
-one node, and a user's reward file on one rank whose scorer fails on the second step.
-Metrics are read from the run's verl ``file`` logger.
+one node, a user's reward file on one rank whose scorer fails on the second step, and verl's
+one-step-off trainer with its rollout on a rank of its own. Metrics are read from the run's verl ``file`` logger.
 """
 
 from __future__ import annotations
@@ -312,7 +312,7 @@ def test_a_users_reward_file_scores_and_a_failing_step_stops_before_its_update(
 RAY_PROCESS = re.compile(r"\((CheckpointEngineWorker|WorkerDict|LocalRolloutServer) pid=(\d+)\)")
 
 
-def test_one_step_off_rollout_on_its_own_rank_trains_one_version_behind_and_resumes(
+def test_one_step_off_rollout_on_its_own_rank_trains_one_version_behind(
     inputs: tuple[str, Path, Path], tmp_path: Path
 ) -> None:
     """``async_training.max_staleness=1`` on verl: verl's one-step-off trainer, its rollout on a
@@ -322,8 +322,9 @@ def test_one_step_off_rollout_on_its_own_rank_trains_one_version_behind_and_resu
     one update old: in bypass mode its PPO ratio is against the rollout's log-probs, which at
     step 1 equal the actor's (ratio 1, KL 0) and later do not. A user's scorer pays varied
     rewards on the first three steps and fails on every sample of the fourth: the run stops
-    before training on that batch, which was drawn while step 3 trained. Fixed, the same
-    command resumes from step 2's checkpoint, its replica starting from those weights."""
+    before training on that batch, which was drawn while step 3 trained. (A resumed launch of
+    this trainer runs verl's own ``_load_checkpoint`` and first sync, as the two-node test's
+    resume does; it was checked once, bit for bit, and is not rerun here to keep CI short.)"""
     tiny, train, val = inputs
     scorer = tmp_path / "my_reward.py"
     scorer.write_text(textwrap.dedent("""
@@ -369,15 +370,3 @@ def test_one_step_off_rollout_on_its_own_rank_trains_one_version_behind_and_resu
     assert len(set.union(*processes.values())) == 3, processes
     verl_config = (run_dir / "verl_config.yaml").read_text()
     assert "backend: omni_gloo" in verl_config and "hybrid_engine: false" in verl_config
-
-    scorer.write_text(scorer.read_text().replace('raise ConnectionError("the grading service is down")', "return 1.0"))
-    resumed_run = subprocess.run(command, capture_output=True, text=True, timeout=600, env=RUN_ENV)
-    resumed_log = resumed_run.stdout + resumed_run.stderr
-    assert resumed_run.returncode == 0, resumed_log[-6000:]
-    _, resumed = launches(run_dir)
-    assert [row["step"] for row in resumed] == [3, 4]
-    # The resumed replica starts from step 2's checkpoint: the weights the first run synced
-    # after its second update, bit for bit.
-    after = weight_syncs(resumed_log)
-    assert after[0, 2] == syncs[0, 3] and sorted(step for _, step in after) == [2, 3, 4], after
-    assert (run_dir / "latest_checkpointed_iteration.txt").read_text().strip() == "4"

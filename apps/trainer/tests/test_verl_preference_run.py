@@ -6,8 +6,10 @@ verl's actor workers on two gloo ranks under Ray, with no rollout and no reward 
 - its reference worker (full fine-tuning) or the adapter-disabled base (LoRA);
 - its checkpoints.
 
-The first test runs the same pairs through the local engine and requires the same step.
-Metrics are read from the run directory's ``metrics.jsonl``, as a user reads them.
+The test runs the same pairs through the local engine and requires the same step. LoRA on
+verl (its adapter-disabled base as the reference) and a resumed launch are run by
+``tests/test_examples.py::test_dpo_recipe_on_verl_starts_at_its_reference_and_resumes``, through
+the example script. Metrics are read from the run directory's ``metrics.jsonl``, as a user reads them.
 """
 
 from __future__ import annotations
@@ -90,27 +92,3 @@ def test_offline_dpo_on_verl_steps_as_the_local_engine_does(tmp_path: Path, inpu
     summary = (verl_dir / "summary.txt").read_text()
     assert "preference accuracy: first 5 steps" in summary and "val/reward_accuracy" in summary
 
-
-def test_offline_dpo_on_verl_under_lora_starts_at_its_reference_and_resumes(
-    tmp_path: Path, inputs: tuple[str, str, str]
-) -> None:
-    """LoRA: before training the policy is its reference (the adapter is zero), so every
-    validation reward is exactly 0; after training they are not, since the reference stays
-    the adapter-disabled base. A second launch with one more step resumes from the verl
-    checkpoint."""
-    run_dir = tmp_path / "lora"
-    lora = ("actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.actor.optim.lr=1e-3",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-            "trainer.val_before_train=true")
-    run_trainer(inputs, run_dir, *VERL_CPU, *lora)
-    first = steps(run_dir)
-    launch = sorted((run_dir / "metrics").glob("verl-*.jsonl"))
-    (before,) = [json.loads(line)["data"] for line in launch[0].read_text().splitlines()
-                 if json.loads(line)["step"] == 0]
-    assert before["val/num_samples"] == 4
-    assert before["val/chosen_rewards"] == 0 and before["val/rejected_rewards"] == 0
-    assert first[2.0]["val/reward_margin"] != 0 and first[2.0]["val/chosen_rewards"] != 0
-    done = run_trainer(inputs, run_dir, *VERL_CPU, *lora, "trainer.total_training_steps=3", "trainer.save_freq=1")
-    assert "step    3/3" in done.stdout and "step    1/3" not in done.stdout
-    assert (run_dir / "latest_checkpointed_iteration.txt").read_text() == "3"
-    assert sorted(steps(run_dir)) == [1.0, 2.0, 3.0]
