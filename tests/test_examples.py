@@ -34,7 +34,7 @@ LOCAL_ON_CPU = {"ENGINE": "local"}
 their verl-only keys (which the local engine would refuse)."""
 SCRIPTS = ("gsm8k_gspo_lora.sh", "mmk12_gspo_lora.sh", "avqa_gspo_lora.sh", "mmk12_opd_lora.sh",
            "qwen25_mmk12_gspo_lora.sh", "qwen25_avqa_gspo_lora.sh", "qwen3_omni_dpo_lora.sh",
-           "gsm8k_gspo_lora_one_step_off.sh")
+           "gsm8k_gspo_lora_one_step_off.sh", "gsm8k_gspo_lora_fully_async.sh")
 
 
 def png(seed: int) -> bytes:
@@ -126,14 +126,30 @@ def test_the_one_step_off_script_runs_verls_one_step_off_trainer_on_a_pool_of_it
     """examples/gsm8k_gspo_lora_one_step_off.sh: on verl, the one-step-off trainer with the
     rollout on 4 GPUs of its own and NCCL weight sync, nothing refused."""
     from omni_trainer.config import load_config
-    from omni_trainer.verl_engine.one_step_off import is_one_step_off, one_step_off_values
+    from omni_trainer.verl_engine.async_training import async_training_values, is_one_step_off
     from omni_trainer.verl_engine.translate import config_problems
 
     config = load_config(script_overrides("gsm8k_gspo_lora_one_step_off.sh", tmp_path))
     assert config_problems(config) == [] and is_one_step_off(config)
-    values = one_step_off_values(config)
+    values = async_training_values(config)
     assert values["actor_rollout_ref.rollout.n_gpus_per_node"] == 4 and values["actor_rollout_ref.hybrid_engine"] is False
     assert values["actor_rollout_ref.rollout.checkpoint_engine.backend"] == "nccl"
+
+
+def test_the_fully_async_script_runs_verls_fully_async_trainer_with_verl_omnis_knobs(tmp_path: Path) -> None:
+    """examples/gsm8k_gspo_lora_fully_async.sh: on verl, the fully-async trainer with verl-omni's
+    knobs (a sync every 4 steps, 10% ahead, partial rollout), one mini-batch a step, the bound
+    they imply stated, nothing refused."""
+    from omni_trainer.config import load_config
+    from omni_trainer.verl_engine.async_training import async_training_values, is_fully_async, worst_staleness
+    from omni_trainer.verl_engine.translate import config_problems
+
+    config = load_config(script_overrides("gsm8k_gspo_lora_fully_async.sh", tmp_path))
+    assert config_problems(config) == [] and is_fully_async(config) and worst_staleness(config) == 8
+    values = async_training_values(config)
+    assert values["async_training.trigger_parameter_sync_step"] == 4 and values["async_training.staleness_threshold"] == 0.1
+    assert values["async_training.require_batches"] == 1 and values["async_training.partial_rollout"] is True
+    assert values["data.train_batch_size"] == 0 and values["actor_rollout_ref.rollout.n_gpus_per_node"] == 4
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@
 # Usage: [PARTS=local,vllm,verl-gspo,verl-opd,verl-mm] bash tests/gpu/run_gpu_smoke.sh [extra pytest args]
 # Talker RL needs a real checkpoint: PARTS=verl-talker OMNI_RL_QWEN3_OMNI_CKPT=/ckpt/Qwen3-Omni-30B-A3B-Instruct
 # verl's one-step-off trainer needs two GPUs (actor and rollout on one each): PARTS=verl-async
+# verl's fully-async trainer, likewise: PARTS=verl-fully-async
 #
 # Which Python: with `uv` on PATH, the workspace environment synced from the lock (gpu and
 # distributed extras). Without uv, or with OMNI_RL_PYTHON=<interpreter> (e.g. python), that
@@ -64,7 +65,7 @@ run() {
 export OMNI_RL_CACHE="${OMNI_RL_CACHE:-$(mktemp -d)}"
 # PARTS (default: all) runs a subset, so each part fits a short device session:
 #   local: the local engine on the GPU; vllm: the vLLM-Omni tests (our verl server on a real
-#   AsyncOmni); verl-gspo, verl-opd, verl-mm, verl-talker, verl-async (not in the default): the phases of
+#   AsyncOmni); verl-gspo, verl-opd, verl-mm, verl-talker, verl-async, verl-fully-async (not in the default): the phases of
 #   verl_smoke.py.
 PARTS="${PARTS:-local,vllm,verl-gspo,verl-opd,verl-mm}"
 if [[ ",$PARTS," == *",local,"* ]]; then
@@ -83,6 +84,7 @@ phases=()
 [[ ",$PARTS," == *",verl-mm,"* ]] && phases+=(mm)
 [[ ",$PARTS," == *",verl-talker,"* ]] && phases+=(talker)
 [[ ",$PARTS," == *",verl-async,"* ]] && phases+=(async)
+[[ ",$PARTS," == *",verl-fully-async,"* ]] && phases+=(fully-async)
 if (( ${#phases[@]} )); then
     if has verl ray vllm vllm_omni; then
         run env VERL_SMOKE_PHASES="$(IFS=,; echo "${phases[*]}")" "${py[@]}" tests/gpu/verl_smoke.py

@@ -27,10 +27,16 @@ image+audio rows; nothing is downloaded.
    the steps ran, the weights synced every step, and step 1 trained on-policy (its PPO KL
    against the bf16 rollout's log-probs is small). Not yet run.
 
+6. (opt-in, ``VERL_SMOKE_PHASES=fully-async``, two GPUs) 3 GSPO steps under verl's fully-async
+   trainer (``async_training.max_staleness=2``) on the same placement, with partial rollout:
+   each weight sync aborts the replica's running requests and resumes them with the new
+   weights. Checks the steps ran, step 1 trained on-policy, and every step's samples lag the
+   actor by at most 2 updates (``async/staleness_max``). Not yet run.
+
 Usage (from tests/gpu/run_gpu_smoke.sh): python tests/gpu/verl_smoke.py [key=value ...] in the
 environment the script chose
 (the extra overrides go to every phase; ``VERL_SMOKE_PHASES=gspo``, ``=opd``, ``=mm``,
-``=talker`` or ``=async`` runs one). Exit code 0 when the phases ran their steps and the metrics are finite
+``=talker``, ``=async`` or ``=fully-async`` runs one). Exit code 0 when the phases ran their steps and the metrics are finite
 and sane.
 """
 
@@ -302,6 +308,37 @@ def one_step_off_phase(base: list[str], extra: list[str], model: Path, work: Pat
         problems.append(f"one-step-off step 1: |ppo_kl| {abs(kl):.4f} > 0.05 (the rollout's log-probs are not the actor's)")
 
 
+FULLY_ASYNC_WANTED = {
+    "step time (s)": "timing_s/step",
+    "waited for samples (s)": "timing_s/gen",
+    "ppo_kl (vs rollout)": "actor/ppo_kl",
+    "staleness max": "async/staleness_max",
+    "resumed responses": "fully_async/partial/total_partial_num",
+}
+
+
+def fully_async_phase(base: list[str], extra: list[str], model: Path, work: Path, problems: list[str]) -> None:
+    """verl's fully-async trainer on two GPUs, partial rollout on: samples stream from the replica
+    on the second GPU while the actor trains on the first."""
+    steps = phase_steps(
+        "fully-async phase",
+        [*base, f"actor_rollout_ref.model.path={model}", f"trainer.total_training_steps={ASYNC_STEPS}",
+         f"trainer.default_local_dir={work / 'run_fully_async'}", "async_training.max_staleness=2",
+         "async_training.partial_rollout=true", "algorithm.rollout_correction.bypass_mode=true", "rollout.nnodes=1",
+         "rollout.n_gpus_per_node=1", "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl", *extra],
+        work / "trainer_fully_async.log", ASYNC_STEPS, FULLY_ASYNC_WANTED, problems,
+    )
+    if steps is None:
+        return
+    kl = pick(steps.get(1, {}), FULLY_ASYNC_WANTED["ppo_kl (vs rollout)"])
+    if kl is not None and abs(kl) > 0.05:
+        problems.append(f"fully-async step 1: |ppo_kl| {abs(kl):.4f} > 0.05 (the rollout's log-probs are not the actor's)")
+    for step, metrics in sorted(steps.items()):
+        lag = pick(metrics, FULLY_ASYNC_WANTED["staleness max"])
+        if lag is None or lag > 2:
+            problems.append(f"fully-async step {step}: async/staleness_max is {lag} (bound 2)")
+
+
 def main(extra: list[str]) -> int:
     from omni_data.convert.cli import main as convert
     from omni_qwen3.tiny import build_tiny_qwen3_omni
@@ -327,9 +364,9 @@ def main(extra: list[str]) -> int:
     ]
     problems: list[str] = []
     phases = os.environ.get("VERL_SMOKE_PHASES", "gspo,opd,mm").split(",")
-    unknown = sorted(set(phases) - {"gspo", "opd", "mm", "talker", "async"})
+    unknown = sorted(set(phases) - {"gspo", "opd", "mm", "talker", "async", "fully-async"})
     if unknown:
-        print(f"VERL_SMOKE_PHASES has {unknown}; valid: gspo, opd, mm, talker, async (comma-separated)")
+        print(f"VERL_SMOKE_PHASES has {unknown}; valid: gspo, opd, mm, talker, async, fully-async (comma-separated)")
         return 2
     if "gspo" in phases:
         print("== phase 1: GSPO ==")
@@ -349,6 +386,9 @@ def main(extra: list[str]) -> int:
     if "async" in phases:
         print("== phase 5: one-step-off asynchronous rollout (two GPUs) ==")
         one_step_off_phase(base, extra, model, work, problems)
+    if "fully-async" in phases:
+        print("== phase 6: fully-async rollout, partial rollout (two GPUs) ==")
+        fully_async_phase(base, extra, model, work, problems)
     for problem in problems:
         print("FAIL:", problem)
     return 1 if problems else 0

@@ -168,36 +168,51 @@ VERL_BASE = ["trainer.engine=verl", "actor_rollout_ref.model.path=/m", "data.tra
 
 def test_verl_runs_staleness_one_as_its_one_step_off_trainer() -> None:
     from omni_trainer.config import load_config
-    from omni_trainer.verl_engine.one_step_off import one_step_off_values
+    from omni_trainer.verl_engine.async_training import async_training_values
     from omni_trainer.verl_engine.settings import BATCH_AGENT_LOOP_MANAGER, GLOO_BACKEND
     from omni_trainer.verl_engine.translate import config_problems
 
     config = load_config([*VERL_BASE, "async_training.max_staleness=1", "rollout.n_gpus_per_node=4"])
     assert config_problems(config) == []
-    values = one_step_off_values(config)
+    values = async_training_values(config)
     assert values["actor_rollout_ref.hybrid_engine"] is False
     assert values["actor_rollout_ref.rollout.n_gpus_per_node"] == values["rollout.n_gpus_per_node"] == 4
     assert values["actor_rollout_ref.rollout.checkpoint_engine.backend"] == "nccl"  # on GPUs
     assert values["actor_rollout_ref.rollout.agent.agent_loop_manager_class"] == BATCH_AGENT_LOOP_MANAGER
-    cpu = one_step_off_values(load_config([*VERL_BASE, "trainer.device=cpu", "async_training.max_staleness=1"]))
+    cpu = async_training_values(load_config([*VERL_BASE, "trainer.device=cpu", "async_training.max_staleness=1"]))
     assert cpu["actor_rollout_ref.rollout.checkpoint_engine.backend"] == GLOO_BACKEND
-    assert one_step_off_values(load_config(VERL_BASE)) == {}  # synchronous: verl's defaults stay
+    assert async_training_values(load_config(VERL_BASE)) == {}  # synchronous: verl's defaults stay
 
 
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["async_training.max_staleness=2"], "verl's fully-async trainer (deeper staleness) is not wired"),
         (["async_training.max_staleness=1", "distillation.enabled=true",
-          "distillation.teacher_models.teacher_model.model_path=/t"], "one-step-off trainer has no teacher"),
+          "distillation.teacher_models.teacher_model.model_path=/t"], "not its one-step-off one"),
+        (["async_training.max_staleness=3", "distillation.enabled=true",
+          "distillation.teacher_models.teacher_model.model_path=/t"], "not its fully-async one"),
         (["async_training.max_staleness=1", "rollout.n_gpus_per_node=0"], "needs a pool of its own"),
         (["async_training.max_staleness=1", "rollout.n_gpus_per_node=3",
           "actor_rollout_ref.rollout.tensor_model_parallel_size=2"], "do not hold whole replicas"),
         (["async_training.max_staleness=1", "actor_rollout_ref.rollout.checkpoint_engine.backend=naive"],
-         "one-step-off's rollout runs on its own ranks"),
+         "one-step-off rollout runs on its own ranks"),
+        # verl-omni's fully-async defaults (sync every 4 steps, 10% ahead) can lag 4 + 5 - 1 updates
+        (["async_training.max_staleness=4", "async_training.trigger_parameter_sync_step=4",
+          "async_training.staleness_threshold=0.1"], "lag the actor by up to 8 updates"),
+        (["async_training.max_staleness=2", "data.train_batch_size=6", "actor_rollout_ref.actor.ppo_mini_batch_size=4"],
+         "not a whole number of"),
+        (["async_training.max_staleness=2", "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+          "async_training.require_batches=1"], "is not data.train_batch_size=8"),
+        (["async_training.max_staleness=2", "async_training.use_trainer_do_validate=true"], "does not wire"),
+        (["async_training.max_staleness=2", "actor_rollout_ref.rollout.agent.default_agent_loop=omni_speech_agent"],
+         "runs every prompt with single_turn_agent"),
+        (["async_training.max_staleness=2", "trainer.device=cpu", "async_training.partial_rollout=true"],
+         "finishes every request with the weights it started with"),
+        (["async_training.max_staleness=2", "trainer.total_training_steps=3", "rollout.total_rollout_steps=10"],
+         "set one"),
     ],
 )
-def test_verl_refuses_what_its_one_step_off_trainer_cannot_run(overrides: list[str], message: str) -> None:
+def test_verl_refuses_what_its_asynchronous_trainers_cannot_run(overrides: list[str], message: str) -> None:
     from omni_trainer.config import load_config
     from omni_trainer.verl_engine.translate import config_problems
 
@@ -205,12 +220,70 @@ def test_verl_refuses_what_its_one_step_off_trainer_cannot_run(overrides: list[s
     assert any(message in problem for problem in problems), problems
 
 
-def test_the_local_engine_refuses_the_one_step_off_pool_keys() -> None:
+def test_verl_runs_deeper_staleness_as_its_fully_async_trainer_within_the_bound() -> None:
+    """Unset, verl's knobs follow max_staleness (sync every step, max_staleness - 1 syncs of
+    samples ahead), whose worst case is the bound; our batch semantics become verl's (a step
+    of data.train_batch_size prompts = whole mini-batches; the run's length in prompts)."""
+    from omni_trainer.config import load_config
+    from omni_trainer.verl_engine.async_training import (
+        async_training_values,
+        fully_async_total_steps,
+        is_fully_async,
+        worst_staleness,
+    )
+    from omni_trainer.verl_engine.launch import total_steps
+    from omni_trainer.verl_engine.translate import config_problems
+
+    config = load_config([*VERL_BASE, "async_training.max_staleness=3", "data.train_batch_size=8",
+                          "actor_rollout_ref.actor.ppo_mini_batch_size=4", "trainer.total_training_steps=5"])
+    assert config_problems(config) == [] and is_fully_async(config) and worst_staleness(config) == 3
+    values = async_training_values(config)
+    assert values["async_training.staleness_threshold"] == 2 and values["async_training.trigger_parameter_sync_step"] == 1
+    assert values["data.train_batch_size"] == 0 and values["data.gen_batch_size"] == 1
+    assert values["async_training.require_batches"] == 2  # 8 prompts a step in mini-batches of 4
+    assert values["rollout.total_rollout_steps"] == 40 and values["async_training.partial_rollout"] is False
+    assert values["actor_rollout_ref.hybrid_engine"] is False and values["actor_rollout_ref.actor.use_rollout_log_probs"]
+    assert "actor_rollout_ref.rollout.agent.agent_loop_manager_class" not in values  # no hook: fully_async.py
+    # verl-omni's own knobs, at the bound they imply, from a verl script's train_batch_size=0
+    verl_omni = load_config([*VERL_BASE, "async_training.max_staleness=8", "async_training.trigger_parameter_sync_step=4",
+                             "async_training.staleness_threshold=0.1", "data.train_batch_size=0",
+                             "actor_rollout_ref.actor.ppo_mini_batch_size=4", "async_training.require_batches=2",
+                             "rollout.total_rollout_steps=100"])
+    assert config_problems(verl_omni) == [] and worst_staleness(verl_omni) == 8
+    assert async_training_values(verl_omni)["async_training.require_batches"] == 2
+    # verl counts a step per weight sync: 100 prompts / (8 a step x 4 steps a sync), rounded down
+    assert fully_async_total_steps(verl_omni, train_rows=1000) == total_steps(verl_omni, 1000) == 3
+    assert fully_async_total_steps(verl_omni, train_rows=40) == 1  # one epoch of 40 prompts
+
+
+def test_the_local_engine_refuses_the_asynchronous_verl_keys() -> None:
     from omni_trainer.config import load_config
     from omni_trainer.verl_keys import local_refusals
 
     problems = local_refusals(load_config(["rollout.n_gpus_per_node=2",
-                                           "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl"]))
-    assert len(problems) == 2 and all("verl-engine setting" in p for p in problems), problems
+                                           "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
+                                           "async_training.staleness_threshold=0.1", "rollout.total_rollout_steps=10",
+                                           "async_training.partial_rollout=true"]))
+    assert len(problems) == 5 and all("verl-engine setting" in p for p in problems), problems
+    # the values that describe what the local engine does are honoured
+    assert local_refusals(load_config(["async_training.trigger_parameter_sync_step=1",
+                                       "async_training.partial_rollout=false"])) == []
 
 
+
+
+def test_a_verl_fully_async_script_may_count_its_step_in_mini_batches() -> None:
+    """verl's fully-async scripts set data.train_batch_size=0 (a step is ppo_mini_batch_size x
+    require_batches); the common range checks let that through there, and only there."""
+    from omni_trainer.config import load_config
+    from omni_trainer.findings import Findings
+    from omni_trainer.preflight import _ranges
+
+    def batch_problems(*overrides: str) -> list[str]:
+        found = Findings()
+        _ranges(load_config([*VERL_BASE, "data.train_batch_size=0", *overrides]), found)
+        return [p for p in found.problems if "data.train_batch_size" in p]
+
+    assert batch_problems("async_training.max_staleness=2") == []
+    assert batch_problems("async_training.max_staleness=1")  # one-step-off draws whole batches
+    assert batch_problems("async_training.max_staleness=2", "trainer.engine=local")

@@ -282,8 +282,8 @@ def test_repaired_positions_keep_every_row_through_verls_chunking_and_selection(
 
 
 OUR_VERL_MODULES = tuple(f"omni_trainer.verl_engine.{name}" for name in (
-    "agent_loop", "compat", "cpu_platform", "dataset", "engine", "local_rollout", "local_speech", "processor",
-    "reward", "rollout",
+    "agent_loop", "compat", "cpu_platform", "dataset", "engine", "fully_async", "local_rollout", "local_speech",
+    "processor", "reward", "rollout",
 ))
 
 

@@ -7,7 +7,7 @@ verl's reward loop with our scorer, verl-format checkpoints, and ``resume_mode=a
 the run is killed. The runs cover two Ray nodes with a teacher on a third (image+audio and
 video rows, on-policy distillation, killed and resumed), the talker stage on two ranks of
 one node, a user's reward file on one rank whose scorer fails on the second step, and verl's
-one-step-off trainer with its rollout on a rank of its own. Metrics are read from the run's verl ``file`` logger.
+one-step-off and fully-async trainers with their rollout on a rank of its own. Metrics are read from the run's verl ``file`` logger.
 """
 
 from __future__ import annotations
@@ -312,6 +312,35 @@ def test_a_users_reward_file_scores_and_a_failing_step_stops_before_its_update(
 RAY_PROCESS = re.compile(r"\((CheckpointEngineWorker|WorkerDict|LocalRolloutServer) pid=(\d+)\)")
 
 
+def asynchronous_run(inputs: tuple[str, Path, Path], tmp_path: Path, failing: str, *extra: str) -> tuple[Path, str, str]:
+    """Four steps of two prompts on one training rank and one rollout rank of its own (verl's
+    ``rollout.*`` pool), validating before training and at step 2, checkpointing at step 2, with
+    a user's scorer that pays (almost) every different answer a different score and raises on
+    the rows where ``failing`` (an expression of ``index``) holds; returns the run directory, the
+    whole log and stderr."""
+    tiny, train, val = inputs
+    scorer = tmp_path / "my_reward.py"
+    scorer.write_text(textwrap.dedent(f"""
+        def my_score(data_source, solution_str, ground_truth, extra_info=None):
+            index = extra_info["index"]  # the row's (data.shuffle=false)
+            if {failing}:
+                raise ConnectionError("the grading service is down")
+            return sum((i + 1) * ord(c) for i, c in enumerate(solution_str)) % 997 / 996
+    """))
+    run_dir = tmp_path / "run"
+    command = [arg for arg in trainer_command(tiny, train, val, run_dir) if not arg.startswith(
+        ("trainer.n_gpus_per_node=", "trainer.total_training_steps=", "trainer.save_freq=", "trainer.val_before_train=",
+         "trainer.test_freq="))]
+    command += ["trainer.n_gpus_per_node=1", "trainer.total_training_steps=4", "trainer.save_freq=2", "data.shuffle=false",
+                "trainer.val_before_train=true", "trainer.test_freq=2",
+                f"reward.custom_reward_function.path={scorer}", "reward.custom_reward_function.name=my_score",
+                "algorithm.rollout_correction.bypass_mode=true", "rollout.nnodes=1", "rollout.n_gpus_per_node=1", *extra]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=600, env=RUN_ENV)
+    log = run.stdout + run.stderr
+    assert run.returncode == 2, log[-6000:]
+    return run_dir, log, run.stderr
+
+
 def test_one_step_off_rollout_on_its_own_rank_trains_one_version_behind(
     inputs: tuple[str, Path, Path], tmp_path: Path
 ) -> None:
@@ -325,28 +354,8 @@ def test_one_step_off_rollout_on_its_own_rank_trains_one_version_behind(
     before training on that batch, which was drawn while step 3 trained. (A resumed launch of
     this trainer runs verl's own ``_load_checkpoint`` and first sync, as the two-node test's
     resume does; it was checked once, bit for bit, and is not rerun here to keep CI short.)"""
-    tiny, train, val = inputs
-    scorer = tmp_path / "my_reward.py"
-    scorer.write_text(textwrap.dedent("""
-        def my_score(data_source, solution_str, ground_truth, extra_info=None):
-            if extra_info["index"] >= 6:  # the fourth step's rows (data.shuffle=false)
-                raise ConnectionError("the grading service is down")
-            # a different score for (almost) every different answer: every group has an advantage
-            return sum((i + 1) * ord(c) for i, c in enumerate(solution_str)) % 997 / 996
-    """))
-    run_dir = tmp_path / "run"
-    command = [arg for arg in trainer_command(tiny, train, val, run_dir) if not arg.startswith(
-        ("trainer.n_gpus_per_node=", "trainer.total_training_steps=", "trainer.save_freq=", "trainer.val_before_train=",
-         "trainer.test_freq="))]
-    command += ["trainer.n_gpus_per_node=1", "trainer.total_training_steps=4", "trainer.save_freq=2", "data.shuffle=false",
-                "trainer.val_before_train=true", "trainer.test_freq=2",
-                f"reward.custom_reward_function.path={scorer}", "reward.custom_reward_function.name=my_score",
-                "async_training.max_staleness=1", "algorithm.rollout_correction.bypass_mode=true",
-                "rollout.nnodes=1", "rollout.n_gpus_per_node=1"]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=600, env=RUN_ENV)
-    log = run.stdout + run.stderr
-    assert run.returncode == 2, log[-6000:]
-    assert "step 4: the reward scorer failed (error or timeout) on 4 of 4 samples (100%)" in run.stderr, log[-4000:]
+    run_dir, log, stderr = asynchronous_run(inputs, tmp_path, "index >= 6", "async_training.max_staleness=1")
+    assert "step 4: the reward scorer failed (error or timeout) on 4 of 4 samples (100%)" in stderr, log[-4000:]
     (steps,) = launches(run_dir)
     assert [row["step"] for row in steps] == [1, 2, 3]  # step 4's batch was never trained on
     assert all(row["actor/grad_norm"] > 0 for row in steps), steps  # varied rewards: real updates
@@ -370,3 +379,42 @@ def test_one_step_off_rollout_on_its_own_rank_trains_one_version_behind(
     assert len(set.union(*processes.values())) == 3, processes
     verl_config = (run_dir / "verl_config.yaml").read_text()
     assert "backend: omni_gloo" in verl_config and "hybrid_engine: false" in verl_config
+
+
+def test_fully_async_rollout_streams_samples_within_its_staleness_bound(
+    inputs: tuple[str, Path, Path], tmp_path: Path
+) -> None:
+    """``async_training.max_staleness=2`` on verl: verl's fully-async trainer. Its rollouter (our
+    agent-loop workers, the ``omni_local`` replica on a rank of its own) streams each prompt's
+    samples into a queue; the trainer takes two prompts a step and broadcasts its weights after
+    every update over gloo. With staleness_threshold=1 the rollouter draws at most two steps'
+    prompts per sync, so step 1 trains on samples of its own weights and steps 2 and 3 on
+    samples one update old; no sample lags beyond the bound of 2. The scorer fails on the last
+    prompt, which step 4 takes: the run stops there, before that update."""
+    run_dir, log, stderr = asynchronous_run(inputs, tmp_path, "index == 7", "async_training.max_staleness=2",
+                                            "reward.max_error_rate=0.25")
+    assert "step 4: the reward scorer failed (error or timeout) on 2 of 4 samples (50%)" in stderr, log[-4000:]
+    (steps,) = launches(run_dir)
+    assert [row["step"] for row in steps] == [1, 2, 3], steps  # each step under its own number; 4 never trained
+    assert [row["training/global_step"] for row in steps] == [1, 2, 3]
+    assert all(row["actor/grad_norm"] > 0 for row in steps), steps
+    # Step 1 trains on its own weights' samples; steps 2 and 3 on samples one update old.
+    assert abs(steps[0]["actor/ppo_kl"]) < 1e-5 and steps[0]["actor/pg_clipfrac"] == 0, steps[0]
+    assert [row["async/staleness_max"] for row in steps] == [0, 1, 1]
+    for row in steps[1:]:
+        assert abs(row["actor/ppo_kl"]) > 1e-4, (row["step"], row["actor/ppo_kl"])
+    # The histogram, responses trained so far at each lag (two a prompt), up to the bound.
+    assert {k: v for k, v in steps[-1].items() if k.startswith("async/staleness_") and k[-1].isdigit()} == {
+        "async/staleness_0": 4, "async/staleness_1": 8, "async/staleness_2": 0}
+    # Validation ran on the rollout's replica before training and at step 2.
+    records = [json.loads(line) for line in sorted((run_dir / "metrics").glob("verl-*.jsonl"))[0].read_text().splitlines()]
+    assert [r["step"] for r in records if any(k.startswith("val-core/") for k in r["data"])] == [0, 2]
+    # A weight sync after every update: the initial weights, then each step's.
+    syncs = weight_syncs(log)
+    assert sorted(step for replica, step in syncs if replica == 0) == [0, 1, 2, 3], syncs
+    assert len({syncs[0, step] for step in range(4)}) == 4
+    processes = {name: {pid for n, pid in RAY_PROCESS.findall(log) if n == name}
+                 for name in ("WorkerDict", "CheckpointEngineWorker", "LocalRolloutServer")}
+    assert all(len(pids) == 1 for pids in processes.values()), processes
+    assert len(set.union(*processes.values())) == 3, processes
+    assert sorted(p.name for p in run_dir.glob("global_step_*")) == ["global_step_2"]

@@ -163,3 +163,59 @@ def test_the_speakers_thinker_never_answers_what_the_local_engines_answers_never
     turn = tokenizer.convert_tokens_to_ids("<|im_start|>")
     assert set(speaker.thinker.suppress_token_ids) == local | {turn}
     assert set(range(len(tokenizer), width)) <= local
+
+
+def test_a_weight_sync_waits_for_the_running_batch_and_each_sample_names_its_weights() -> None:
+    """verl's asynchronous trainers sync weights while the replica samples: the load waits for
+    the batch that is sampling, so no sample mixes two versions' weights, and each sample
+    reports the step of the weights that drew it (verl's staleness reads it), not the step
+    loaded by the time it returns."""
+    import asyncio
+    import threading
+    from types import SimpleNamespace
+
+    import torch
+
+    from omni_trainer.verl_engine.local_rollout import LocalRolloutServer, media_key
+
+    sampling, release = threading.Event(), threading.Event()
+    weights_seen: list[float] = []
+
+    class BlockingEngine:
+        def generate(self, inputs: list[object], settings: object) -> list[object]:
+            sampling.set()
+            release.wait(10)
+            weights_seen.append(float(server.model.weight.sum()))  # the weights it sampled with, after the wait
+            sample = SimpleNamespace(token_ids=[7], logprobs=[-0.5], data={"finish_reason": "stop"})
+            return [SimpleNamespace(outputs=[sample]) for _ in inputs]
+
+    config = SimpleNamespace(max_model_len=None, prompt_length=8, response_length=4, seed=0, max_num_seqs=None)
+    server = LocalRolloutServer(config, model_config=None, replica_rank=0)
+    server.model, server.engine, server.global_steps = torch.nn.Linear(2, 2, bias=False), BlockingEngine(), 3
+    torch.nn.init.zeros_(server.model.weight)
+    server._media[media_key([1, 2], None, None, None, None)] = {"input_ids": torch.tensor([[1, 2]])}  # no media
+
+    async def scenario() -> tuple[object, int, list[str]]:
+        server._arrived = asyncio.Event()
+        server._batches = asyncio.create_task(server._batch_loop())
+        order: list[str] = []
+        request = asyncio.create_task(server.generate([1, 2], {"temperature": 1.0, "max_tokens": 1}, "r0"))
+        await asyncio.to_thread(sampling.wait, 10)
+
+        async def load() -> int:
+            loaded = await server.load_weights({"weight": torch.ones(2, 2)}, 4)
+            order.append("loaded")
+            return loaded
+
+        loading = asyncio.create_task(load())
+        await asyncio.sleep(0.2)
+        order.append("released")
+        release.set()
+        output, loaded = await request, await loading
+        server._batches.cancel()
+        return output, loaded, order
+
+    output, loaded, order = asyncio.run(scenario())
+    assert order == ["released", "loaded"] and loaded == 1
+    assert weights_seen == [0.0]  # the batch sampled with the old weights throughout
+    assert output.extra_fields["global_steps"] == 3 and server.global_steps == 4

@@ -263,7 +263,7 @@ class ValKwargsConfig:
 @dataclass
 class CheckpointEngineConfig:
     """verl's ``actor_rollout_ref.rollout.checkpoint_engine``: how the actor's weights reach
-    rollout replicas on ranks of their own (verl engine, ``async_training.max_staleness=1``).
+    rollout replicas on ranks of their own (verl engine, ``async_training.max_staleness >= 1``).
     ``backend`` None: ``nccl`` on GPUs, ``omni_gloo`` on the CPU; a colocated (synchronous)
     run always syncs in place (verl's ``naive``)."""
 
@@ -362,23 +362,44 @@ class RolloutCorrectionConfig:
 @dataclass
 class AsyncTrainingConfig:
     """Asynchronous rollout (text RL): the coming steps are sampled while the actor updates;
-    ``max_staleness`` is how many policy versions a step's samples may lag the actor (0:
-    synchronous). The local engine samples in a thread with a copy of the policy; the verl
-    engine runs verl's one-step-off trainer (``max_staleness=1``), its rollout on a pool of its
-    own (``rollout.nnodes`` x ``rollout.n_gpus_per_node``). It trains on the rollout's own
-    log-probs (``algorithm.rollout_correction.bypass_mode=true``, as verl's one-step-off recipe)."""
+    ``max_staleness`` is how many policy updates a sample may lag the actor that trains on it
+    (0: synchronous). The local engine samples in a thread with a copy of the policy. The verl
+    engine runs verl's one-step-off trainer at ``max_staleness=1`` and its fully-async trainer
+    above it, the rollout on a pool of its own (``rollout.nnodes`` x ``rollout.n_gpus_per_node``),
+    training on the rollout's own log-probs (``algorithm.rollout_correction.bypass_mode=true``,
+    as verl's recipes).
+
+    The other keys are verl's fully-async trainer's, with its meanings: a sample is one prompt's
+    ``n`` responses, streamed; a step trains on ``data.train_batch_size`` of them
+    (``ppo_mini_batch_size`` x ``require_batches``); the replicas take the actor's weights every
+    ``trigger_parameter_sync_step`` steps; the rollout runs at most ``staleness_threshold`` x a
+    sync's samples ahead. Unset, ``trigger_parameter_sync_step`` is 1 and ``staleness_threshold``
+    ``max_staleness - 1``; the pre-flight refuses values whose worst case exceeds
+    ``max_staleness`` (:mod:`omni_trainer.verl_engine.async_training`). ``partial_rollout``
+    (verl's default true; ours false) lets a sync abort requests and resume them with the new
+    weights: such a sample's first tokens can be older than the bound."""
 
     max_staleness: int = 0
+    staleness_threshold: float | None = None
+    trigger_parameter_sync_step: int | None = None
+    require_batches: int | None = None
+    partial_rollout: bool = False
+    concurrent_samples_per_replica: int = 16
+    use_trainer_do_validate: bool = False
+    use_dynamic_resource_scheduling: bool = False
 
 
 @dataclass
 class RolloutPoolConfig:
-    """verl's top-level ``rollout`` of its one-step-off trainer: the rollout's own GPU pool
-    (nodes x GPUs), apart from ``trainer.nnodes`` x ``trainer.n_gpus_per_node``; Ray must offer
-    both. Read with ``async_training.max_staleness=1`` on the verl engine only."""
+    """verl's top-level ``rollout`` of its one-step-off and fully-async trainers: the rollout's
+    own GPU pool (nodes x GPUs), apart from ``trainer.nnodes`` x ``trainer.n_gpus_per_node``; Ray
+    must offer both. ``total_rollout_steps`` caps the prompts the fully-async rollout draws (verl's
+    key; unset, ``trainer.total_training_steps`` sets it). Read with
+    ``async_training.max_staleness >= 1`` on the verl engine only."""
 
     nnodes: int = 1
     n_gpus_per_node: int = 8
+    total_rollout_steps: int | None = None
 
 
 @dataclass

@@ -228,8 +228,10 @@ def _ranges(config: Config, found: Findings) -> None:
             f"actor_rollout_ref.model.lora_dropout={model.lora_dropout} with target_parameters: PEFT's LoRA on "
             "parameters (the experts' fused weights) takes no dropout; set actor_rollout_ref.model.lora_dropout=0"
         )
+    # verl's fully-async scripts set 0 and count a step as ppo_mini_batch_size x require_batches.
+    streamed = trainer.engine == "verl" and config.async_training.max_staleness >= 2
     at_least = {
-        "data.train_batch_size": (data.train_batch_size, 1),
+        "data.train_batch_size": (data.train_batch_size, 0 if streamed else 1),
         "data.val_batch_size": (data.val_batch_size, 1),
         "data.max_prompt_length": (data.max_prompt_length, 1),
         "data.max_response_length": (data.max_response_length, 1),

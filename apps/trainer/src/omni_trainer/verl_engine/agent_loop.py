@@ -133,24 +133,26 @@ class OmniBatchAgentLoopManager(AgentLoopManager):
         output = await super().generate_sequences(prompts)
         if not prompts.meta_info.get("validate", False):
             label = int(prompts.meta_info.get("global_steps", 0))
-            self.check_rewards(label + 1 if self._drawn else label, output.non_tensor_batch)
+            step = label + 1 if self._drawn else label
+            check_batch_rewards(step, output.non_tensor_batch, str(self.config.trainer.default_local_dir))
             self._drawn = True
         return output
 
-    def check_rewards(self, step: int, columns: dict[str, Any]) -> None:
-        """Tally and check one training batch's ``reward_<status>`` columns.
 
-        Raises:
-            RewardFailureError: the scorer failed on more than ``reward.max_error_rate`` of it.
-        """
-        rows = len(next(iter(columns.values()), ()))
-        keys = [key for key in columns if key.startswith("reward_")]
-        tallies: dict[int, StepTally] = {}
-        for i in range(rows):
-            count_sample(tallies, step, {key: columns[key][i] for key in keys})
-        tally = tallies.get(step, StepTally())
-        check_reward_failures(step, tally.failed, tally.total, VerlSettings.from_env().reward_max_error_rate,
-                              run_dir=str(self.config.trainer.default_local_dir))
+def check_batch_rewards(step: int, columns: dict[str, Any], run_dir: str) -> None:
+    """Tally and check one training batch's ``reward_<status>`` columns (the non-tensor batch
+    verl's batch-returning agent-loop workers give back).
+
+    Raises:
+        RewardFailureError: the scorer failed on more than ``reward.max_error_rate`` of it.
+    """
+    rows = len(next(iter(columns.values()), ()))
+    keys = [key for key in columns if key.startswith("reward_")]
+    tallies: dict[int, StepTally] = {}
+    for i in range(rows):
+        count_sample(tallies, step, {key: columns[key][i] for key in keys})
+    tally = tallies.get(step, StepTally())
+    check_reward_failures(step, tally.failed, tally.total, VerlSettings.from_env().reward_max_error_rate, run_dir=run_dir)
 
 
 class RewardCheckedReplayBuffer(ReplayBuffer):

@@ -5,7 +5,7 @@ canary in ``apps/trainer/tests/test_verl_compat.py`` that fails when upstream mo
 changes it. Nothing outside this module touches these names.
 
 - ``ray_actor_class``: Ray's ``__ray_actor_class__`` (the class behind ``@ray.remote``),
-  to subclass verl's V1 agent-loop worker.
+  to subclass verl's V1 agent-loop worker and its fully-async task runner, rollouter and trainer.
 - ``register_worker_rollout``: verl's ``_ROLLOUT_REGISTRY`` (worker-side rollout lookup
   has no public register function; the replica side has ``RolloutReplicaRegistry``).
 - ``auto_class_owns`` / ``model_class_for``: transformers' ``_model_mapping`` of an
@@ -69,6 +69,21 @@ PRIVATE_OVERRIDES: tuple[tuple[str, str, str], ...] = (
      "omni_trainer.verl_engine.rollout.VllmOmniReplica"),
     ("verl.trainer.ppo.v1.agent_loop_tq.AgentLoopWorkerTQ", "_agent_loop_postprocess",
      "omni_trainer.verl_engine.compat.AfterPostprocess"),
+    # verl's fully-async trainer names its rollouter, trainer and agent-loop manager classes in
+    # these, with no hook: ours start the omni agent-loop workers and check the scorer.
+    ("verl.experimental.fully_async_policy.fully_async_main.FullyAsyncTaskRunner", "_create_rollouter",
+     "omni_trainer.verl_engine.fully_async.OmniFullyAsyncTask"),
+    ("verl.experimental.fully_async_policy.fully_async_main.FullyAsyncTaskRunner", "_create_trainer",
+     "omni_trainer.verl_engine.fully_async.OmniFullyAsyncTask"),
+    ("verl.experimental.fully_async_policy.fully_async_rollouter.FullyAsyncRollouter", "_init_async_rollout_manager",
+     "omni_trainer.verl_engine.fully_async.OmniFullyAsyncRollouter"),
+    ("verl.experimental.fully_async_policy.fully_async_trainer.FullyAsyncTrainer", "_fit_generate",
+     "omni_trainer.verl_engine.fully_async.OmniFullyAsyncTrainer"),
+    # Its step metrics: each step's aggregate logged after the step is added to it.
+    ("verl.experimental.fully_async_policy.fully_async_trainer.FullyAsyncTrainer", "_fit_log_aggregated_training_metrics",
+     "omni_trainer.verl_engine.fully_async.OmniFullyAsyncTrainer"),
+    ("verl.experimental.fully_async_policy.fully_async_trainer.FullyAsyncTrainer", "_fit_postprocess_step",
+     "omni_trainer.verl_engine.fully_async.OmniFullyAsyncTrainer"),
 )
 """Every private verl method our classes override; ``apps/trainer/tests/test_verl_compat.py``
 fails when one is missing here, or no longer exists upstream with the same parameters."""

@@ -22,6 +22,7 @@ from omni_trainer.config import Config, ConfigError, to_yaml
 from omni_trainer.resume_check import check_resume, data_fingerprint, record_run, resume_notes
 from omni_trainer.tasks import PREFERENCE, task_name
 from omni_trainer.reward_guard import RewardFailureError
+from omni_trainer.verl_engine.async_training import fully_async_total_steps, is_fully_async, prompts_per_step
 from omni_trainer.verl_engine.distillation import check_teacher_tokenizer, validate_with_verl
 from omni_trainer.verl_engine.errors import GpuRequiredError, require_extras
 from omni_trainer.verl_engine.progress import StepReporter, checkpointed_step
@@ -123,6 +124,8 @@ def total_steps(config: Config, train_rows: int) -> int:
     """The run's steps, as verl counts them (full batches per epoch, dropping the last)."""
     if config.trainer.total_training_steps is not None:
         return config.trainer.total_training_steps
+    if is_fully_async(config):
+        return fully_async_total_steps(config, train_rows)
     return train_rows // config.data.train_batch_size * config.trainer.total_epochs
 
 
@@ -222,8 +225,16 @@ def run(config: Config, *, checked: bool = False) -> int:
     from verl.utils.device import auto_set_device
 
     auto_set_device(verl_config)
+    checked_config = verl_config
+    if is_fully_async(config):
+        # Its steps are streamed samples (train_batch_size=0), which verl's synchronous checks
+        # refuse and its fully-async entry point does not check; checked as the steps they make.
+        checked_config = copy.deepcopy(verl_config)
+        with open_dict(checked_config):
+            checked_config.data.train_batch_size = prompts_per_step(config)
     validate_config(
-        config=verl_config, use_reference_policy=need_reference_policy(verl_config), use_critic=need_critic(verl_config)
+        config=checked_config, use_reference_policy=need_reference_policy(verl_config),
+        use_critic=need_critic(verl_config),
     )
     run_dir, start_step, metrics = prepare_run_dir(config, verl_config)
     train_rows = check_data(verl_config)
@@ -250,15 +261,19 @@ def run(config: Config, *, checked: bool = False) -> int:
 
 def task_runner(config: Config, synchronous: Any) -> Any:
     """verl's task runner for ``config``: its one-step-off trainer's for
-    ``async_training.max_staleness=1`` (:mod:`omni_trainer.verl_engine.one_step_off`), else
-    ``synchronous`` (verl's V1 runner)."""
-    from omni_trainer.verl_engine.one_step_off import is_one_step_off
+    ``async_training.max_staleness=1``, ours around its fully-async one above that
+    (:mod:`omni_trainer.verl_engine.async_training`), else ``synchronous`` (verl's V1 runner)."""
+    from omni_trainer.verl_engine.async_training import is_fully_async, is_one_step_off
 
-    if not is_one_step_off(config):
-        return synchronous
-    from verl.experimental.one_step_off_policy.main_ppo import OneStepTaskRunner
+    if is_one_step_off(config):
+        from verl.experimental.one_step_off_policy.main_ppo import OneStepTaskRunner
 
-    return OneStepTaskRunner
+        return OneStepTaskRunner
+    if is_fully_async(config):
+        from omni_trainer.verl_engine.fully_async import OmniFullyAsyncTaskRunner
+
+        return OmniFullyAsyncTaskRunner
+    return synchronous
 
 
 def prepare_run_dir(config: Config, verl_config: DictConfig) -> tuple[Path, int, Path]:

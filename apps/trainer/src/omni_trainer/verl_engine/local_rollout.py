@@ -70,6 +70,8 @@ class _Request:
     inputs: dict[str, Any]
     settings: SamplingSettings
     done: asyncio.Future[Any] = field(repr=False)
+    version: int | None = None
+    """The step of the weights that sampled it (set as its batch starts)."""
 
 
 def sampling_settings(sampling_params: dict[str, Any], max_tokens: int) -> SamplingSettings:
@@ -266,6 +268,9 @@ class LocalRolloutServer:
         self._arrived: asyncio.Event | None = None
         self._batches: asyncio.Task[None] | None = None
         self._calls = 0
+        # Held by a batch while it samples and by a weight load: a sync that arrives mid-batch
+        # (verl's asynchronous trainers) waits for it, so each sample has one version's weights.
+        self._weights_in_use = asyncio.Lock()
         self._port_reservation: Any = None
         self._media: dict[str, dict[str, Any]] = {}
         self.speaker: Any = None  # a speech stage's LocalSpeaker (local_speech)
@@ -376,14 +381,14 @@ class LocalRolloutServer:
         rollout = await request.done
         if self.speaker is not None:
             output: TokenOutput = rollout
-            output.extra_fields["global_steps"] = self.global_steps
+            output.extra_fields["global_steps"] = request.version
             return output
         sample = rollout.outputs[0]
         return TokenOutput(
             token_ids=list(sample.token_ids),
             log_probs=list(sample.logprobs),
             stop_reason="completed",
-            extra_fields={"global_steps": self.global_steps, "finish_reason": sample.data["finish_reason"]},
+            extra_fields={"global_steps": request.version, "finish_reason": sample.data["finish_reason"]},
         )
 
     async def _inputs(self, prompt_ids: list[int], *media: Any) -> dict[str, Any]:
@@ -424,12 +429,15 @@ class LocalRolloutServer:
                 await self._run(settings, requests)
 
     async def _run(self, settings: SamplingSettings, requests: list[_Request]) -> None:
-        if self.speaker is not None:
-            await self._speak(settings, requests)
-            return
-        self._calls += 1
-        seeded = replace(settings, seed=self._seed())
-        await _settle(requests, self.engine.generate, [r.inputs for r in requests], seeded)
+        async with self._weights_in_use:
+            for request in requests:
+                request.version = self.global_steps
+            if self.speaker is not None:
+                await self._speak(settings, requests)
+                return
+            self._calls += 1
+            seeded = replace(settings, seed=self._seed())
+            await _settle(requests, self.engine.generate, [r.inputs for r in requests], seeded)
 
     async def _speak(self, settings: SamplingSettings, requests: list[_Request]) -> None:
         """A speech stage's requests: one ``sample_speech`` call per prompt, for all of its samples."""
@@ -445,12 +453,17 @@ class LocalRolloutServer:
     def _seed(self) -> int:
         return int(self.config.seed) * 1_000_003 + self.replica_rank * 10_007 + self._calls
 
-    def load_weights(self, weights: dict[str, torch.Tensor], global_steps: int | None) -> int:
-        """Copy the actor's weights into the policy; returns how many tensors were loaded.
+    async def load_weights(self, weights: dict[str, torch.Tensor], global_steps: int | None) -> int:
+        """Copy the actor's weights into the policy, once no batch samples with it; returns how
+        many tensors were loaded.
 
         Raises:
             KeyError: a name the policy does not have (the two sides loaded different models).
         """
+        async with self._weights_in_use:
+            return self._copy_weights(weights, global_steps)
+
+    def _copy_weights(self, weights: dict[str, torch.Tensor], global_steps: int | None) -> int:
         weights = pack_experts(weights)
         state = self.model.state_dict()
         unknown = sorted(set(weights) - set(state))

@@ -28,7 +28,7 @@ from omni_trainer.config import Config, ConfigError
 from omni_trainer.tasks import PREFERENCE, SPEECH_RL, task_name
 from omni_trainer.verl_engine.distillation import distillation_problems, distillation_values
 from omni_trainer.verl_engine.errors import EXTRAS_COMMAND, MissingExtrasError
-from omni_trainer.verl_engine.one_step_off import one_step_off_problems, one_step_off_values, rollout_slots
+from omni_trainer.verl_engine.async_training import async_training_problems, async_training_values, rollout_slots
 from omni_trainer.verl_engine.settings import (
     AGENT_LOOP_MANAGER,
     AGENT_LOOPS,
@@ -151,7 +151,7 @@ def config_problems(config: Config) -> list[str]:
     problems.extend(distillation_problems(config))
     problems.extend(verl_key_problems(config))
     problems.extend(bypass_problems(config))
-    problems.extend(one_step_off_problems(config))
+    problems.extend(async_training_problems(config))
     return problems
 
 
@@ -509,7 +509,7 @@ def _values(
     if ray_init.num_gpus is not None:
         values["ray_kwargs.ray_init.num_gpus"] = ray_init.num_gpus
     values.update(distillation_values(config))
-    values.update(one_step_off_values(config))
+    values.update(async_training_values(config))
     if trainer.device == "cpu":
         values.update(cpu_values(config, env_vars))
     return values
