@@ -287,3 +287,17 @@ def test_a_verl_fully_async_script_may_count_its_step_in_mini_batches() -> None:
     assert batch_problems("async_training.max_staleness=2") == []
     assert batch_problems("async_training.max_staleness=1")  # one-step-off draws whole batches
     assert batch_problems("async_training.max_staleness=2", "trainer.engine=local")
+
+
+def test_the_fully_async_trainers_update_count_follows_its_version_counter_across_a_resume() -> None:
+    """Staleness and failure messages count the actor's updates from verl's version counter:
+    the k-th step of a fresh run follows k - 1 updates for any sync interval, and the first step
+    after resuming from global_step_2 (version 2, a new cycle) follows 2 at T=1 and 8 at T=4,
+    where verl's own global_steps would say 3 and 9."""
+    pytest.importorskip("verl", reason="needs the distributed extra (uv sync --extra distributed --extra gpu)")
+    from omni_trainer.verl_engine.fully_async import updates_so_far
+
+    for interval in (1, 2, 4):
+        # verl's counters before the k-th step of a fresh run: version, then step within the cycle
+        assert [updates_so_far((k - 1) // interval, (k - 1) % interval + 1, interval) for k in range(1, 10)] == list(range(9))
+    assert updates_so_far(2, 1, 1) == 2 and updates_so_far(2, 1, 4) == 8

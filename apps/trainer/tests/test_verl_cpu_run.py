@@ -409,10 +409,12 @@ def test_fully_async_rollout_streams_samples_within_its_staleness_bound(
     # Validation ran on the rollout's replica before training and at step 2.
     records = [json.loads(line) for line in sorted((run_dir / "metrics").glob("verl-*.jsonl"))[0].read_text().splitlines()]
     assert [r["step"] for r in records if any(k.startswith("val-core/") for k in r["data"])] == [0, 2]
-    # A weight sync after every update: the initial weights, then each step's.
+    # A weight sync after every update: the initial weights, then each step's. (Step 3's sync
+    # precedes the failure by milliseconds, step 4's samples having been drawn already: the
+    # replica's line for it can miss the driver's log as the run stops.)
     syncs = weight_syncs(log)
-    assert sorted(step for replica, step in syncs if replica == 0) == [0, 1, 2, 3], syncs
-    assert len({syncs[0, step] for step in range(4)}) == 4
+    assert {0, 1, 2} <= {step for replica, step in syncs if replica == 0} <= {0, 1, 2, 3}, syncs
+    assert len(set(syncs.values())) == len(syncs)
     processes = {name: {pid for n, pid in RAY_PROCESS.findall(log) if n == name}
                  for name in ("WorkerDict", "CheckpointEngineWorker", "LocalRolloutServer")}
     assert all(len(pids) == 1 for pids in processes.values()), processes

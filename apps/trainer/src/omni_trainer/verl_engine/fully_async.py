@@ -80,26 +80,27 @@ class OmniFullyAsyncTrainer(ray_actor_class(FullyAsyncTrainer)):  # type: ignore
 
     async def _fit_generate(self, batch: Any = None) -> Any:
         batch = await super()._fit_generate(batch)
-        check_batch_rewards(self.global_steps, batch.non_tensor_batch, str(self.config.trainer.default_local_dir))
-        self.metrics.update(self._staleness_metrics(batch.meta_info["trajectory_param_versions"]))
+        interval = int(self.config.async_training.trigger_parameter_sync_step)
+        updates = updates_so_far(self.current_param_version, self.local_trigger_step, interval)
+        check_batch_rewards(updates + 1, batch.non_tensor_batch, str(self.config.trainer.default_local_dir))
+        self.metrics.update(self._staleness_metrics(updates, batch.meta_info["trajectory_param_versions"]))
         return batch
 
-    def _staleness_metrics(self, versions: Any) -> dict[str, float]:
-        """Updates each response's weights had not seen when this step trains on it (its last
-        token's, under partial rollout); the responses trained so far at each lag
-        (``async/staleness_<lag>``, the histogram, up to the bound)."""
+    def _staleness_metrics(self, updates: int, versions: Any) -> dict[str, float]:
+        """Updates each response's weights had not seen when the actor, ``updates`` updates in,
+        trains on it (its last token's, under partial rollout); the responses trained so far at
+        each lag (``async/staleness_<lag>``, the histogram, up to the bound)."""
         if any(version is None for version in versions):
             raise RuntimeError(
-                f"step {self.global_steps}: the rollout replica did not report which weights sampled a response "
+                f"step {updates + 1}: the rollout replica did not report which weights sampled a response "
                 "(its global_steps); the staleness bound cannot be checked"
             )
         interval = int(self.config.async_training.trigger_parameter_sync_step)
-        updates = self.global_steps - 1  # the actor's, as this step trains
         lags = [updates - interval * int(version) for version in versions]
         bound = self.__dict__.setdefault("_staleness_bound", fully_async_bound(self.config))
         if max(lags) > bound:
             raise RuntimeError(
-                f"step {self.global_steps}: a sample lags the actor by {max(lags)} updates, beyond the bound of {bound} "
+                f"step {updates + 1}: a response lags the actor by {max(lags)} updates, beyond the bound of {bound} "
                 "that async_training's knobs imply; the rollout drew ahead of verl's staleness_threshold"
             )
         histogram: dict[int, int] = self.__dict__.setdefault("_staleness_histogram", dict.fromkeys(range(bound + 1), 0))
@@ -132,6 +133,14 @@ class OmniFullyAsyncTrainer(ray_actor_class(FullyAsyncTrainer)):  # type: ignore
                 if key not in aggregator.aggregation_rules["last"]
             )
             super()._fit_log_aggregated_training_metrics(timing)
+
+
+def updates_so_far(param_version: int, local_trigger_step: int, interval: int) -> int:
+    """The actor's updates before the step verl's fully-async trainer is taking, from its
+    version counter (a sync every ``interval`` steps) and its step within the sync cycle. Not
+    from its ``global_steps``, which runs one ahead after a resume: its ``load_checkpoint`` sets
+    it to the next step and ``fit`` adds one."""
+    return param_version * interval + local_trigger_step - 1
 
 
 def fully_async_bound(config: Any) -> int:
