@@ -341,6 +341,15 @@ def asynchronous_run(inputs: tuple[str, Path, Path], tmp_path: Path, failing: st
     return run_dir, log, run.stderr
 
 
+def assert_updates(steps: list[dict[str, Any]]) -> None:
+    """Varied rewards make every step a real update, except one where each sequence's ratio left
+    GSPO's clip band (3e-4 to 4e-4) on the side its advantage pushes: a clipped sequence carries
+    no gradient, and a batch a version old can be clipped whole (seen on CI)."""
+    assert steps[0]["actor/pg_clipfrac"] == 0 and steps[0]["actor/grad_norm"] > 0, steps[0]
+    for row in steps[1:]:
+        assert (row["actor/grad_norm"] > 0) == (row["actor/pg_clipfrac"] < 1), row
+
+
 def test_one_step_off_rollout_on_its_own_rank_trains_one_version_behind(
     inputs: tuple[str, Path, Path], tmp_path: Path
 ) -> None:
@@ -358,7 +367,7 @@ def test_one_step_off_rollout_on_its_own_rank_trains_one_version_behind(
     assert "step 4: the reward scorer failed (error or timeout) on 4 of 4 samples (100%)" in stderr, log[-4000:]
     (steps,) = launches(run_dir)
     assert [row["step"] for row in steps] == [1, 2, 3]  # step 4's batch was never trained on
-    assert all(row["actor/grad_norm"] > 0 for row in steps), steps  # varied rewards: real updates
+    assert_updates(steps)
     # On-policy at step 1 (the actor scores the image+audio rows as the replica sampled them:
     # no sequence ratio leaves GSPO's 3e-4 band); one update behind at steps 2 and 3.
     assert abs(steps[0]["actor/ppo_kl"]) < 1e-5 and steps[0]["actor/pg_clipfrac"] == 0, steps[0]
@@ -397,7 +406,7 @@ def test_fully_async_rollout_streams_samples_within_its_staleness_bound(
     (steps,) = launches(run_dir)
     assert [row["step"] for row in steps] == [1, 2, 3], steps  # each step under its own number; 4 never trained
     assert [row["training/global_step"] for row in steps] == [1, 2, 3]
-    assert all(row["actor/grad_norm"] > 0 for row in steps), steps
+    assert_updates(steps)
     # Step 1 trains on its own weights' samples; steps 2 and 3 on samples one update old.
     assert abs(steps[0]["actor/ppo_kl"]) < 1e-5 and steps[0]["actor/pg_clipfrac"] == 0, steps[0]
     assert [row["async/staleness_max"] for row in steps] == [0, 1, 1]
