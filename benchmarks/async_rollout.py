@@ -36,7 +36,7 @@ ARMS: dict[str, list[str]] = {
 
 def run_arm(name: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
     from omni_trainer.config import load_config
-    from omni_trainer.local_trainer import LocalTrainer
+    from omni_trainer.engines.local.trainer import LocalTrainer
 
     trainer = LocalTrainer(load_config([
         f"trainer.total_training_steps={args.steps}", "trainer.test_freq=0", "trainer.save_freq=0",

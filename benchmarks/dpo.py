@@ -239,7 +239,7 @@ def build_ours(setup: Setup, model_path: str, train_file: Path, run_dir: Path, *
     from unittest import mock
 
     from omni_trainer.config import load_config
-    from omni_trainer.local_trainer import LocalTrainer
+    from omni_trainer.engines.local.trainer import LocalTrainer
     from omni_training.actor import Actor
 
     trainer = LocalTrainer(load_config(our_overrides(setup, model_path, train_file, run_dir)))

@@ -222,7 +222,7 @@ def run_ours(
     prompts_per_call: int | None = None, name: str = "omni-rl local engine",
 ) -> tuple[Result, list[list[int]]]:
     from omni_trainer.config import load_config
-    from omni_trainer.local_trainer import LocalTrainer
+    from omni_trainer.engines.local.trainer import LocalTrainer
 
     train_file = write_train_file(rows, workdir / "train.parquet") if setup.modality == "text" else None
     trainer = LocalTrainer(load_config(our_overrides(setup, model_path, train_file, workdir / name.replace(" ", "-"))))

@@ -126,8 +126,8 @@ def test_the_one_step_off_script_runs_verls_one_step_off_trainer_on_a_pool_of_it
     """examples/gsm8k_gspo_lora_one_step_off.sh: on verl, the one-step-off trainer with the
     rollout on 4 GPUs of its own and NCCL weight sync, nothing refused."""
     from omni_trainer.config import load_config
-    from omni_trainer.verl_engine.async_training import async_training_values, is_one_step_off
-    from omni_trainer.verl_engine.translate import config_problems
+    from omni_trainer.engines.verl.async_training import async_training_values, is_one_step_off
+    from omni_trainer.engines.verl.translate import config_problems
 
     config = load_config(script_overrides("gsm8k_gspo_lora_one_step_off.sh", tmp_path))
     assert config_problems(config) == [] and is_one_step_off(config)
@@ -141,8 +141,8 @@ def test_the_fully_async_script_runs_verls_fully_async_trainer_with_verl_omnis_k
     knobs (a sync every 4 steps, 10% ahead, partial rollout), one mini-batch a step, the bound
     they imply stated, nothing refused."""
     from omni_trainer.config import load_config
-    from omni_trainer.verl_engine.async_training import async_training_values, is_fully_async, worst_staleness
-    from omni_trainer.verl_engine.translate import config_problems
+    from omni_trainer.engines.verl.async_training import async_training_values, is_fully_async, worst_staleness
+    from omni_trainer.engines.verl.translate import config_problems
 
     config = load_config(script_overrides("gsm8k_gspo_lora_fully_async.sh", tmp_path))
     assert config_problems(config) == [] and is_fully_async(config) and worst_staleness(config) == 8

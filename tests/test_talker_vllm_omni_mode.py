@@ -4,7 +4,7 @@ The tiny Qwen3-Omni's talker samples speech for a thinker answer in the local en
 samples are then returned the way vLLM-Omni 0.28 returns a request of the talker-RL pipeline
 (a recording stand-in for ``AsyncOmni``: the thinker's text, the talker's codec-0 tokens and
 log-probs, its prefill placeholder and ``codes.audio``, code2wav's waveform), go through our
-rollout server (``omni_trainer.verl_engine.rollout.VllmOmniHttpServer``: verl's own
+rollout server (``omni_trainer.engines.verl.rollout.VllmOmniHttpServer``: verl's own
 ``generate`` on the vLLM-Omni driver, real vLLM ``SamplingParams``) and the speech sample it
 adds (the ``omni_single_turn`` agent loop and the rollout adapter's
 ``postprocess_agent_loop_output``), and reach the actor, which rebuilds the talker's
@@ -118,7 +118,7 @@ def test_vllm_omni_talker_samples_reach_the_actor_with_their_log_probs(
 
     from omni_contracts import RolloutSample
     from omni_training.consistency import rollout_actor_consistency
-    from omni_trainer.verl_engine.speech_sample import SPEECH_SAMPLE
+    from omni_trainer.engines.verl.speech_sample import SPEECH_SAMPLE
 
     prompt, answer = turn
     rate = policy.speech_sample_rate

@@ -1,7 +1,7 @@
 """vLLM-Omni serves the tiny Qwen3-Omni in thinker-only AR mode on the production path, and
 verl's own server code drives it.
 
-Our rollout server (``omni_trainer.verl_engine.rollout.VllmOmniHttpServer``) starts it with its
+Our rollout server (``omni_trainer.engines.verl.rollout.VllmOmniHttpServer``) starts it with its
 own ``run_server``: the replica's deploy config, ``AsyncOmni``, the one driver, the policy
 stage's logit mask through verl's worker extension. Then, as verl calls the server: ``generate``
 with sampled-token log-probs (seeded: the same tokens twice), ``clear_kv_cache`` (the driver's
@@ -92,9 +92,9 @@ def replica(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
 
     from omni_qwen3.tiny import TinySpec, build_tiny_qwen3_omni
     from omni_trainer.placeholders import policy_logit_mask
-    from omni_trainer.verl_engine.adapters import training_adapter
-    from omni_trainer.verl_engine.processor import adapter_processor
-    from omni_trainer.verl_engine.settings import VerlSettings
+    from omni_trainer.engines.verl.adapters import training_adapter
+    from omni_trainer.engines.verl.processor import adapter_processor
+    from omni_trainer.engines.verl.settings import VerlSettings
 
     if str(STUB) not in sys.path:
         sys.path.insert(0, str(STUB))

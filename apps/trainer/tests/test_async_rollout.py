@@ -168,9 +168,9 @@ VERL_BASE = ["trainer.engine=verl", "actor_rollout_ref.model.path=/m", "data.tra
 
 def test_verl_runs_staleness_one_as_its_one_step_off_trainer() -> None:
     from omni_trainer.config import load_config
-    from omni_trainer.verl_engine.async_training import async_training_values
-    from omni_trainer.verl_engine.settings import BATCH_AGENT_LOOP_MANAGER, GLOO_BACKEND
-    from omni_trainer.verl_engine.translate import config_problems
+    from omni_trainer.engines.verl.async_training import async_training_values
+    from omni_trainer.engines.verl.settings import BATCH_AGENT_LOOP_MANAGER, GLOO_BACKEND
+    from omni_trainer.engines.verl.translate import config_problems
 
     config = load_config([*VERL_BASE, "async_training.max_staleness=1", "rollout.n_gpus_per_node=4"])
     assert config_problems(config) == []
@@ -214,7 +214,7 @@ def test_verl_runs_staleness_one_as_its_one_step_off_trainer() -> None:
 )
 def test_verl_refuses_what_its_asynchronous_trainers_cannot_run(overrides: list[str], message: str) -> None:
     from omni_trainer.config import load_config
-    from omni_trainer.verl_engine.translate import config_problems
+    from omni_trainer.engines.verl.translate import config_problems
 
     problems = config_problems(load_config([*VERL_BASE, *overrides]))
     assert any(message in problem for problem in problems), problems
@@ -225,14 +225,14 @@ def test_verl_runs_deeper_staleness_as_its_fully_async_trainer_within_the_bound(
     samples ahead), whose worst case is the bound; our batch semantics become verl's (a step
     of data.train_batch_size prompts = whole mini-batches; the run's length in prompts)."""
     from omni_trainer.config import load_config
-    from omni_trainer.verl_engine.async_training import (
+    from omni_trainer.engines.verl.async_training import (
         async_training_values,
         fully_async_total_steps,
         is_fully_async,
         worst_staleness,
     )
-    from omni_trainer.verl_engine.launch import total_steps
-    from omni_trainer.verl_engine.translate import config_problems
+    from omni_trainer.engines.verl.launch import total_steps
+    from omni_trainer.engines.verl.translate import config_problems
 
     config = load_config([*VERL_BASE, "async_training.max_staleness=3", "data.train_batch_size=8",
                           "actor_rollout_ref.actor.ppo_mini_batch_size=4", "trainer.total_training_steps=5"])
@@ -295,7 +295,7 @@ def test_the_fully_async_trainers_update_count_follows_its_version_counter_acros
     after resuming from global_step_2 (version 2, a new cycle) follows 2 at T=1 and 8 at T=4,
     where verl's own global_steps would say 3 and 9."""
     pytest.importorskip("verl", reason="needs the distributed extra (uv sync --extra distributed --extra gpu)")
-    from omni_trainer.verl_engine.fully_async import updates_so_far
+    from omni_trainer.engines.verl.fully_async import updates_so_far
 
     for interval in (1, 2, 4):
         # verl's counters before the k-th step of a fresh run: version, then step within the cycle

@@ -79,7 +79,7 @@ def test_enabled_without_a_teacher_is_a_config_error() -> None:
 def test_tokenizer_mismatch_fails_before_weights_load(
     teacher_path: Path, student_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache_dir: Path
 ) -> None:
-    from omni_trainer.local_trainer import LocalTrainer
+    from omni_trainer.engines.local.trainer import LocalTrainer
 
     monkeypatch.setenv("OMNI_RL_CACHE", str(cache_dir))
     other = tmp_path / "other-tokenizer"
@@ -104,7 +104,7 @@ def test_tokenizer_mismatch_fails_before_weights_load(
 def test_distillation_only_run_moves_the_student_toward_the_teacher(
     teacher_path: Path, student_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache_dir: Path
 ) -> None:
-    from omni_trainer.local_trainer import LocalTrainer
+    from omni_trainer.engines.local.trainer import LocalTrainer
     from omni_rollout.local_engine import LocalEngine, find_policy_module
     from omni_rollout.sampling import SamplingSettings
     from omni_training.batching import MicroBatch, collate

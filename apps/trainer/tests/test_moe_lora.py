@@ -51,7 +51,7 @@ def test_the_experts_fused_parameters_get_lora_and_train() -> None:
 
 
 def test_verl_gets_the_target_parameters() -> None:
-    from omni_trainer.verl_engine.translate import to_verl_config
+    from omni_trainer.engines.verl.translate import to_verl_config
 
     config = load_config(["trainer.engine=verl", "actor_rollout_ref.model.path=/m", "data.train_files=[/d.parquet]",
                           "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe",

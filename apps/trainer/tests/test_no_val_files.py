@@ -37,7 +37,7 @@ def test_the_preflight_warns(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(importlib.util.find_spec("verl") is None, reason="needs the distributed extra")
 def test_verl_never_validates_on_the_train_files() -> None:
-    from omni_trainer.verl_engine.translate import to_verl_config
+    from omni_trainer.engines.verl.translate import to_verl_config
 
     base = ["actor_rollout_ref.model.path=/m", "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe",
             "data.train_files=[/d/train.parquet]", "trainer.engine=verl",

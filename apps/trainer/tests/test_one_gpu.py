@@ -66,7 +66,7 @@ def test_what_the_local_engine_trains_is_fp32_on_a_gpu_too(
 def test_a_bf16_full_fine_tune_rolls_out_and_trains_under_autocast(tmp_path: Path) -> None:
     """A GPU's full fine-tune (``actor.dtype=bfloat16``, LoRA off), run on the CPU: the
     actor's weights load in fp32, and the rollout engine samples under the actor's autocast."""
-    from omni_trainer.local_trainer import LocalTrainer
+    from omni_trainer.engines.local.trainer import LocalTrainer
 
     cfg = load_config([
         "trainer.device=cpu", "actor_rollout_ref.actor.dtype=bfloat16", "actor_rollout_ref.model.lora_rank=0",

@@ -46,7 +46,7 @@ def test_the_embedded_preference_run_learns_on_every_modality(tmp_path: Path, ca
 
 @pytest.mark.slow
 def test_reference_log_probs_are_computed_once_per_pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from omni_trainer.local_trainer import LocalTrainer
+    from omni_trainer.engines.local.trainer import LocalTrainer
     from omni_training.actor import Actor
 
     rows_scored: list[int] = []

@@ -228,7 +228,7 @@ def test_seed_v1_run_script_overrides_pass_print_config(
                        "actor_rollout_ref.rollout.cudagraph_capture_sizes", "trainer.n_gpus_per_node"]
     if importlib.util.find_spec("verl") is None:
         return
-    from omni_trainer.verl_engine import launch
+    from omni_trainer.engines.verl import launch
 
     monkeypatch.setattr(launch, "verl_problems", lambda config: [])  # verl's own checks import verl (~25 s)
     assert main(["--print-config", *v1, "trainer.engine=verl"]) == 0, capsys.readouterr().err

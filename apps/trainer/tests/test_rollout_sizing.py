@@ -127,7 +127,7 @@ def test_the_local_engine_refuses_actor_offload_by_name() -> None:
 
 @pytest.mark.skipif(importlib.util.find_spec("verl") is None, reason="needs verl's packaged config (distributed extra)")
 def test_actor_offload_reaches_verl_under_its_own_keys(qwen3_omni_30b: Path, tmp_path: Path) -> None:
-    from omni_trainer.verl_engine.translate import to_verl_config
+    from omni_trainer.engines.verl.translate import to_verl_config
 
     config = load_config(verl_run(qwen3_omni_30b, tmp_path, "actor_rollout_ref.actor.fsdp_config.param_offload=true"))
     actor = to_verl_config(config, lora_target_modules=None, lora_exclude_modules=None).actor_rollout_ref.actor

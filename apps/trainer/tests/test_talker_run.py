@@ -18,7 +18,7 @@ FROZEN = ("thinker.", "talker.code_predictor.", "code2wav.", "talker.text_projec
 
 def test_talker_stage_trains_only_the_talker_and_writes_speech_samples(tmp_path: Path) -> None:
     from omni_trainer.config import load_config
-    from omni_trainer.local_trainer import LocalTrainer
+    from omni_trainer.engines.local.trainer import LocalTrainer
 
     run = tmp_path / "run"
     config = load_config([
@@ -156,7 +156,7 @@ def test_talker_trains_on_user_rows_with_configured_rewards_and_voice(tmp_path: 
 
 def test_an_unknown_voice_is_refused_naming_the_checkpoints_voices(tmp_path: Path) -> None:
     from omni_trainer.config import load_config
-    from omni_trainer.local_trainer import LocalTrainer
+    from omni_trainer.engines.local.trainer import LocalTrainer
 
     config = load_config([
         "actor_rollout_ref.model.stage=talker", "actor_rollout_ref.rollout.speaker=chelsie",
@@ -169,7 +169,7 @@ def test_an_unknown_voice_is_refused_naming_the_checkpoints_voices(tmp_path: Pat
 def test_rows_without_spoken_text_speak_the_thinkers_greedy_answer(tmp_path: Path) -> None:
     from omni_qwen3.tiny import build_tiny_qwen3_omni
     from omni_trainer.config import load_config
-    from omni_trainer.local_trainer import LocalTrainer
+    from omni_trainer.engines.local.trainer import LocalTrainer
 
     config = load_config([
         f"actor_rollout_ref.model.path={build_tiny_qwen3_omni()}", "actor_rollout_ref.model.stage=talker",

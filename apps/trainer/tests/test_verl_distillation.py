@@ -23,7 +23,7 @@ import pytest
 from omegaconf import DictConfig, OmegaConf
 
 from omni_trainer.config import ConfigError, load_config
-from omni_trainer.verl_engine.translate import to_verl_config
+from omni_trainer.engines.verl.translate import to_verl_config
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[3]
@@ -62,7 +62,7 @@ def test_opd_recipe_translates_to_a_config_verl_accepts(tmp_path: Path) -> None:
     from verl.trainer.ppo.utils import need_critic, need_reference_policy, need_teacher_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config
 
-    from omni_trainer.verl_engine.distillation import validate_with_verl
+    from omni_trainer.engines.verl.distillation import validate_with_verl
 
     validate_with_verl(verl)
     validate_config(config=verl, use_reference_policy=need_reference_policy(verl), use_critic=need_critic(verl))
@@ -82,7 +82,7 @@ def test_opd_recipe_translates_to_a_config_verl_accepts(tmp_path: Path) -> None:
 
 
 def test_verl_constraints_are_config_errors_before_launch(tmp_path: Path) -> None:
-    from omni_trainer.verl_engine.distillation import validate_with_verl
+    from omni_trainer.engines.verl.distillation import validate_with_verl
 
     refused = {
         "distillation.distillation_loss.loss_mode=forward_kl_topk": "vllm/sglang teacher servers",
@@ -178,7 +178,7 @@ def test_tokenizer_mismatch_stops_the_launch_before_ray(tmp_path: Path) -> None:
     from transformers import AutoTokenizer
 
     from omni_qwen3.tiny import build_tiny_qwen3_omni
-    from omni_trainer.verl_engine.launch import run
+    from omni_trainer.engines.verl.launch import run
 
     student = build_tiny_qwen3_omni(tmp_path / "student")
     teacher = tmp_path / "teacher"

@@ -38,9 +38,9 @@ from omni_trainer.verl_keys import select, verl_key
 if importlib.util.find_spec("verl") is None:  # pragma: no cover
     pytest.skip("needs the distributed extra (uv sync --extra distributed --extra gpu)", allow_module_level=True)
 
-from omni_trainer.verl_engine import launch  # noqa: E402
-from omni_trainer.verl_engine.settings import SETTINGS_ENV  # noqa: E402
-from omni_trainer.verl_engine.translate import to_verl_config  # noqa: E402
+from omni_trainer.engines.verl import launch  # noqa: E402
+from omni_trainer.engines.verl.settings import SETTINGS_ENV  # noqa: E402
+from omni_trainer.engines.verl.translate import to_verl_config  # noqa: E402
 
 LAUNCHERS = sorted((Path(__file__).parent / "verl_omni_launchers").glob("*.overrides"))
 EXCLUDE_MODULES = ".*talker.*|.*code2wav.*|.*code_predictor.*|.*visual.*|.*audio_tower.*"

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from omni_trainer.verl_engine.errors import EXTRAS_COMMAND
+from omni_trainer.engines.verl.errors import EXTRAS_COMMAND
 
 pytestmark = [
     pytest.mark.slow,

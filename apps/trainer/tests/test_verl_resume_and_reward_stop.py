@@ -20,9 +20,9 @@ from omni_trainer.reward_guard import RewardFailureError, StepFailureWatch, Step
 if importlib.util.find_spec("verl") is None:  # pragma: no cover
     pytest.skip("needs the distributed extra (uv sync --extra distributed)", allow_module_level=True)
 
-from omni_trainer.verl_engine.launch import record_start, resumed_step  # noqa: E402
-from omni_trainer.verl_engine.settings import SETTINGS_ENV, VerlSettings  # noqa: E402
-from omni_trainer.verl_engine.translate import config_problems, settings_for, to_verl_config  # noqa: E402
+from omni_trainer.engines.verl.launch import record_start, resumed_step  # noqa: E402
+from omni_trainer.engines.verl.settings import SETTINGS_ENV, VerlSettings  # noqa: E402
+from omni_trainer.engines.verl.translate import config_problems, settings_for, to_verl_config  # noqa: E402
 
 
 def verl_run(tmp_path: Path, *extra: str) -> list[str]:
@@ -109,7 +109,7 @@ def test_our_workers_tally_training_samples_and_the_step_stops_before_its_update
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
     from verl.utils.import_utils import load_extern_object
 
-    from omni_trainer.verl_engine import agent_loop
+    from omni_trainer.engines.verl import agent_loop
 
     worker: Any = object.__new__(agent_loop.OmniAgentLoopWorkerTQ)  # the tally needs none of verl's set-up
     failed = SimpleNamespace(extra_fields={"reward_extra_info": {"reward_ok": 0.0, "reward_error": 1.0}})
@@ -168,7 +168,7 @@ def test_verls_postprocessing_still_scores_before_our_hook_sees_the_trajectory()
     kwargs carry ``global_steps``."""
     from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
 
-    from omni_trainer.verl_engine.compat import AfterPostprocess, ray_actor_class
+    from omni_trainer.engines.verl.compat import AfterPostprocess, ray_actor_class
 
     method = vars(ray_actor_class(AgentLoopWorkerTQ))["_agent_loop_postprocess"]
     parameters = [name for name in inspect.signature(method).parameters if name != "_ray_trace_ctx"]  # Ray's tracing
@@ -195,7 +195,7 @@ def test_verls_postprocessing_still_scores_before_our_hook_sees_the_trajectory()
 def test_a_failure_raised_in_verls_task_runner_reaches_the_cli_as_its_message() -> None:
     from ray.exceptions import RayTaskError
 
-    from omni_trainer.verl_engine.launch import unwrap_reward_failure
+    from omni_trainer.engines.verl.launch import unwrap_reward_failure
 
     cause = RewardFailureError("step 3: the reward scorer failed")
     wrapped = RayTaskError("TaskRunner.run", "Traceback (most recent call last): ...", cause).as_instanceof_cause()

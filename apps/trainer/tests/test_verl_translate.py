@@ -20,8 +20,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from omni_trainer.config import ConfigError, load_config
-from omni_trainer.verl_engine.settings import EXTERNAL_MODULE, SETTINGS_ENV, VerlSettings
-from omni_trainer.verl_engine.translate import to_verl_config, verl_config_dir
+from omni_trainer.engines.verl.settings import EXTERNAL_MODULE, SETTINGS_ENV, VerlSettings
+from omni_trainer.engines.verl.translate import to_verl_config, verl_config_dir
 
 ROOT = Path(__file__).resolve().parents[3]
 GOLDEN = Path(__file__).parent / "golden" / "verl"
@@ -78,7 +78,7 @@ def test_translation_uses_our_extension_points_and_keys(tmp_path: Path) -> None:
     assert arr.actor.optim.clip_grad == 0.5  # what verl's FSDP engine clips with (not actor.grad_clip)
     assert arr.rollout.agent.default_agent_loop == "single_turn_agent"
     # verl starts our agent-loop workers (they carry the adapter's processor) through its hook.
-    assert arr.rollout.agent.agent_loop_manager_class == "omni_trainer.verl_engine.agent_loop.OmniAgentLoopManager"
+    assert arr.rollout.agent.agent_loop_manager_class == "omni_trainer.engines.verl.agent_loop.OmniAgentLoopManager"
     assert verl.data.custom_cls.name == "OmniRLHFDataset"
     assert verl.reward.custom_reward_function.name == "compute_score"
     assert verl.data.max_prompt_length == 4096 and verl.data.val_files == ["/data/val.parquet"]
@@ -144,7 +144,7 @@ def test_prefix_caching_is_off_unless_the_run_turns_it_on() -> None:
 def test_deploy_options_serve_no_lora_when_verl_merges() -> None:
     """The replica reads the resolved model config: a merged run enables no LoRA in vLLM-Omni."""
     pytest.importorskip("vllm_omni", reason="needs the gpu extra (uv sync --extra distributed --extra gpu)")
-    from omni_trainer.verl_engine.rollout import _lora_rank
+    from omni_trainer.engines.verl.rollout import _lora_rank
 
     verl = to_verl_config(load_config(["actor_rollout_ref.model.path=/m", "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe",
             "data.train_files=[/d.parquet]",
@@ -156,7 +156,7 @@ def test_deploy_options_serve_no_lora_when_verl_merges() -> None:
 
 def test_the_cpu_run_is_the_omni_local_rollout_in_fp32_on_one_process_per_rank(tmp_path: Path) -> None:
     from omni_trainer.config import load_config
-    from omni_trainer.verl_engine.translate import to_verl_config
+    from omni_trainer.engines.verl.translate import to_verl_config
 
     config = load_config([
         "trainer.engine=verl", "trainer.device=cpu", "trainer.n_gpus_per_node=2", f"actor_rollout_ref.model.path={tmp_path}",
@@ -176,7 +176,7 @@ def test_the_cpu_run_is_the_omni_local_rollout_in_fp32_on_one_process_per_rank(t
 
 def test_a_cpu_distillation_run_serves_its_teacher_on_omni_local(tmp_path: Path) -> None:
     from omni_trainer.config import load_config
-    from omni_trainer.verl_engine.translate import config_problems
+    from omni_trainer.engines.verl.translate import config_problems
 
     config = load_config([
         "trainer.engine=verl", "trainer.device=cpu", f"actor_rollout_ref.model.path={tmp_path}",
@@ -193,7 +193,7 @@ def test_a_cpu_distillation_run_serves_its_teacher_on_omni_local(tmp_path: Path)
 
 def test_a_cpu_talker_run_is_checked_as_a_gpu_one_and_takes_the_thinkers_budget(tmp_path: Path) -> None:
     from omni_trainer.config import load_config
-    from omni_trainer.verl_engine.translate import config_problems, settings_for
+    from omni_trainer.engines.verl.translate import config_problems, settings_for
 
     talker = [
         "trainer.engine=verl", f"actor_rollout_ref.model.path={tmp_path}", "actor_rollout_ref.model.stage=talker",
@@ -270,7 +270,7 @@ def test_verl_omni_launcher_keys_reach_what_verl_reads() -> None:
 
 
 def test_verl_keys_the_run_cannot_take_are_refused_or_warned_by_name() -> None:
-    from omni_trainer.verl_engine.translate import config_problems, config_warnings
+    from omni_trainer.engines.verl.translate import config_problems, config_warnings
 
     def problems(*extra: str) -> list[str]:
         return config_problems(load_config([*VERL_BASE, *extra]))
@@ -311,7 +311,7 @@ def test_a_cpu_run_keeps_the_users_dtype_and_agent_workers(tmp_path: Path) -> No
 def test_one_launch_translates_its_config_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """The pre-flight's checks and the launch share one translation; each gets its own copy
     (the launch adds to it without changing what the other holds)."""
-    from omni_trainer.verl_engine import launch
+    from omni_trainer.engines.verl import launch
 
     calls: list[str] = []
 
@@ -359,7 +359,7 @@ def test_rollout_correction_reaches_verl_and_the_local_engine_honours_it() -> No
 ])
 def test_verl_refuses_what_its_bypass_mode_would_ignore(extra: list[str]) -> None:
     """verl 0.9.1's V1 trainer in bypass mode only swaps the old log-probs for the rollout's."""
-    from omni_trainer.verl_engine.translate import bypass_problems
+    from omni_trainer.engines.verl.translate import bypass_problems
 
     base = ["actor_rollout_ref.model.path=/m", "data.train_files=[/d.parquet]", "trainer.engine=verl",
             "algorithm.rollout_correction.bypass_mode=true"]
@@ -371,7 +371,7 @@ def test_verl_refuses_what_its_bypass_mode_would_ignore(extra: list[str]) -> Non
 def test_rollout_routing_replay_is_refused_on_both_engines_with_the_reason() -> None:
     """verl 0.9.1 replays MoE routing on its megatron and veomni engines only (engine_workers
     sets it to disabled for FSDP); the local engine samples with the actor's own module."""
-    from omni_trainer.verl_engine.translate import verl_key_problems
+    from omni_trainer.engines.verl.translate import verl_key_problems
     from omni_trainer.verl_keys import local_refusals
 
     base = ["actor_rollout_ref.model.path=/m", "data.train_files=[/d.parquet]",

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from omni_trainer.verl_engine.errors import EXTRAS_COMMAND, MissingExtrasError, require_extras
+from omni_trainer.engines.verl.errors import EXTRAS_COMMAND, MissingExtrasError, require_extras
 
 pytestmark = pytest.mark.slow
 EXTRAS = all(importlib.util.find_spec(name) for name in ("verl", "ray", "vllm", "vllm_omni"))
@@ -35,7 +35,7 @@ def test_cli_reports_missing_extras(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     from omni_trainer import cli
-    from omni_trainer.verl_engine import errors
+    from omni_trainer.engines.verl import errors
 
     monkeypatch.setattr(errors, "REQUIRED_MODULES", {"omni_rl_absent_module": "gpu"})
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -58,9 +58,9 @@ def test_external_module_registers_in_every_verl_registry() -> None:
     from verl.workers.rollout.base import _ROLLOUT_REGISTRY, get_rollout_class
     from verl.workers.rollout.replica import get_rollout_replica_class
 
-    import omni_trainer.verl_engine.external  # noqa: F401  (what VERL_USE_EXTERNAL_MODULES imports)
-    from omni_trainer.verl_engine.engine import OmniFSDPEngine
-    from omni_trainer.verl_engine.rollout import VllmOmniReplica
+    import omni_trainer.engines.verl.external  # noqa: F401  (what VERL_USE_EXTERNAL_MODULES imports)
+    from omni_trainer.engines.verl.engine import OmniFSDPEngine
+    from omni_trainer.engines.verl.rollout import VllmOmniReplica
     from omni_training.advantages import ADVANTAGE_ESTIMATORS
     from omni_training.policy_loss import POLICY_LOSSES
 
@@ -77,7 +77,7 @@ def test_external_module_registers_in_every_verl_registry() -> None:
 
 @needs_extras
 def test_check_algorithms_names_verls_choices() -> None:
-    from omni_trainer.verl_engine.external import check_algorithms
+    from omni_trainer.engines.verl.external import check_algorithms
 
     check_algorithms("gspo", "grpo")
     with pytest.raises(ValueError, match="policy loss 'nope'.*gspo"):
@@ -87,9 +87,9 @@ def test_check_algorithms_names_verls_choices() -> None:
 @needs_extras
 def test_external_modules_reach_the_ray_runtime_env() -> None:
     from omni_trainer.config import load_config
-    from omni_trainer.verl_engine.launch import ray_init_kwargs
-    from omni_trainer.verl_engine.settings import EXTERNAL_MODULE, SETTINGS_ENV
-    from omni_trainer.verl_engine.translate import to_verl_config
+    from omni_trainer.engines.verl.launch import ray_init_kwargs
+    from omni_trainer.engines.verl.settings import EXTERNAL_MODULE, SETTINGS_ENV
+    from omni_trainer.engines.verl.translate import to_verl_config
 
     config = load_config([
         "trainer.engine=verl", "actor_rollout_ref.model.path=/m", "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe",
@@ -106,7 +106,7 @@ def test_external_modules_reach_the_ray_runtime_env() -> None:
 
 def test_reward_function_counts_failures(monkeypatch: pytest.MonkeyPatch) -> None:
     from omni_rewards import SCORERS
-    from omni_trainer.verl_engine import reward
+    from omni_trainer.engines.verl import reward
 
     def broken(solution_str: str, ground_truth: str, extra_info: object = None, **_: object) -> float:
         raise ValueError("scorer bug")
@@ -133,8 +133,8 @@ def test_a_users_reward_file_scores_every_sample_as_verl_calls_it(tmp_path: Path
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
     from omni_trainer.config import load_config
-    from omni_trainer.verl_engine import reward
-    from omni_trainer.verl_engine.translate import to_verl_config
+    from omni_trainer.engines.verl import reward
+    from omni_trainer.engines.verl.translate import to_verl_config
 
     (tmp_path / "my_reward.py").write_text(
         "def my_score(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):\n"
@@ -172,7 +172,7 @@ def test_a_users_reward_file_scores_every_sample_as_verl_calls_it(tmp_path: Path
 def test_dataset_rows_have_the_shape_verls_agent_loop_reads(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from omni_trainer.verl_engine.dataset import OmniRLHFDataset
+    from omni_trainer.engines.verl.dataset import OmniRLHFDataset
 
     pytest.importorskip("torch")
     rows = [{
@@ -233,7 +233,7 @@ def test_verls_own_generate_runs_on_the_driver_with_verls_defaults() -> None:
 
     from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
 
-    from omni_trainer.verl_engine.rollout import VllmOmniHttpServer
+    from omni_trainer.engines.verl.rollout import VllmOmniHttpServer
 
     # Ours only wraps verl's (adding a speech policy's sample): verl's own body runs.
     assert VllmOmniHttpServer.__mro__[1] is vLLMHttpServer
@@ -296,7 +296,7 @@ def test_verls_abort_wake_and_cache_clearing_run_on_the_driver() -> None:
 
     from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
 
-    from omni_trainer.verl_engine.rollout import VllmOmniHttpServer
+    from omni_trainer.engines.verl.rollout import VllmOmniHttpServer
 
     for name in ("abort_all_requests", "wake_up", "sleep", "clear_kv_cache", "collective_rpc",
                  "wait_for_requests_to_drain", "resume_generation"):
@@ -358,7 +358,7 @@ def test_server_overrides_cover_what_asyncomni_lacks() -> None:
     from transformers import Qwen3OmniMoeConfig
     from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
 
-    from omni_trainer.verl_engine.rollout import VllmOmniHttpServer
+    from omni_trainer.engines.verl.rollout import VllmOmniHttpServer
 
     server: Any = object.__new__(VllmOmniHttpServer)
     hf_config = Qwen3OmniMoeConfig()
@@ -384,7 +384,7 @@ def test_server_overrides_cover_what_asyncomni_lacks() -> None:
 def test_verl_omnis_engine_kwargs_do_not_reach_vllms_arguments() -> None:
     """``engine_kwargs.vllm_omni`` carries the pipeline and verl-omni's ``output_mode=ar`` to the
     server (the translated config holds them); none is a vLLM engine argument."""
-    from omni_trainer.verl_engine.rollout import VllmOmniHttpServer
+    from omni_trainer.engines.verl.rollout import VllmOmniHttpServer
 
     server: Any = object.__new__(VllmOmniHttpServer)
     server.config = SimpleNamespace(checkpoint_engine=None)
@@ -396,7 +396,7 @@ def test_verl_omnis_engine_kwargs_do_not_reach_vllms_arguments() -> None:
 @needs_extras
 def test_deploy_options_round_the_lora_rank_as_verl_does() -> None:
 
-    from omni_trainer.verl_engine.rollout import _lora_rank, deploy_options
+    from omni_trainer.engines.verl.rollout import _lora_rank, deploy_options
 
     rollout = SimpleNamespace(
         cudagraph_capture_sizes=None, gpu_memory_utilization=0.5, max_num_seqs=8, max_model_len=1024,
@@ -424,7 +424,7 @@ def test_a_talker_server_adds_the_sample_built_from_every_stage() -> None:
 
     from omni_qwen3.talker_fields import RESIDUAL_CODES, SOURCE_IDS, TALKER_FIELDS
     from omni_rollout.vllm_omni.testing import RecordingAsyncOmni
-    from omni_trainer.verl_engine.speech_sample import SPEECH_SAMPLE
+    from omni_trainer.engines.verl.speech_sample import SPEECH_SAMPLE
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from verl_server_stub import stage_output, stub_server

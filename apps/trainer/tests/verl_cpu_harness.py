@@ -2,7 +2,7 @@
 
 Run as a script (``python verl_cpu_harness.py OUT_DIR [--remove-padding] [--model qwen25]``) by
 ``test_verl_cpu_harness.py``, in a process of its own: verl picks its device platform once
-per process, and this one must be the CPU platform of ``omni_trainer.verl_engine.cpu_platform``.
+per process, and this one must be the CPU platform of ``omni_trainer.engines.verl.cpu_platform``.
 
 What runs is verl 0.9.1's code, unchanged, with our registered classes:
 
@@ -133,7 +133,7 @@ def pair_rows(processor: Any, inputs: dict[str, Any], modality: str, index: int)
     prompt, padded, as :func:`pair_batch` builds it for verl's actor."""
     from omni_trainer.prompts import Prepared
     from omni_trainer.tasks.preference import Pair
-    from omni_trainer.verl_engine.preference import pair_batch
+    from omni_trainer.engines.verl.preference import pair_batch
 
     pair = Pair(Prepared(inputs, "", "", index, {}), list(RESPONSE), list(RESPONSE), modality, index)
     tokenizer = processor.tokenizer
@@ -142,7 +142,7 @@ def pair_rows(processor: Any, inputs: dict[str, Any], modality: str, index: int)
 
 def main(out_dir: Path, remove_padding: bool, model: str) -> None:
     sys.path.insert(0, str(HERE))
-    from omni_trainer.verl_engine.cpu_platform import use_cpu_platform
+    from omni_trainer.engines.verl.cpu_platform import use_cpu_platform
 
     use_cpu_platform()  # before any verl module asks for a device
 
@@ -150,8 +150,8 @@ def main(out_dir: Path, remove_padding: bool, model: str) -> None:
     from omegaconf import open_dict
 
     from omni_trainer.config import load_config
-    from omni_trainer.verl_engine.settings import SETTINGS_ENV
-    from omni_trainer.verl_engine.translate import settings_for, to_verl_config
+    from omni_trainer.engines.verl.settings import SETTINGS_ENV
+    from omni_trainer.engines.verl.translate import settings_for, to_verl_config
 
     out_dir.mkdir(parents=True, exist_ok=True)
     tiny = build_tiny(model, out_dir)
@@ -175,10 +175,10 @@ def main(out_dir: Path, remove_padding: bool, model: str) -> None:
     from verl import DataProto
     from verl.utils.dataset.rl_dataset import collate_fn
 
-    import omni_trainer.verl_engine.external  # noqa: F401  (what VERL_USE_EXTERNAL_MODULES imports in every verl process)
-    from omni_trainer.verl_engine.agent_loop import OmniAgentLoopWorker
-    from omni_trainer.verl_engine.dataset import OmniRLHFDataset
-    from omni_trainer.verl_engine.processor import adapter_processor
+    import omni_trainer.engines.verl.external  # noqa: F401  (what VERL_USE_EXTERNAL_MODULES imports in every verl process)
+    from omni_trainer.engines.verl.agent_loop import OmniAgentLoopWorker
+    from omni_trainer.engines.verl.dataset import OmniRLHFDataset
+    from omni_trainer.engines.verl.processor import adapter_processor
 
     processor = adapter_processor(settings)
     dataset = OmniRLHFDataset([data], tokenizer=processor.tokenizer, config=verl_config.data, processor=processor)
@@ -250,7 +250,7 @@ def main(out_dir: Path, remove_padding: bool, model: str) -> None:
             "positions_total": int(mask.sum()),
             "text_positions_ok": positions[0, mask].tolist() == list(range(int(mask.sum()))),
             "local_log_probs": local[0].tolist(),
-            # The offline preference batch (omni_trainer.verl_engine.preference.pair_batch) of the
+            # The offline preference batch (omni_trainer.engines.verl.preference.pair_batch) of the
             # same prompt with RESPONSE as its chosen answer, against the agent loop's row.
             "pair_tokens_equal": pair["input_ids"][0][pair_mask].tolist() == sequence.tolist(),
             "pair_positions_equal": torch.equal(pair["position_ids"][0][:, pair_mask], positions[:, mask]),

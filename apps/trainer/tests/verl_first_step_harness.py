@@ -2,7 +2,7 @@
 
 Run as a script (``python verl_first_step_harness.py OUT_DIR``) by
 ``test_verl_first_step_differential.py``, in a process of its own: verl picks its device
-platform once per process, and this one must be :mod:`omni_trainer.verl_engine.cpu_platform`.
+platform once per process, and this one must be :mod:`omni_trainer.engines.verl.cpu_platform`.
 
 The rollouts: four rows (text, image+audio, audio, image) of the tiny Qwen3-Omni, each
 answered with fixed tokens of its own length (:data:`ROWS`) by a stand-in server, through
@@ -143,9 +143,9 @@ def rollouts(verl_config: Any, settings: Any, data: str) -> tuple[Any, list[dict
     from verl import DataProto
     from verl.utils.dataset.rl_dataset import collate_fn
 
-    from omni_trainer.verl_engine.agent_loop import OmniAgentLoopWorker
-    from omni_trainer.verl_engine.dataset import OmniRLHFDataset
-    from omni_trainer.verl_engine.processor import adapter_processor
+    from omni_trainer.engines.verl.agent_loop import OmniAgentLoopWorker
+    from omni_trainer.engines.verl.dataset import OmniRLHFDataset
+    from omni_trainer.engines.verl.processor import adapter_processor
 
     processor = adapter_processor(settings)
     dataset = OmniRLHFDataset([data], tokenizer=processor.tokenizer, config=verl_config.data, processor=processor)
@@ -309,7 +309,7 @@ def local_step(config: Any, tiny: str, ours: list[dict[str, Any]], corrected: bo
 
 
 def main(out_dir: Path) -> None:
-    from omni_trainer.verl_engine.cpu_platform import use_cpu_platform
+    from omni_trainer.engines.verl.cpu_platform import use_cpu_platform
 
     use_cpu_platform()  # before any verl module asks for a device
 
@@ -318,9 +318,9 @@ def main(out_dir: Path) -> None:
     sys.path.insert(0, str(HERE))
     from verl_cpu_harness import build_tiny, write_rows
 
-    import omni_trainer.verl_engine.external  # noqa: F401  (what VERL_USE_EXTERNAL_MODULES imports in every verl process)
-    from omni_trainer.verl_engine.settings import SETTINGS_ENV
-    from omni_trainer.verl_engine.translate import settings_for, to_verl_config
+    import omni_trainer.engines.verl.external  # noqa: F401  (what VERL_USE_EXTERNAL_MODULES imports in every verl process)
+    from omni_trainer.engines.verl.settings import SETTINGS_ENV
+    from omni_trainer.engines.verl.translate import settings_for, to_verl_config
 
     started = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)

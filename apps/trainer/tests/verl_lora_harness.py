@@ -2,7 +2,7 @@
 
 Run as a script (``python verl_lora_harness.py OUT_DIR``) by ``test_verl_lora_dtype.py``, in
 a process of its own (verl picks its device platform once per process; this one is the CPU
-platform of ``omni_trainer.verl_engine.cpu_platform``). verl 0.9.1's engine code runs unchanged: our
+platform of ``omni_trainer.engines.verl.cpu_platform``). verl 0.9.1's engine code runs unchanged: our
 ``OmniFSDPEngine`` loads the tiny Qwen3-Omni thinker with the translated
 ``fsdp_config.model_dtype``, verl's ``_build_lora_module`` injects LoRA (casting the adapter to
 the base's dtype), verl wraps it with FSDP2 and its default mixed precision and builds AdamW
@@ -28,7 +28,7 @@ LR = 3e-6
 
 def main(out_dir: Path) -> None:
     sys.path.insert(0, str(HERE))
-    from omni_trainer.verl_engine.cpu_platform import use_cpu_platform
+    from omni_trainer.engines.verl.cpu_platform import use_cpu_platform
 
     use_cpu_platform()  # before any verl module asks for a device
 
@@ -39,10 +39,10 @@ def main(out_dir: Path) -> None:
 
     from omni_contracts import get_training_adapter
     from omni_qwen3.tiny import build_tiny_qwen3_omni
-    import omni_trainer.verl_engine.external  # noqa: F401  (registers our engine, as in every verl process)
+    import omni_trainer.engines.verl.external  # noqa: F401  (registers our engine, as in every verl process)
     from omni_trainer.config import load_config
-    from omni_trainer.verl_engine.settings import SETTINGS_ENV
-    from omni_trainer.verl_engine.translate import settings_for, to_verl_config
+    from omni_trainer.engines.verl.settings import SETTINGS_ENV
+    from omni_trainer.engines.verl.translate import settings_for, to_verl_config
 
     out_dir.mkdir(parents=True, exist_ok=True)
     tiny = str(build_tiny_qwen3_omni(out_dir / "tiny", seed=0))

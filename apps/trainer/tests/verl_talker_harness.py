@@ -108,7 +108,7 @@ class SpeechServer:
 
 def main(out_dir: Path) -> None:
     sys.path.insert(0, str(HERE))
-    from omni_trainer.verl_engine.cpu_platform import use_cpu_platform
+    from omni_trainer.engines.verl.cpu_platform import use_cpu_platform
 
     use_cpu_platform()  # before any verl module asks for a device
 
@@ -119,8 +119,8 @@ def main(out_dir: Path) -> None:
     from omni_qwen3.talker_policy import Qwen3OmniTalkerPolicy
     from omni_qwen3.tiny import build_tiny_qwen3_omni
     from omni_trainer.config import load_config
-    from omni_trainer.verl_engine.settings import SETTINGS_ENV
-    from omni_trainer.verl_engine.translate import settings_for, to_verl_config
+    from omni_trainer.engines.verl.settings import SETTINGS_ENV
+    from omni_trainer.engines.verl.translate import settings_for, to_verl_config
 
     out_dir.mkdir(parents=True, exist_ok=True)
     tiny = str(build_tiny_qwen3_omni(out_dir / "tiny", seed=0))
@@ -147,10 +147,10 @@ def main(out_dir: Path) -> None:
     from verl import DataProto
     from verl.utils.dataset.rl_dataset import collate_fn
 
-    import omni_trainer.verl_engine.external  # noqa: F401  (what VERL_USE_EXTERNAL_MODULES imports)
-    from omni_trainer.verl_engine.agent_loop import OmniAgentLoopWorker
-    from omni_trainer.verl_engine.dataset import OmniRLHFDataset
-    from omni_trainer.verl_engine.processor import adapter_processor
+    import omni_trainer.engines.verl.external  # noqa: F401  (what VERL_USE_EXTERNAL_MODULES imports)
+    from omni_trainer.engines.verl.agent_loop import OmniAgentLoopWorker
+    from omni_trainer.engines.verl.dataset import OmniRLHFDataset
+    from omni_trainer.engines.verl.processor import adapter_processor
 
     processor = adapter_processor(settings)
     answer = processor.tokenizer.encode(ANSWER_TEXT) + [processor.tokenizer.convert_tokens_to_ids("<|im_end|>")]

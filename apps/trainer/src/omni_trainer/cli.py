@@ -86,7 +86,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from omni_trainer.custom_reward import CustomRewardError
     from omni_trainer.reward_guard import RewardFailureError
     from omni_trainer.run_lock import RunDirBusyError
-    from omni_trainer.verl_engine.errors import MissingExtrasError
+    from omni_trainer.engines.verl.errors import MissingExtrasError
     from omni_training.distillation import DistillationConfigError
 
     return (ConfigError, OmniContractError, OmniDataError, UnknownDataSourceError, CustomRewardError,

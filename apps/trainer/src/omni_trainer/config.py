@@ -375,7 +375,7 @@ class AsyncTrainingConfig:
     ``trigger_parameter_sync_step`` steps; the rollout runs at most ``staleness_threshold`` x a
     sync's samples ahead. Unset, ``trigger_parameter_sync_step`` is 1 and ``staleness_threshold``
     ``max_staleness - 1``; the pre-flight refuses values whose worst case exceeds
-    ``max_staleness`` (:mod:`omni_trainer.verl_engine.async_training`). ``partial_rollout``
+    ``max_staleness`` (:mod:`omni_trainer.engines.verl.async_training`). ``partial_rollout``
     (verl's default true; ours false) lets a sync abort requests and resume them with the new
     weights: such a sample's first tokens can be older than the bound."""
 

@@ -62,7 +62,7 @@ class StepTally:
 
 def count_sample(tallies: dict[int, StepTally], step: int, reward_info: Mapping[str, Any]) -> None:
     """Count one sample of ``step`` from its ``reward_<status>`` indicators (0/1; see
-    :mod:`omni_trainer.verl_engine.reward`). A sample without them was not scored by omni-rewards:
+    :mod:`omni_trainer.engines.verl.reward`). A sample without them was not scored by omni-rewards:
     not counted."""
     if "reward_ok" not in reward_info:
         return

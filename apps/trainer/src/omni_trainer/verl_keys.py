@@ -1,7 +1,7 @@
 """verl-engine keys on the local engine: each one honoured, or refused by name with the reason.
 
 A verl run script carries over (README): every key verl-omni's Qwen3-Omni launchers pass is
-in the schema and reaches verl with verl's meaning (``verl_engine.translate``). Many of them
+in the schema and reaches verl with verl's meaning (``engines.verl.translate``). Many of them
 size or place verl's workers (FSDP, vLLM-Omni, Ray) and have no counterpart in the local
 engine's one process. :data:`VERL_KEYS` says, per key, what verl does with it and what the
 local engine does instead, and which values describe what the local engine already does

@@ -3,9 +3,10 @@
 An :class:`Engine` brings its own pre-flight checks (run after the common ones in
 :mod:`omni_trainer.preflight`) and runs a checked config. ``local`` is omni-rl's own loop
 (:mod:`omni_trainer.engines.local`); ``verl`` launches verl's trainer
-(:mod:`omni_trainer.engines.verl`). A new engine is a module here with an ``ENGINE`` and a
-line in :data:`ENGINE_MODULES`; an engine module imports its heavy dependencies only when it
-runs.
+(:mod:`omni_trainer.engines.verl`). Each is a package here whose ``__init__`` holds its
+``ENGINE``; a new engine is one more, and a line in :data:`ENGINE_MODULES`. An engine's entry
+imports its heavy dependencies only when it runs, and the engines never import each other
+(import-linter's ``engines-independent`` contract).
 """
 
 from __future__ import annotations

@@ -3,12 +3,12 @@
 A task owns what differs between kinds of training: its prompts, what it needs beside the
 actor (a sampling engine, a speech policy, a teacher), one step, what validation measures and
 what it writes beside the checkpoints. The local trainer
-(:class:`omni_trainer.local_trainer.LocalTrainer`) owns what every task shares: the model and
+(:class:`omni_trainer.engines.local.trainer.LocalTrainer`) owns what every task shares: the model and
 its adapters, the actor, the run directory, resume, saving and Ctrl-C.
 
 The config names the task (:func:`task_name`); the verl engine translates the three online
-ones (:mod:`omni_trainer.verl_engine.translate`) for verl's trainers and drives offline
-preference runs on verl's actor workers itself (:mod:`omni_trainer.verl_engine.preference`).
+ones (:mod:`omni_trainer.engines.verl.translate`) for verl's trainers and drives offline
+preference runs on verl's actor workers itself (:mod:`omni_trainer.engines.verl.preference`).
 A new task is a module here with a subclass of :class:`Task`, added to :data:`LOCAL_TASKS`
 under its name.
 """

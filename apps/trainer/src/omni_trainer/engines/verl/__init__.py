@@ -1,5 +1,12 @@
-"""The verl engine: verl's own trainer on Ray (:mod:`omni_trainer.verl_engine`), on CUDA GPUs
-with the vLLM-Omni rollout, or on the CPU with the ``omni_local`` rollout."""
+"""The verl engine (``trainer.engine=verl``): verl 0.9.1's own trainer on Ray, on CUDA GPUs with
+the vLLM-Omni rollout or on the CPU with the ``omni_local`` rollout, our config, adapters,
+rewards and dataset plugged into its extension points.
+
+This module is the engine's entry (:data:`ENGINE`: its pre-flight checks, and the launch,
+:func:`launch.run`). Nothing in the package imports verl, Ray or vLLM at module import except
+the modules verl itself loads inside its processes (``external``, ``engine``, ``rollout``,
+``agent_loop``); the CLI imports it only when ``trainer.engine=verl``.
+"""
 
 from __future__ import annotations
 
@@ -49,20 +56,20 @@ def _verl_engine(config: Config, found: Findings) -> None:
         found.problems.append(
             "trainer.device=npu: trainer.engine=verl runs on CUDA GPUs, or on the CPU (trainer.device=cpu)"
         )
-    from omni_trainer.verl_engine.translate import config_problems, config_warnings
+    from omni_trainer.engines.verl.translate import config_problems, config_warnings
 
     found.problems.extend(f"trainer.engine=verl: {problem}" for problem in config_problems(config))
     found.warnings.extend(f"trainer.engine=verl: {warning}" for warning in config_warnings(config))
     if found.problems:
         return  # verl's own checks need a config that translates
-    from omni_trainer.verl_engine.errors import MissingExtrasError, require_extras
+    from omni_trainer.engines.verl.errors import MissingExtrasError, require_extras
 
     try:
         require_extras()
     except MissingExtrasError as exc:
         found.problems.append(str(exc))
         return
-    from omni_trainer.verl_engine.launch import verl_problems
+    from omni_trainer.engines.verl.launch import verl_problems
 
     found.problems.extend(f"trainer.engine=verl: {problem}" for problem in verl_problems(config))
 
@@ -80,7 +87,7 @@ class VerlEngine:
     def run(self, config: Config, stop: StopRequest) -> int:
         """``stop`` stays in its start-up mode: verl's loop has no step boundary to stop at
         here, so a Ctrl-C interrupts the launch at once (verl's saved checkpoints are kept)."""
-        from omni_trainer.verl_engine.launch import run
+        from omni_trainer.engines.verl.launch import run
 
         return run(config, checked=True)  # the pre-flight ran verl's checks (VerlEngine.checks)
 

@@ -19,8 +19,8 @@ import torch
 from torch.utils.data import Dataset
 
 from omni_data import DatasetConfig, RLDataset, decode_all, media_in_messages, settings_from_processor
-from omni_trainer.verl_engine.processor import adapter_processor
-from omni_trainer.verl_engine.settings import SETTINGS_ENV, VerlSettings
+from omni_trainer.engines.verl.processor import adapter_processor
+from omni_trainer.engines.verl.settings import SETTINGS_ENV, VerlSettings
 
 
 class OmniRLHFDataset(Dataset):
@@ -34,7 +34,7 @@ class OmniRLHFDataset(Dataset):
         processor: Any = None,
         max_samples: int = -1,
     ) -> None:
-        # verl's own processor is None for Qwen3-Omni (see verl_engine.processor): inside a
+        # verl's own processor is None for Qwen3-Omni (see engines.verl.processor): inside a
         # verl run, templating needs the adapter's, which carries the chat template.
         settings = VerlSettings.from_env() if os.environ.get(SETTINGS_ENV) else None
         if processor is None and settings is not None:

@@ -10,7 +10,7 @@ placeholders, and a new turn, never sampled), then the model's
 conditioning it consumed, the residual codebooks and the decoded waveform).
 
 Its answer is verl's ``TokenOutput`` with the :data:`~.speech_sample.SPEECH_SAMPLE` entry
-:class:`~omni_trainer.verl_engine.agent_loop.OmniSpeechAgentLoop` reads, exactly as our
+:class:`~omni_trainer.engines.verl.agent_loop.OmniSpeechAgentLoop` reads, exactly as our
 vLLM-Omni server adds it: the talker's prefill placeholder as the training prompt, the namespaced
 fields the training adapter declares (here the conditioning as the talker consumed it, the
 form the local engine trains on), and the waveform, its rate and the spoken ids for the
@@ -33,7 +33,7 @@ from omni_contracts.speech import SpeechPolicy, find_speech_policy
 from omni_rollout.local_engine import LocalEngine, find_policy_module
 from omni_rollout.sampling import SamplingSettings
 from omni_trainer.placeholders import policy_logit_mask
-from omni_trainer.verl_engine.speech_sample import SOURCE_TRUNCATED, SPEECH_SAMPLE
+from omni_trainer.engines.verl.speech_sample import SOURCE_TRUNCATED, SPEECH_SAMPLE
 from omni_training.logit_mask import masked_ids
 
 THINKER_MODE = "thinker_only"

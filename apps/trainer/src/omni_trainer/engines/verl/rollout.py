@@ -55,11 +55,11 @@ from omni_rollout.vllm_omni import (
     write_deploy_config,
 )
 from omni_trainer.placeholders import policy_logit_mask
-from omni_trainer.verl_engine.adapters import rollout_adapter, training_adapter
-from omni_trainer.verl_engine.compat import reserve_server_port
-from omni_trainer.verl_engine.processor import adapter_processor
-from omni_trainer.verl_engine.settings import ROLLOUT_NAME, VerlSettings
-from omni_trainer.verl_engine.speech_sample import SPEECH_SAMPLE, speech_sample
+from omni_trainer.engines.verl.adapters import rollout_adapter, training_adapter
+from omni_trainer.engines.verl.compat import reserve_server_port
+from omni_trainer.engines.verl.processor import adapter_processor
+from omni_trainer.engines.verl.settings import ROLLOUT_NAME, VerlSettings
+from omni_trainer.engines.verl.speech_sample import SPEECH_SAMPLE, speech_sample
 
 WORKER_EXTENSION = "verl.workers.rollout.vllm_rollout.utils.vLLMColocateWorkerExtension"
 logger = logging.getLogger(__name__)

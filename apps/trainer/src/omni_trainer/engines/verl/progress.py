@@ -2,7 +2,7 @@
 
 verl's trainer loop runs in its task-runner actor and logs through its own ``Tracking``
 (no backend can be added); its ``file`` logger writes each step to this launch's metrics
-file (:func:`omni_trainer.verl_engine.launch.metrics_file`). :class:`StepReporter` follows
+file (:func:`omni_trainer.engines.verl.launch.metrics_file`). :class:`StepReporter` follows
 that file from the driver: for each step it prints the local engine's step line, appends
 the step to ``metrics.jsonl`` and redraws ``curve.png``; at the end :meth:`finish` writes
 ``summary.txt``.

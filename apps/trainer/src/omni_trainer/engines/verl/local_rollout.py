@@ -50,9 +50,9 @@ from verl.workers.rollout.utils import ensure_async_iterator
 from omni_rollout.local_engine import LocalEngine, find_policy_module
 from omni_rollout.sampling import SamplingSettings
 from omni_trainer.placeholders import policy_logit_mask
-from omni_trainer.verl_engine.adapters import rollout_adapter, training_adapter
-from omni_trainer.verl_engine.processor import adapter_processor
-from omni_trainer.verl_engine.settings import LOCAL_ROLLOUT_NAME, VerlSettings
+from omni_trainer.engines.verl.adapters import rollout_adapter, training_adapter
+from omni_trainer.engines.verl.processor import adapter_processor
+from omni_trainer.engines.verl.settings import LOCAL_ROLLOUT_NAME, VerlSettings
 from omni_training.logit_mask import mask_policy_logits, masked_ids
 
 logger = logging.getLogger(__name__)
@@ -314,7 +314,7 @@ class LocalRolloutServer:
         self._arrived = asyncio.Event()
         self._batches = asyncio.create_task(self._batch_loop())
         if pipeline.policy_stage_id(settings.pipeline_mode) != 0:  # a speech stage: thinker, then talker
-            from omni_trainer.verl_engine.local_speech import LocalSpeaker
+            from omni_trainer.engines.verl.local_speech import LocalSpeaker
 
             self.speaker = LocalSpeaker.for_model(
                 self.model, pipeline, hf_config, self.processor, tokenizer, answer_tokens=settings.max_spoken_tokens
@@ -370,7 +370,7 @@ class LocalRolloutServer:
             max_tokens = min(self.config.response_length, self.config.prompt_length + self.config.response_length - len(prompt_ids))
         settings = sampling_settings(params, max(1, min(int(max_tokens), room)))
         if self.speaker is not None:
-            from omni_trainer.verl_engine.local_speech import speech_settings
+            from omni_trainer.engines.verl.local_speech import speech_settings
 
             speech_settings(settings)  # refused here, in the request that asked for it
         inputs = await self._inputs(prompt_ids, image_data, video_data, audio_data, mm_processor_kwargs)
@@ -441,7 +441,7 @@ class LocalRolloutServer:
 
     async def _speak(self, settings: SamplingSettings, requests: list[_Request]) -> None:
         """A speech stage's requests: one ``sample_speech`` call per prompt, for all of its samples."""
-        from omni_trainer.verl_engine.local_speech import speech_settings
+        from omni_trainer.engines.verl.local_speech import speech_settings
 
         by_prompt: dict[tuple[int, ...], list[_Request]] = {}
         for request in requests:

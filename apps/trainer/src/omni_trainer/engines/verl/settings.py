@@ -15,34 +15,34 @@ from typing import Any
 
 SETTINGS_ENV = "OMNI_RL_VERL_SETTINGS"
 EXTERNAL_MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"
-EXTERNAL_MODULE = "omni_trainer.verl_engine.external"
+EXTERNAL_MODULE = "omni_trainer.engines.verl.external"
 OMNI_MODEL_TYPE = "omni_language_model"
 """verl ``model_type`` our training engine is registered under (verl's own is ``language_model``)."""
 ROLLOUT_NAME = "vllm_omni"
 CPU_PLATFORM_ENV = "VERL_PLATFORM"
 """verl reads its platform's name from this variable (``cpu``: :mod:`cpu_platform`)."""
 LOCAL_ROLLOUT_NAME = "omni_local"
-"""The CPU rollout backend (:mod:`omni_trainer.verl_engine.local_rollout`): the local engine's
+"""The CPU rollout backend (:mod:`omni_trainer.engines.verl.local_rollout`): the local engine's
 sampler behind verl's server interface."""
-AGENT_LOOP_MANAGER = "omni_trainer.verl_engine.agent_loop.OmniAgentLoopManager"
+AGENT_LOOP_MANAGER = "omni_trainer.engines.verl.agent_loop.OmniAgentLoopManager"
 """``actor_rollout_ref.rollout.agent.agent_loop_manager_class``: verl's hook for the class that
 starts the agent-loop workers."""
-REPLAY_BUFFER = ("pkg://omni_trainer.verl_engine.agent_loop", "RewardCheckedReplayBuffer")
+REPLAY_BUFFER = ("pkg://omni_trainer.engines.verl.agent_loop", "RewardCheckedReplayBuffer")
 """``trainer.v1.sampler.custom_sampler.{path,name}``: verl's hook for the replay buffer its
 trainer samples each step's batch from (ours checks ``reward.max_error_rate`` there)."""
-BATCH_AGENT_LOOP_MANAGER = "omni_trainer.verl_engine.agent_loop.OmniBatchAgentLoopManager"
+BATCH_AGENT_LOOP_MANAGER = "omni_trainer.engines.verl.agent_loop.OmniBatchAgentLoopManager"
 """The agent-loop manager of verl's one-step-off trainer, which takes each batch back whole
 (verl's legacy ``generate_sequences``; its V1 trainer reads batches from TransferQueue)."""
 GLOO_BACKEND = "omni_gloo"
 """``actor_rollout_ref.rollout.checkpoint_engine.backend`` of a separated rollout on the CPU:
-:mod:`omni_trainer.verl_engine.gloo_checkpoint`."""
-GLOO_BACKEND_MODULE = "omni_trainer.verl_engine.gloo_checkpoint"
+:mod:`omni_trainer.engines.verl.gloo_checkpoint`."""
+GLOO_BACKEND_MODULE = "omni_trainer.engines.verl.gloo_checkpoint"
 AGENT_LOOPS = {"single_turn_agent": "single_turn_agent"}
 """Our agent-loop names -> verl's agent loops (they get the adapter's processor from
-:class:`~omni_trainer.verl_engine.agent_loop.OmniAgentLoopManager`'s workers)."""
+:class:`~omni_trainer.engines.verl.agent_loop.OmniAgentLoopManager`'s workers)."""
 SPEECH_AGENT_LOOP = "omni_speech_agent"
 """The verl agent loop of a speech stage (``actor_rollout_ref.model.stage=talker``):
-:class:`~omni_trainer.verl_engine.agent_loop.OmniSpeechAgentLoop`."""
+:class:`~omni_trainer.engines.verl.agent_loop.OmniSpeechAgentLoop`."""
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 verl's PPO trainer always starts rollout servers and a reward loop; a DPO run needs neither.
 This driver runs in the launching process and starts only verl's actor workers on Ray:
 verl's own ``ActorRolloutRefWorker`` in the ``actor`` role (FSDP, with our module through
-:class:`~omni_trainer.verl_engine.engine.OmniFSDPEngine`), plus one in the ``ref`` role for
+:class:`~omni_trainer.engines.verl.engine.OmniFSDPEngine`), plus one in the ``ref`` role for
 full fine-tuning. Under LoRA the reference is the adapter-disabled base, through verl's
 ``no_lora_adapter`` switch. The preference loss enters through the worker's public
 ``set_loss_fn``.
@@ -17,7 +17,7 @@ A step is the local engine's (:mod:`omni_trainer.tasks.preference`):
 Chosen and rejected answers sit on adjacent rows. verl's ``force_group_size=2`` keeps each
 pair in one micro-batch, and an even split keeps it on one rank. Checkpoints are verl's
 (``global_step_<N>/actor``, ``latest_checkpointed_iteration.txt``), and so are the metrics
-(verl's ``Tracking``, whose ``file`` logger :class:`~omni_trainer.verl_engine.progress.StepReporter`
+(verl's ``Tracking``, whose ``file`` logger :class:`~omni_trainer.engines.verl.progress.StepReporter`
 follows).
 """
 
@@ -214,7 +214,7 @@ class PreferenceRun:
                 f"Invalid configuration:\n  - data.train_batch_size={config.data.train_batch_size} exceeds the "
                 f"{len(self.train)} preference pairs left after loading (see the dataset report above)"
             )
-        from omni_trainer.verl_engine.launch import total_steps
+        from omni_trainer.engines.verl.launch import total_steps
 
         self.total_steps = total_steps(config, len(self.train))
 

@@ -7,7 +7,7 @@ loads a validation set: the train files, never scored); a missing ``clip_ratio_l
 ``data.custom_cls``, ``reward.custom_reward_function``, ``actor_rollout_ref.model.model_type``
 (our FSDP engine), ``actor_rollout_ref.rollout.name`` (our vLLM-Omni replica, also the
 distillation teacher's server) and the agent loop; ``distillation.*`` maps in
-``verl_engine.distillation``. Only Hydra and OmegaConf are imported here; verl's YAML is read
+``engines.verl.distillation``. Only Hydra and OmegaConf are imported here; verl's YAML is read
 from its install.
 """
 
@@ -26,10 +26,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from omni_trainer.config import Config, ConfigError
 from omni_trainer.tasks import PREFERENCE, SPEECH_RL, task_name
-from omni_trainer.verl_engine.distillation import distillation_problems, distillation_values
-from omni_trainer.verl_engine.errors import EXTRAS_COMMAND, MissingExtrasError
-from omni_trainer.verl_engine.async_training import async_training_problems, async_training_values, rollout_slots
-from omni_trainer.verl_engine.settings import (
+from omni_trainer.engines.verl.distillation import distillation_problems, distillation_values
+from omni_trainer.engines.verl.errors import EXTRAS_COMMAND, MissingExtrasError
+from omni_trainer.engines.verl.async_training import async_training_problems, async_training_values, rollout_slots
+from omni_trainer.engines.verl.settings import (
     AGENT_LOOP_MANAGER,
     AGENT_LOOPS,
     CPU_PLATFORM_ENV,
@@ -43,8 +43,8 @@ from omni_trainer.verl_engine.settings import (
     VerlSettings,
 )
 
-DATASET_CLASS = ("pkg://omni_trainer.verl_engine.dataset", "OmniRLHFDataset")
-REWARD_FUNCTION = ("pkg://omni_trainer.verl_engine.reward", "compute_score")
+DATASET_CLASS = ("pkg://omni_trainer.engines.verl.dataset", "OmniRLHFDataset")
+REWARD_FUNCTION = ("pkg://omni_trainer.engines.verl.reward", "compute_score")
 SCORER_PROCESSES_PER_REWARD_WORKER = 2
 """Scorer processes each of verl's reward-loop workers starts when ``reward.num_workers`` is
 unset (verl runs ``reward.num_workers`` = 8 such workers per job; one process per CPU in each
@@ -355,7 +355,7 @@ def _values(
     # (param_dtype bf16, verl's default) computes in bf16. verl 0.9.1's FSDP engine casts a LoRA
     # adapter to its base's dtype (_build_lora_module), so a bf16 base trains a bf16 adapter
     # whose 3e-6 AdamW steps round to nothing, unless lora_dtype=float32 (verl-omni's key; our
-    # engine casts the adapter back, verl_engine.engine) -- the pre-flight warns.
+    # engine casts the adapter back, engines.verl.engine) -- the pre-flight warns.
     model_dtype = actor.fsdp_config.model_dtype or "fp32"
     values: dict[str, Any] = {
         "data.train_files": list(data.train_files or []),

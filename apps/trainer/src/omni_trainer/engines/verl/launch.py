@@ -22,18 +22,18 @@ from omni_trainer.config import Config, ConfigError, to_yaml
 from omni_trainer.resume_check import check_resume, data_fingerprint, record_run, resume_notes
 from omni_trainer.tasks import PREFERENCE, task_name
 from omni_trainer.reward_guard import RewardFailureError
-from omni_trainer.verl_engine.async_training import fully_async_total_steps, is_fully_async, prompts_per_step
-from omni_trainer.verl_engine.distillation import check_teacher_tokenizer, validate_with_verl
-from omni_trainer.verl_engine.errors import GpuRequiredError, require_extras
-from omni_trainer.verl_engine.progress import StepReporter, checkpointed_step
-from omni_trainer.verl_engine.settings import (
+from omni_trainer.engines.verl.async_training import fully_async_total_steps, is_fully_async, prompts_per_step
+from omni_trainer.engines.verl.distillation import check_teacher_tokenizer, validate_with_verl
+from omni_trainer.engines.verl.errors import GpuRequiredError, require_extras
+from omni_trainer.engines.verl.progress import StepReporter, checkpointed_step
+from omni_trainer.engines.verl.settings import (
     CPU_PLATFORM_ENV,
     EXTERNAL_MODULE,
     EXTERNAL_MODULES_ENV,
     SETTINGS_ENV,
     VerlSettings,
 )
-from omni_trainer.verl_engine.translate import check_config, settings_for, to_verl_config
+from omni_trainer.engines.verl.translate import check_config, settings_for, to_verl_config
 
 
 def adapter_lora_defaults(model_path: str, stage: str) -> tuple[list[str] | None, str | None]:
@@ -90,7 +90,7 @@ def verl_problems(config: Config) -> list[str]:
         check_teacher_tokenizer(config, verl_config.actor_rollout_ref.model.path)
     except ConfigError as exc:
         return exc.problems
-    from omni_trainer.verl_engine.external import check_algorithms
+    from omni_trainer.engines.verl.external import check_algorithms
 
     problems = []
     try:
@@ -108,8 +108,8 @@ def check_data(verl_config: DictConfig) -> int:
     """Load the train and validation files through the dataset class verl will use, with the
     adapter's processor: every row parsed, every medium decoded, drops counted and printed.
     Returns the number of training rows kept."""
-    from omni_trainer.verl_engine.dataset import OmniRLHFDataset
-    from omni_trainer.verl_engine.processor import adapter_processor
+    from omni_trainer.engines.verl.dataset import OmniRLHFDataset
+    from omni_trainer.engines.verl.processor import adapter_processor
 
     processor = adapter_processor(VerlSettings.from_env())
     tokenizer = getattr(processor, "tokenizer", processor)
@@ -209,7 +209,7 @@ def run(config: Config, *, checked: bool = False) -> int:
     os.environ[SETTINGS_ENV] = settings_for(config, verl_config.actor_rollout_ref.model.path).to_env()
     on_cpu = verl_config.trainer.device == "cpu"
     if on_cpu:
-        from omni_trainer.verl_engine.cpu_platform import use_cpu_platform
+        from omni_trainer.engines.verl.cpu_platform import use_cpu_platform
 
         os.environ[CPU_PLATFORM_ENV] = "cpu"
         use_cpu_platform()  # the pre-flight may already have resolved verl's platform here
@@ -262,15 +262,15 @@ def run(config: Config, *, checked: bool = False) -> int:
 def task_runner(config: Config, synchronous: Any) -> Any:
     """verl's task runner for ``config``: its one-step-off trainer's for
     ``async_training.max_staleness=1``, ours around its fully-async one above that
-    (:mod:`omni_trainer.verl_engine.async_training`), else ``synchronous`` (verl's V1 runner)."""
-    from omni_trainer.verl_engine.async_training import is_fully_async, is_one_step_off
+    (:mod:`omni_trainer.engines.verl.async_training`), else ``synchronous`` (verl's V1 runner)."""
+    from omni_trainer.engines.verl.async_training import is_fully_async, is_one_step_off
 
     if is_one_step_off(config):
         from verl.experimental.one_step_off_policy.main_ppo import OneStepTaskRunner
 
         return OneStepTaskRunner
     if is_fully_async(config):
-        from omni_trainer.verl_engine.fully_async import OmniFullyAsyncTaskRunner
+        from omni_trainer.engines.verl.fully_async import OmniFullyAsyncTaskRunner
 
         return OmniFullyAsyncTaskRunner
     return synchronous
@@ -292,11 +292,11 @@ def prepare_run_dir(config: Config, verl_config: DictConfig) -> tuple[Path, int,
 
 def run_offline(config: Config, verl_config: DictConfig, *, on_cpu: bool) -> int:
     """An offline preference run: verl's actor workers only, driven from this process
-    (:mod:`omni_trainer.verl_engine.preference`)."""
+    (:mod:`omni_trainer.engines.verl.preference`)."""
     import ray
 
-    from omni_trainer.verl_engine.preference import PreferenceRun
-    from omni_trainer.verl_engine.processor import adapter_processor
+    from omni_trainer.engines.verl.preference import PreferenceRun
+    from omni_trainer.engines.verl.processor import adapter_processor
 
     run_dir, start_step, metrics = prepare_run_dir(config, verl_config)
     os.environ[METRICS_FILE_ENV] = str(metrics)  # verl's Tracking runs in this process

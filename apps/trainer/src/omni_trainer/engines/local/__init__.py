@@ -1,4 +1,4 @@
-"""The local engine: omni-rl's own loop (:class:`omni_trainer.local_trainer.LocalTrainer`) in
+"""The local engine: omni-rl's own loop (:class:`omni_trainer.engines.local.trainer.LocalTrainer`) in
 this process, on the CPU or one CUDA GPU, with omni-training's losses and estimators."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class LocalEngine:
     checks = (_local_algorithms, _verl_keys_locally)
 
     def run(self, config: Config, stop: StopRequest) -> int:
-        from omni_trainer.local_trainer import LocalTrainer
+        from omni_trainer.engines.local.trainer import LocalTrainer
         from omni_trainer.run_dir import prepare_run_dir
 
         trainer = LocalTrainer(config, prepare_run_dir(config), stop)

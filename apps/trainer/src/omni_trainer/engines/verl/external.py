@@ -2,9 +2,9 @@
 
 Importing it registers omni-rl with verl's extension points:
 
-- ``EngineRegistry``: :class:`~omni_trainer.verl_engine.engine.OmniFSDPEngine` for
+- ``EngineRegistry``: :class:`~omni_trainer.engines.verl.engine.OmniFSDPEngine` for
   ``(omni_language_model, fsdp|fsdp2)`` (decorator, on import of ``engine``);
-- the agent-loop workers: verl loads :class:`~omni_trainer.verl_engine.agent_loop.OmniAgentLoopManager`
+- the agent-loop workers: verl loads :class:`~omni_trainer.engines.verl.agent_loop.OmniAgentLoopManager`
   from ``actor_rollout_ref.rollout.agent.agent_loop_manager_class`` (no registration);
 - the rollout replica registry (driver side) and the worker-side rollout registry, both
   under ``vllm_omni`` and ``omni_local`` (the CPU backend): a rollout backend must be in both;
@@ -22,33 +22,33 @@ import os
 
 # The CPU platform first: VERL_PLATFORM=cpu makes verl resolve it at its first device query,
 # which the imports below may make.
-from omni_trainer.verl_engine import cpu_platform as _cpu_platform  # noqa: F401,I001  (registers "cpu")
+from omni_trainer.engines.verl import cpu_platform as _cpu_platform  # noqa: F401,I001  (registers "cpu")
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry
 
-from omni_trainer.verl_engine import engine as _engine  # noqa: F401  (registers the engine)
-from omni_trainer.verl_engine.compat import (
+from omni_trainer.engines.verl import engine as _engine  # noqa: F401  (registers the engine)
+from omni_trainer.engines.verl.compat import (
     equal_length_position_ids,
     gloo_process_group_on_cpu,
     register_worker_rollout,
 )
-from omni_trainer.verl_engine.cpu_platform import CPU_PLATFORM
-from omni_trainer.verl_engine.settings import CPU_PLATFORM_ENV, LOCAL_ROLLOUT_NAME, ROLLOUT_NAME
+from omni_trainer.engines.verl.cpu_platform import CPU_PLATFORM
+from omni_trainer.engines.verl.settings import CPU_PLATFORM_ENV, LOCAL_ROLLOUT_NAME, ROLLOUT_NAME
 
 WORKER_ROLLOUT = "verl.workers.rollout.vllm_rollout.ServerAdapter"
 """verl's vLLM worker-side adapter; it addresses the server as ``<rollout.name>_server_...``."""
 
 
 def _load_replica() -> type[RolloutReplica]:
-    from omni_trainer.verl_engine.rollout import VllmOmniReplica
+    from omni_trainer.engines.verl.rollout import VllmOmniReplica
 
     return VllmOmniReplica
 
 
-LOCAL_WORKER_ROLLOUT = "omni_trainer.verl_engine.local_rollout.LocalRolloutWorkerAdapter"
+LOCAL_WORKER_ROLLOUT = "omni_trainer.engines.verl.local_rollout.LocalRolloutWorkerAdapter"
 
 
 def _load_local_replica() -> type[RolloutReplica]:
-    from omni_trainer.verl_engine.local_rollout import LocalRolloutReplica
+    from omni_trainer.engines.verl.local_rollout import LocalRolloutReplica
 
     return LocalRolloutReplica
 

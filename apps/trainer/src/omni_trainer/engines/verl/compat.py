@@ -50,40 +50,40 @@ PRIVATE_OVERRIDES: tuple[tuple[str, str, str], ...] = (
     # The FSDP engine builds its module in these two; ours loads the adapter's policy class
     # and masks its placeholder logits (verl's engine registry picks the class, not the module).
     ("verl.workers.engine.fsdp.transformer_impl.FSDPEngine", "_build_module",
-     "omni_trainer.verl_engine.engine.OmniFSDPEngine"),
+     "omni_trainer.engines.verl.engine.OmniFSDPEngine"),
     ("verl.workers.engine.fsdp.transformer_impl.FSDPEngine", "_build_lora_module",
-     "omni_trainer.verl_engine.engine.OmniFSDPEngine"),
+     "omni_trainer.engines.verl.engine.OmniFSDPEngine"),
     # verl's vLLM server, made vLLM-Omni's: its start-up, config checks, sleep level and
     # engine-kwargs key and preprocessing (verl's rollout registry picks the class).
     ("verl.workers.rollout.vllm_rollout.vllm_async_server.vLLMHttpServer", "_post_init",
-     "omni_trainer.verl_engine.rollout.VllmOmniHttpServer"),
+     "omni_trainer.engines.verl.rollout.VllmOmniHttpServer"),
     ("verl.workers.rollout.vllm_rollout.vllm_async_server.vLLMHttpServer", "_validate_configs",
-     "omni_trainer.verl_engine.rollout.VllmOmniHttpServer"),
+     "omni_trainer.engines.verl.rollout.VllmOmniHttpServer"),
     ("verl.workers.rollout.vllm_rollout.vllm_async_server.vLLMHttpServer", "_resolve_sleep_level",
-     "omni_trainer.verl_engine.rollout.VllmOmniHttpServer"),
+     "omni_trainer.engines.verl.rollout.VllmOmniHttpServer"),
     ("verl.workers.rollout.vllm_rollout.vllm_async_server.vLLMHttpServer", "_get_engine_kwargs_key",
-     "omni_trainer.verl_engine.rollout.VllmOmniHttpServer"),
+     "omni_trainer.engines.verl.rollout.VllmOmniHttpServer"),
     ("verl.workers.rollout.vllm_rollout.vllm_async_server.vLLMHttpServer", "_preprocess_engine_kwargs",
-     "omni_trainer.verl_engine.rollout.VllmOmniHttpServer"),
+     "omni_trainer.engines.verl.rollout.VllmOmniHttpServer"),
     ("verl.workers.rollout.vllm_rollout.vllm_async_server.vLLMReplica", "_get_server_name_prefix",
-     "omni_trainer.verl_engine.rollout.VllmOmniReplica"),
+     "omni_trainer.engines.verl.rollout.VllmOmniReplica"),
     ("verl.trainer.ppo.v1.agent_loop_tq.AgentLoopWorkerTQ", "_agent_loop_postprocess",
-     "omni_trainer.verl_engine.compat.AfterPostprocess"),
+     "omni_trainer.engines.verl.compat.AfterPostprocess"),
     # verl's fully-async trainer names its rollouter, trainer and agent-loop manager classes in
     # these, with no hook: ours start the omni agent-loop workers and check the scorer.
     ("verl.experimental.fully_async_policy.fully_async_main.FullyAsyncTaskRunner", "_create_rollouter",
-     "omni_trainer.verl_engine.fully_async.OmniFullyAsyncTask"),
+     "omni_trainer.engines.verl.fully_async.OmniFullyAsyncTask"),
     ("verl.experimental.fully_async_policy.fully_async_main.FullyAsyncTaskRunner", "_create_trainer",
-     "omni_trainer.verl_engine.fully_async.OmniFullyAsyncTask"),
+     "omni_trainer.engines.verl.fully_async.OmniFullyAsyncTask"),
     ("verl.experimental.fully_async_policy.fully_async_rollouter.FullyAsyncRollouter", "_init_async_rollout_manager",
-     "omni_trainer.verl_engine.fully_async.OmniFullyAsyncRollouter"),
+     "omni_trainer.engines.verl.fully_async.OmniFullyAsyncRollouter"),
     ("verl.experimental.fully_async_policy.fully_async_trainer.FullyAsyncTrainer", "_fit_generate",
-     "omni_trainer.verl_engine.fully_async.OmniFullyAsyncTrainer"),
+     "omni_trainer.engines.verl.fully_async.OmniFullyAsyncTrainer"),
     # Its step metrics: each step's aggregate logged after the step is added to it.
     ("verl.experimental.fully_async_policy.fully_async_trainer.FullyAsyncTrainer", "_fit_log_aggregated_training_metrics",
-     "omni_trainer.verl_engine.fully_async.OmniFullyAsyncTrainer"),
+     "omni_trainer.engines.verl.fully_async.OmniFullyAsyncTrainer"),
     ("verl.experimental.fully_async_policy.fully_async_trainer.FullyAsyncTrainer", "_fit_postprocess_step",
-     "omni_trainer.verl_engine.fully_async.OmniFullyAsyncTrainer"),
+     "omni_trainer.engines.verl.fully_async.OmniFullyAsyncTrainer"),
 )
 """Every private verl method our classes override; ``apps/trainer/tests/test_verl_compat.py``
 fails when one is missing here, or no longer exists upstream with the same parameters."""

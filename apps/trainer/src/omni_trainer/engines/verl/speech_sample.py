@@ -5,7 +5,7 @@ also needs what the stages before it produced -- the thinker's text it spoke -- 
 model-native data its actor forward reads. :func:`speech_sample` builds that from every
 stage's output of one request with the rollout adapter (``omni_single_turn``: its
 ``postprocess_agent_loop_output``, checked against the training adapter's field specs) and
-:class:`~omni_trainer.verl_engine.agent_loop.OmniSpeechAgentLoop` turns it into verl's
+:class:`~omni_trainer.engines.verl.agent_loop.OmniSpeechAgentLoop` turns it into verl's
 training row. Light: no Ray import.
 """
 
