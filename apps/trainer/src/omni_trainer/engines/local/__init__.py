@@ -1,5 +1,5 @@
-"""The local engine: omni-rl's own loop (:class:`omni_trainer.engines.local.trainer.LocalTrainer`) in
-this process, on the CPU or one CUDA GPU, with omni-training's losses and estimators."""
+"""The local engine: omni-rl's own loop (:class:`~omni_trainer.engines.local.trainer.LocalTrainer`)
+in this process, on the CPU or one CUDA GPU, with omni-training's losses and estimators."""
 
 from __future__ import annotations
 
