@@ -37,11 +37,12 @@ ARMS: dict[str, list[str]] = {
 def run_arm(name: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
     from omni_trainer.config import load_config
     from omni_trainer.engines.local.trainer import LocalTrainer
+    from omni_trainer.resolved import resolve_run
 
-    trainer = LocalTrainer(load_config([
+    trainer = LocalTrainer(resolve_run(load_config([
         f"trainer.total_training_steps={args.steps}", "trainer.test_freq=0", "trainer.save_freq=0",
         f"trainer.default_local_dir={root / name}", f"trainer.seed={args.seed}", *ARMS[name],
-    ]))
+    ])))
     trainer.setup()
     engine = trainer.task.engine
     result: dict[str, Any] = {"step_ends": [], "rewards": [], "waits": [], "idle": [], "staleness": []}

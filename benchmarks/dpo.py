@@ -240,9 +240,10 @@ def build_ours(setup: Setup, model_path: str, train_file: Path, run_dir: Path, *
 
     from omni_trainer.config import load_config
     from omni_trainer.engines.local.trainer import LocalTrainer
+    from omni_trainer.resolved import resolve_run
     from omni_training.actor import Actor
 
-    trainer = LocalTrainer(load_config(our_overrides(setup, model_path, train_file, run_dir)))
+    trainer = LocalTrainer(resolve_run(load_config(our_overrides(setup, model_path, train_file, run_dir))))
     off = mock.patch.object(Actor, "mask_logits", lambda self, mask: None) if not logit_mask else contextlib.nullcontext()
     with off:
         trainer.setup()

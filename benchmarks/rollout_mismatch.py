@@ -115,11 +115,12 @@ def bf16_engine(trainer: Any, engine: Any) -> Bf16Engine:
 def run_arm(name: str, hot: bool, overrides: list[str], args: argparse.Namespace, root: Path, seed: int) -> dict[str, Any]:
     from omni_trainer.config import load_config
     from omni_trainer.engines.local.trainer import LocalTrainer
+    from omni_trainer.resolved import resolve_run
 
-    trainer = LocalTrainer(load_config([
+    trainer = LocalTrainer(resolve_run(load_config([
         f"trainer.total_training_steps={args.steps}", "trainer.test_freq=0", "trainer.save_freq=0",
         f"trainer.default_local_dir={root / name.replace('+', '-')}-{seed}", f"trainer.seed={seed}", *overrides,
-    ]))
+    ])))
     trainer.setup()
     if hot:  # the training sampler's engine only: validation samples with the task's own engine
         sampler = trainer.task.sampler  # type: ignore[attr-defined]

@@ -223,9 +223,10 @@ def run_ours(
 ) -> tuple[Result, list[list[int]]]:
     from omni_trainer.config import load_config
     from omni_trainer.engines.local.trainer import LocalTrainer
+    from omni_trainer.resolved import resolve_run
 
     train_file = write_train_file(rows, workdir / "train.parquet") if setup.modality == "text" else None
-    trainer = LocalTrainer(load_config(our_overrides(setup, model_path, train_file, workdir / name.replace(" ", "-"))))
+    trainer = LocalTrainer(resolve_run(load_config(our_overrides(setup, model_path, train_file, workdir / name.replace(" ", "-")))))
     trainer.setup()
     engine = trainer.engine
     # Every sample runs to the length limit, as TRL's (see the module docstring).

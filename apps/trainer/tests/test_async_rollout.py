@@ -156,9 +156,10 @@ def test_asynchronous_rollout_is_checked_before_anything_loads(overrides: list[s
     from omni_trainer.config import load_config
     from omni_trainer.findings import Findings
     from omni_trainer.preflight import _async_training
+    from omni_trainer.resolved import resolve_run
 
     found = Findings()
-    _async_training(load_config(overrides), found)
+    _async_training(resolve_run(load_config(overrides)), found)
     assert any(message in problem for problem in found.problems), found.problems
 
 
@@ -278,10 +279,11 @@ def test_a_verl_fully_async_script_may_count_its_step_in_mini_batches() -> None:
     from omni_trainer.config import load_config
     from omni_trainer.findings import Findings
     from omni_trainer.preflight import _ranges
+    from omni_trainer.resolved import resolve_run
 
     def batch_problems(*overrides: str) -> list[str]:
         found = Findings()
-        _ranges(load_config([*VERL_BASE, "data.train_batch_size=0", *overrides]), found)
+        _ranges(resolve_run(load_config([*VERL_BASE, "data.train_batch_size=0", *overrides])), found)
         return [p for p in found.problems if "data.train_batch_size" in p]
 
     assert batch_problems("async_training.max_staleness=2") == []

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from omni_trainer.config import ConfigError, load_config
+from omni_trainer.resolved import resolve_run
 from omni_training.distillation import DistillationConfigError
 
 
@@ -94,7 +95,7 @@ def test_tokenizer_mismatch_fails_before_weights_load(
         *distillation_overrides(student_path, other, tmp_path / "run"),
         f"distillation.teacher_models.teacher_model.model_path={other}",
     ])
-    trainer = LocalTrainer(config)
+    trainer = LocalTrainer(resolve_run(config))
     with pytest.raises(DistillationConfigError, match="differ in vocabulary size"):
         trainer.setup()
     assert not hasattr(trainer, "actor")  # refused before the student's weights were loaded
@@ -111,8 +112,8 @@ def test_distillation_only_run_moves_the_student_toward_the_teacher(
 
     monkeypatch.setenv("OMNI_RL_CACHE", str(cache_dir))
     run_dir = tmp_path / "run"
-    trainer = LocalTrainer(load_config([*distillation_overrides(student_path, teacher_path, run_dir),
-                                        "trainer.total_training_steps=40"]))
+    trainer = LocalTrainer(resolve_run(load_config([*distillation_overrides(student_path, teacher_path, run_dir),
+                                        "trainer.total_training_steps=40"])))
     trainer.setup()
     teacher = trainer.task.teacher  # type: ignore[attr-defined]
     assert teacher is not None

@@ -17,6 +17,7 @@ from omni_trainer.cli import main
 from omni_trainer.config import ConfigError, load_config
 from omni_trainer.model_folder import folder_problems, model_fingerprint, require_usable_tokenizer, same_model
 from omni_trainer.preflight import preflight
+from omni_trainer.resolved import resolve_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model_folders import minimal_checkpoint, write_tokenizer  # noqa: E402
@@ -145,7 +146,7 @@ def test_every_folder_problem_is_reported_with_the_others(tmp_path: Path) -> Non
     for name in ("tokenizer.json", "chat_template.jinja", "model.safetensors"):
         (model / name).unlink()
     with pytest.raises(ConfigError) as info:
-        preflight(load_config([f"{KEY}={model}"]))
+        preflight(resolve_run(load_config([f"{KEY}={model}"])))
     found = "\n".join(info.value.problems)
     for expected in ("has no tokenizer.json", "has no chat template", "has no weights"):
         assert expected in found, expected

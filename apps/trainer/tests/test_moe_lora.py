@@ -7,6 +7,7 @@ import torch
 
 from omni_trainer.config import load_config
 from omni_trainer.settings_builders import lora_settings
+from omni_trainer.resolved import resolve_run
 
 EXPERTS = ["gate_up_proj", "down_proj"]
 
@@ -69,5 +70,5 @@ def test_dropout_with_parameter_lora_is_refused_before_anything_loads() -> None:
     from omni_trainer.preflight import preflight
 
     with pytest.raises(ConfigError, match="takes no dropout; set actor_rollout_ref.model.lora_dropout=0"):
-        preflight(load_config([f"actor_rollout_ref.model.target_parameters=[{','.join(EXPERTS)}]",
-                               "actor_rollout_ref.model.lora_dropout=0.05"]))
+        preflight(resolve_run(load_config([f"actor_rollout_ref.model.target_parameters=[{','.join(EXPERTS)}]",
+                               "actor_rollout_ref.model.lora_dropout=0.05"])))

@@ -15,6 +15,7 @@ from omni_trainer.cli import main
 from omni_trainer.config import load_config
 from omni_trainer.preflight import preflight
 from omni_trainer.reporting import NO_VALIDATION
+from omni_trainer.resolved import resolve_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model_folders import QWEN3, minimal_checkpoint  # noqa: E402
@@ -28,11 +29,11 @@ def test_the_preflight_warns(tmp_path: Path) -> None:
     base = [f"actor_rollout_ref.model.path={minimal_checkpoint(tmp_path / 'model', QWEN3)}",
             f"data.train_files=[{files['train']}]", "data.train_batch_size=2",
             "actor_rollout_ref.actor.ppo_mini_batch_size=2"]
-    warnings = preflight(load_config(base))
+    warnings = preflight(resolve_run(load_config(base)))
     assert any(w.startswith(NO_VALIDATION) and "training rows are not scored" in w for w in warnings), warnings
     # Given val files, or on the built-in task (its own validation rows), nothing to say.
-    assert not any(NO_VALIDATION in w for w in preflight(load_config([*base, f"data.val_files=[{files['test']}]"])))
-    assert not any(NO_VALIDATION in w for w in preflight(load_config([])))
+    assert not any(NO_VALIDATION in w for w in preflight(resolve_run(load_config([*base, f"data.val_files=[{files['test']}]"]))))
+    assert not any(NO_VALIDATION in w for w in preflight(resolve_run(load_config([]))))
 
 
 @pytest.mark.skipif(importlib.util.find_spec("verl") is None, reason="needs the distributed extra")

@@ -16,6 +16,7 @@ from omni_trainer.cli import main
 from omni_trainer.config import ConfigError, load_config
 from omni_trainer.preflight import preflight
 from omni_trainer.settings_builders import actor_settings, local_device, lora_settings, model_dtype
+from omni_trainer.resolved import resolve_run
 from omni_training.memory_plan import TextShape
 from omni_training.model_loading import Precision, precision
 
@@ -75,7 +76,7 @@ def test_a_bf16_full_fine_tune_rolls_out_and_trains_under_autocast(tmp_path: Pat
         "data.builtin_task_size=4", "data.train_batch_size=2", "actor_rollout_ref.rollout.n=2",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2", "data.max_response_length=3", "reward.num_workers=1",
     ])
-    trainer = LocalTrainer(cfg)
+    trainer = LocalTrainer(resolve_run(cfg))
     trainer.setup()
     assert {p.dtype for p in trainer.actor.model.parameters()} == {torch.float32}
     assert trainer.actor.autocast_dtype == torch.bfloat16
@@ -87,13 +88,13 @@ def test_a_bf16_full_fine_tune_rolls_out_and_trains_under_autocast(tmp_path: Pat
 def test_preflight_refuses_cuda_without_a_visible_device(monkeypatch: pytest.MonkeyPatch) -> None:
     cuda_visible(monkeypatch, False)
     with pytest.raises(ConfigError) as info:
-        preflight(load_config(["trainer.device=cuda"]))
+        preflight(resolve_run(load_config(["trainer.device=cuda"])))
     (problem,) = [p for p in info.value.problems if p.startswith("trainer.device")]
     assert "no CUDA device is visible here" in problem and "use trainer.device=cpu or auto" in problem
     cuda_visible(monkeypatch, True)
-    preflight(load_config(["trainer.device=cuda"]))  # accepted when one is visible
+    preflight(resolve_run(load_config(["trainer.device=cuda"])))  # accepted when one is visible
     with pytest.raises(ConfigError, match="trainer.device=npu: the local engine runs on the CPU or one CUDA GPU"):
-        preflight(load_config(["trainer.device=npu"]))
+        preflight(resolve_run(load_config(["trainer.device=npu"])))
 
 
 def test_doctor_prints_the_plan_without_a_gpu(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

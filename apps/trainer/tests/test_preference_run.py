@@ -13,6 +13,7 @@ import pytest
 from omni_trainer.cli import main
 from omni_trainer.config import ConfigError, load_config
 from omni_trainer.preflight import preflight
+from omni_trainer.resolved import resolve_run
 
 MODALITIES = ("image", "audio", "text")
 
@@ -58,11 +59,11 @@ def test_reference_log_probs_are_computed_once_per_pair(tmp_path: Path, monkeypa
         return original(self, batches, reference=reference)
 
     monkeypatch.setattr(Actor, "compute_log_probs", counting)
-    trainer = LocalTrainer(load_config([
+    trainer = LocalTrainer(resolve_run(load_config([
         "algorithm.sample_source=offline", "data.builtin_task_size=12", "data.train_batch_size=4",
         "trainer.total_training_steps=9", "trainer.val_before_train=false", "trainer.test_freq=0",
         f"trainer.default_local_dir={tmp_path / 'run'}",
-    ]))
+    ])))
     trainer.setup()
     seen: set[int] = set()
     for step, batch in trainer.batches(0):
@@ -137,13 +138,13 @@ def test_bad_pairs_are_counted_and_a_users_file_trains(tmp_path: Path, capsys: p
 )
 def test_what_an_offline_run_cannot_honour_is_refused_by_name(overrides: list[str], message: str) -> None:
     with pytest.raises(ConfigError) as info:
-        preflight(load_config(["algorithm.sample_source=offline", *overrides]))
+        preflight(resolve_run(load_config(["algorithm.sample_source=offline", *overrides])))
     assert message in str(info.value)
 
 
 def test_preference_keys_without_an_offline_run_are_refused() -> None:
     with pytest.raises(ConfigError, match="need algorithm.sample_source=offline"):
-        preflight(load_config(["algorithm.paired_preference=true"]))
+        preflight(resolve_run(load_config(["algorithm.paired_preference=true"])))
 
 
 def test_verl_omnis_hydra_dicts_are_read_as_hydra_reads_them() -> None:

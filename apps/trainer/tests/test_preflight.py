@@ -13,6 +13,7 @@ import pytest
 from omni_trainer.cli import main
 from omni_trainer.config import ConfigError, load_config
 from omni_trainer.preflight import preflight
+from omni_trainer.resolved import resolve_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model_folders import QWEN3, minimal_checkpoint  # noqa: E402
@@ -40,13 +41,13 @@ def test_adv_estimator_typo_exits_2_naming_the_estimators(capsys: pytest.Capture
 
 def test_every_problem_is_reported_at_once() -> None:
     with pytest.raises(ConfigError) as info:
-        preflight(load_config([
+        preflight(resolve_run(load_config([
             "actor_rollout_ref.actor.policy_loss.loss_mode=gpso", "actor_rollout_ref.actor.loss_agg_mode=mean",
             "actor_rollout_ref.actor.kl_loss_type=k9", "actor_rollout_ref.model.stage=speaker",
             "actor_rollout_ref.rollout.pipeline_mode=talker_only", "actor_rollout_ref.rollout.agent.default_agent_loop=tool",
             "actor_rollout_ref.rollout.n=0", "data.max_response_length=0", "trainer.max_checkpoints_to_keep=0",
             "data.train_batch_size=6", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "trainer.total_training_steps=0",
-        ]))
+        ])))
     problems = info.value.problems
     for expected in (
         "actor_rollout_ref.actor.policy_loss.loss_mode='gpso'; valid: cispo, gspo",
@@ -76,7 +77,7 @@ def test_unknown_stage_and_architecture_are_problems(tmp_path: Path) -> None:
     # Today: AdapterNotFoundError traceback after the processor loads.
     config = load_config([f"actor_rollout_ref.model.path={checkpoint_dir(tmp_path, 'NoSuchArch')}"])
     with pytest.raises(ConfigError, match=r"No training adapter is registered for architecture 'NoSuchArch'"):
-        preflight(config)
+        preflight(resolve_run(config))
 
 
 def test_a_verl_talker_run_needs_the_talker_mode_and_the_thinkers_words(capsys: pytest.CaptureFixture[str]) -> None:
@@ -149,7 +150,7 @@ def test_a_talker_run_on_user_data_needs_no_text_scorer(tmp_path: Path) -> None:
         "actor_rollout_ref.model.stage=talker", "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
         "reward.audio_rewards=[{name: duration, weight: 1.0}]",
     ])
-    preflight(config)  # no "data_source 'my/speech' has no registered scorer": speech is scored by audio rewards
+    preflight(resolve_run(config))  # no "data_source 'my/speech' has no registered scorer": speech is scored by audio rewards
 
 
 def test_data_sources_without_a_scorer_are_named(tmp_path: Path) -> None:
@@ -157,20 +158,20 @@ def test_data_sources_without_a_scorer_are_named(tmp_path: Path) -> None:
     base = [f"actor_rollout_ref.model.path={checkpoint_dir(tmp_path)}", f"data.train_files={train}",
             "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2"]
     with pytest.raises(ConfigError, match=r"data_source 'my/dataset' \(in .*train.parquet\) has no registered scorer"):
-        preflight(load_config(base))
-    preflight(load_config([*base, "reward.on_unknown_data_source=skip"]))
+        preflight(resolve_run(load_config(base)))
+    preflight(resolve_run(load_config([*base, "reward.on_unknown_data_source=skip"])))
 
 
 def test_batch_larger_than_the_train_files(tmp_path: Path) -> None:
     train = rl_parquet(tmp_path / "data" / "train.parquet", ["openai/gsm8k"] * 3)
     with pytest.raises(ConfigError, match=r"data.train_batch_size=8 exceeds the 3 rows of data.train_files"):
-        preflight(load_config([f"actor_rollout_ref.model.path={checkpoint_dir(tmp_path)}", f"data.train_files={train}"]))
+        preflight(resolve_run(load_config([f"actor_rollout_ref.model.path={checkpoint_dir(tmp_path)}", f"data.train_files={train}"])))
 
 
 def test_grpo_warnings(capsys: pytest.CaptureFixture[str]) -> None:
-    warnings = preflight(load_config(["actor_rollout_ref.rollout.n=1"]))
+    warnings = preflight(resolve_run(load_config(["actor_rollout_ref.rollout.n=1"])))
     assert any("rollout.n=1 with algorithm.adv_estimator=grpo" in w and "every advantage is 0" in w for w in warnings)
-    warnings = preflight(load_config(["actor_rollout_ref.rollout.temperature=0"]))
+    warnings = preflight(resolve_run(load_config(["actor_rollout_ref.rollout.temperature=0"])))
     assert any("temperature=0 with n=8" in w for w in warnings)
     assert main(["--print-config", "actor_rollout_ref.rollout.n=1"]) == 0
     assert "warning: actor_rollout_ref.rollout.n=1" in capsys.readouterr().err
@@ -178,12 +179,12 @@ def test_grpo_warnings(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_verl_keys_without_local_meaning_are_refused_by_name() -> None:
     with pytest.raises(ConfigError) as info:
-        preflight(load_config(["data.custom_cls.path=/x/ds.py", "data.custom_cls.name=MyDataset", "trainer.device=npu"]))
+        preflight(resolve_run(load_config(["data.custom_cls.path=/x/ds.py", "data.custom_cls.name=MyDataset", "trainer.device=npu"])))
     problems = "\n".join(info.value.problems)
     assert "data.custom_cls (/x/ds.py:MyDataset) is a verl dataset class" in problems
     assert "trainer.device=npu: the local engine runs on the CPU or one CUDA GPU" in problems
     # verl-omni's audio dataset class does what omni-data's dataset does: accepted, with a note.
-    warnings = preflight(load_config(["data.custom_cls.name=QwenOmniRLHFDataset"]))
+    warnings = preflight(resolve_run(load_config(["data.custom_cls.name=QwenOmniRLHFDataset"])))
     assert any("QwenOmniRLHFDataset is not needed" in w for w in warnings)
 
 
@@ -191,9 +192,9 @@ def test_custom_reward_function_file_is_loaded_and_checked(tmp_path: Path) -> No
     scorer = tmp_path / "my_reward.py"
     scorer.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw):\n"
                       "    return float(solution_str.strip() == ground_truth)\n")
-    preflight(load_config([f"reward.custom_reward_function.path={scorer}"]))
+    preflight(resolve_run(load_config([f"reward.custom_reward_function.path={scorer}"])))
     with pytest.raises(ConfigError, match=r"has no function 'score' .* it defines: compute_score"):
-        preflight(load_config([f"reward.custom_reward_function.path={scorer}", "reward.custom_reward_function.name=score"]))
+        preflight(resolve_run(load_config([f"reward.custom_reward_function.path={scorer}", "reward.custom_reward_function.name=score"])))
 
 
 def test_seed_v1_run_script_overrides_pass_print_config(
@@ -255,12 +256,12 @@ def test_pipeline_follows_the_model_and_one_that_does_not_serve_it_is_refused(tm
     model = checkpoint_dir(tmp_path, "Qwen2_5OmniForConditionalGeneration")
     assert load_config([f"actor_rollout_ref.model.path={model}"]).actor_rollout_ref.rollout.pipeline_name == "qwen2_5_omni"
     with pytest.raises(ConfigError) as info:
-        preflight(load_config([f"actor_rollout_ref.model.path={model}", "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe"]))
+        preflight(resolve_run(load_config([f"actor_rollout_ref.model.path={model}", "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe"])))
     problems = "\n".join(info.value.problems)
     assert "pipeline_name='qwen3_omni_moe' does not generate with Qwen2_5OmniForConditionalGeneration" in problems
     assert "set actor_rollout_ref.rollout.pipeline_name=qwen2_5_omni" in problems
     try:
-        preflight(load_config([f"actor_rollout_ref.model.path={model}"]))
+        preflight(resolve_run(load_config([f"actor_rollout_ref.model.path={model}"])))
     except ConfigError as exc:
         assert not any("does not generate with" in problem for problem in exc.problems), exc.problems
 
@@ -269,7 +270,7 @@ def test_pipeline_unset_without_a_readable_model_is_explained(tmp_path: Path) ->
     config = load_config([f"actor_rollout_ref.model.path={tmp_path / 'missing'}"])
     assert config.actor_rollout_ref.rollout.pipeline_name is None
     with pytest.raises(ConfigError) as info:
-        preflight(config)
+        preflight(resolve_run(config))
     assert any("pipeline_name is unset and could not be taken from the model" in p for p in info.value.problems)
     with pytest.raises(ConfigError, match="pipeline_name is unset"):
         config.actor_rollout_ref.rollout.pipeline()
@@ -287,6 +288,6 @@ def test_rollout_correction_settings_are_checked_before_anything_loads(overrides
     from omni_trainer.findings import Findings
 
     found = Findings()
-    _rollout_correction(load_config(overrides), found)
+    _rollout_correction(resolve_run(load_config(overrides)), found)
     (problem,) = found.problems
     assert message in problem

@@ -15,6 +15,7 @@ from omni_trainer.config import Config, ConfigError, load_config, to_yaml
 from omni_trainer.preflight import preflight
 from omni_trainer.resume_check import DATA_FILE, data_fingerprint, record_run
 from omni_trainer.run_dir import prepare_run_dir, run_identity
+from omni_trainer.resolved import resolve_run
 
 
 def fake_checkpoint(root: Path, step: int) -> Path:
@@ -140,5 +141,5 @@ def test_resume_path_refuses_to_overwrite_later_steps_and_names_a_bad_path(tmp_p
 )
 def test_preflight_names_inconsistent_resume_and_reward_keys(settings: list[str], problem: str) -> None:
     with pytest.raises(ConfigError) as info:
-        preflight(load_config(settings))
+        preflight(resolve_run(load_config(settings)))
     assert problem in str(info.value)

@@ -19,6 +19,7 @@ from omni_contracts import TrainingAdapter
 from omni_trainer import gpu_plan
 from omni_trainer.config import Config, ConfigError, load_config
 from omni_trainer.preflight import preflight
+from omni_trainer.resolved import resolve_run
 
 ROOT = Path(__file__).resolve().parents[3]
 QWEN3_RECIPES = ("gsm8k_gspo_lora.sh", "mmk12_gspo_lora.sh", "avqa_gspo_lora.sh", "mmk12_opd_lora.sh")
@@ -63,7 +64,7 @@ def test_30b_thinker_on_one_gpu_per_replica_at_half_the_gpu_is_refused(qwen3_omn
     config = load_config(verl_run(qwen3_omni_30b, tmp_path, "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
                                   "actor_rollout_ref.rollout.gpu_memory_utilization=0.5"))
     with pytest.raises(ConfigError) as info:
-        preflight(config)
+        preflight(resolve_run(config))
     (problem,) = [p for p in info.value.problems if "rollout's weights" in p]
     # 31.75e9 parameters x 2 B = 59.1 GiB on each GPU at TP=1; 0.5 x 79.2 GiB = 39.6 GiB.
     assert "59.1 GiB per GPU (31.75B parameters in bf16 / tensor_model_parallel_size=1)" in problem
@@ -110,7 +111,7 @@ def test_qwen3_recipes_start_on_80gb_gpus_as_verl_omnis_do(script: str, qwen3_om
 def test_tensor_parallel_size_must_tile_the_gpus(tmp_path: Path) -> None:
     config = load_config([*verl_run(tmp_path / "none", tmp_path), "trainer.n_gpus_per_node=1"])
     with pytest.raises(ConfigError) as info:
-        preflight(config)
+        preflight(resolve_run(config))
     assert ("actor_rollout_ref.rollout.tensor_model_parallel_size=2 does not divide the 1 GPUs of trainer.nnodes x "
             "trainer.n_gpus_per_node; on one GPU set actor_rollout_ref.rollout.tensor_model_parallel_size=1"
             ) in info.value.problems
@@ -118,8 +119,8 @@ def test_tensor_parallel_size_must_tile_the_gpus(tmp_path: Path) -> None:
 
 def test_the_local_engine_refuses_actor_offload_by_name() -> None:
     with pytest.raises(ConfigError) as info:
-        preflight(load_config(["actor_rollout_ref.actor.fsdp_config.param_offload=true",
-                               "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true"]))
+        preflight(resolve_run(load_config(["actor_rollout_ref.actor.fsdp_config.param_offload=true",
+                               "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true"])))
     for name in ("param_offload", "optimizer_offload"):
         (problem,) = [p for p in info.value.problems if f"fsdp_config.{name}=true" in p]
         assert "the local engine keeps its actor on its one device" in problem and "trainer.engine=verl" in problem
@@ -136,7 +137,6 @@ def test_actor_offload_reaches_verl_under_its_own_keys(qwen3_omni_30b: Path, tmp
 
 def model(config: Config) -> tuple[Any, TrainingAdapter]:
     """The checkpoint's transformers config and training adapter, as the pre-flight reads them."""
-    path = config.actor_rollout_ref.model.path
-    found = gpu_plan.model_for_plan(config, path) if path else None
-    assert found is not None, path
+    found = gpu_plan.model_for_plan(resolve_run(config))
+    assert found is not None, config.actor_rollout_ref.model.path
     return found

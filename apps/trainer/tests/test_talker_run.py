@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from omni_trainer.resolved import resolve_run
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +26,7 @@ def test_talker_stage_trains_only_the_talker_and_writes_speech_samples(tmp_path:
         "actor_rollout_ref.model.stage=talker", "trainer.total_training_steps=3", "trainer.save_freq=0",
         f"trainer.default_local_dir={run}",
     ])
-    trainer = LocalTrainer(config)
+    trainer = LocalTrainer(resolve_run(config))
     trainer.setup()
     model = trainer.actor.model
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
@@ -163,7 +164,7 @@ def test_an_unknown_voice_is_refused_naming_the_checkpoints_voices(tmp_path: Pat
         f"trainer.default_local_dir={tmp_path / 'run'}",
     ])
     with pytest.raises(ValueError, match=r"speaker='chelsie' is not a voice of this checkpoint; its voices: tiny"):
-        LocalTrainer(config).setup()
+        LocalTrainer(resolve_run(config)).setup()
 
 
 def test_rows_without_spoken_text_speak_the_thinkers_greedy_answer(tmp_path: Path) -> None:
@@ -179,7 +180,7 @@ def test_rows_without_spoken_text_speak_the_thinkers_greedy_answer(tmp_path: Pat
         "reward.audio_rewards=[{name: duration, weight: 1.0}]", "trainer.total_training_steps=1",
         f"trainer.default_local_dir={tmp_path / 'run'}",
     ])
-    trainer = LocalTrainer(config)
+    trainer = LocalTrainer(resolve_run(config))
     trainer.setup()
     assert trainer.train_rows.dropped == 0  # the row without spoken_text is fine here: the thinker answers it
     hello, unspoken = trainer.train_rows[0], trainer.train_rows[3]  # "Say hello." (spoken_text "Hello."), none

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from omni_trainer.config import load_config
+from omni_trainer.resolved import resolve_run
 from omni_trainer.tasks import DISTILLATION, LOCAL_TASKS, SPEECH_RL, TEXT_RL, LoadedRun, Task, load_task, task_name
 
 STEP = Path(__file__).resolve().parents[1] / "src" / "omni_trainer" / "step.py"
@@ -29,7 +30,9 @@ def test_the_config_names_one_task_and_the_registry_builds_it(
 ) -> None:
     config = load_config(overrides)
     assert task_name(config) == expected
-    run = LoadedRun(config, "/model", None, None, None, "thinker_only", None, None)  # type: ignore[arg-type]
+    resolved = resolve_run(config)
+    assert resolved.task == expected
+    run = LoadedRun(config, resolved, "/model", None, None, None, "thinker_only", None, None)  # type: ignore[arg-type]
     task = load_task(run)
     assert isinstance(task, Task) and type(task).__name__ == class_name
     assert task.validates is (expected != SPEECH_RL)  # the speech task's curve is its measurement

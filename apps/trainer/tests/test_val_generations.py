@@ -13,6 +13,7 @@ from omni_trainer.config import ConfigError, load_config
 from omni_trainer.loggers import Generation
 from omni_trainer.preflight import preflight
 from omni_trainer.val_generations import ValGeneration, ValGenerationsLog, choose
+from omni_trainer.resolved import resolve_run
 
 
 def generations(count: int) -> list[ValGeneration]:
@@ -145,8 +146,8 @@ def test_wandb_gets_verls_table_one_row_per_validation(tmp_path: Path, monkeypat
 
 def test_the_key_is_checked_and_a_run_without_validation_says_nothing_is_logged(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"trainer.log_val_generations=-1 must be >= 0"):
-        preflight(load_config(["trainer.log_val_generations=-1"]))
-    assert not any("log_val_generations" in w for w in preflight(load_config(["trainer.log_val_generations=4"])))
-    talker = preflight(load_config(["trainer.log_val_generations=4", "actor_rollout_ref.model.stage=talker"]))
+        preflight(resolve_run(load_config(["trainer.log_val_generations=-1"])))
+    assert not any("log_val_generations" in w for w in preflight(resolve_run(load_config(["trainer.log_val_generations=4"]))))
+    talker = preflight(resolve_run(load_config(["trainer.log_val_generations=4", "actor_rollout_ref.model.stage=talker"])))
     assert any("trainer.log_val_generations=4 logs validation samples, and this run validates nothing" in w
                for w in talker)

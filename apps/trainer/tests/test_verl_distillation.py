@@ -179,6 +179,7 @@ def test_tokenizer_mismatch_stops_the_launch_before_ray(tmp_path: Path) -> None:
 
     from omni_qwen3.tiny import build_tiny_qwen3_omni
     from omni_trainer.engines.verl.launch import run
+    from omni_trainer.resolved import resolve_run
 
     student = build_tiny_qwen3_omni(tmp_path / "student")
     teacher = tmp_path / "teacher"
@@ -192,5 +193,5 @@ def test_tokenizer_mismatch_stops_the_launch_before_ray(tmp_path: Path) -> None:
         "distillation.n_gpus_per_node=1", f"trainer.default_local_dir={tmp_path / 'run'}",
     ])
     with pytest.raises(ConfigError, match="teacher_model.model_path=.*tokenizers differ"):
-        run(config)
+        run(resolve_run(config))
     assert not (tmp_path / "run" / "verl_config.yaml").exists()  # written just before ray.init

@@ -6,6 +6,7 @@ import pytest
 
 from omni_trainer.config import all_keys, load_config
 from omni_trainer.verl_keys import VERL_KEYS, local_refusals, verl_key
+from omni_trainer.resolved import resolve_run
 
 
 def refusals(*overrides: str) -> list[str]:
@@ -79,8 +80,8 @@ def test_the_preflight_reports_each_refusal_with_the_others() -> None:
     from omni_trainer.preflight import preflight
 
     with pytest.raises(ConfigError) as info:
-        preflight(load_config(["actor_rollout_ref.actor.strategy=fsdp2", "trainer.n_gpus_per_node=4",
-                               "actor_rollout_ref.rollout.n=0"]))
+        preflight(resolve_run(load_config(["actor_rollout_ref.actor.strategy=fsdp2", "trainer.n_gpus_per_node=4",
+                               "actor_rollout_ref.rollout.n=0"])))
     problems = info.value.problems
     assert [p.split("=", 1)[0] for p in problems if "verl-engine setting" in p] == [
         "actor_rollout_ref.actor.strategy", "trainer.n_gpus_per_node"]

@@ -41,6 +41,7 @@ if importlib.util.find_spec("verl") is None:  # pragma: no cover
 from omni_trainer.engines.verl import launch  # noqa: E402
 from omni_trainer.engines.verl.settings import SETTINGS_ENV  # noqa: E402
 from omni_trainer.engines.verl.translate import to_verl_config  # noqa: E402
+from omni_trainer.resolved import resolve_run
 
 LAUNCHERS = sorted((Path(__file__).parent / "verl_omni_launchers").glob("*.overrides"))
 EXCLUDE_MODULES = ".*talker.*|.*code2wav.*|.*code_predictor.*|.*visual.*|.*audio_tower.*"
@@ -125,10 +126,11 @@ def findings(config: Config) -> tuple[list[str], list[str]]:
     """The pre-flight's ``(problems, warnings)``: its checks, run as :func:`preflight` runs them
     (which raises the problems and drops the warnings when there are any)."""
     found = Findings()
+    run = resolve_run(config)
     for check in (*COMMON_CHECKS, *engine_for(config.trainer.engine).checks):
-        check(config, found)
+        check(run, found)
     if not found.problems:
-        assert preflight(config) == found.warnings
+        assert preflight(run) == found.warnings
     return found.problems, found.warnings
 
 

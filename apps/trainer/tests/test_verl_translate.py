@@ -308,10 +308,12 @@ def test_a_cpu_run_keeps_the_users_dtype_and_agent_workers(tmp_path: Path) -> No
     assert arr.rollout.agent.num_workers == 2
 
 
-def test_one_launch_translates_its_config_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pre-flight's checks and the launch share one translation; each gets its own copy
-    (the launch adds to it without changing what the other holds)."""
+def test_one_run_translates_its_config_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pre-flight's checks and the launch share one translation, kept by the resolved run
+    they are both given; each gets its own copy (the launch adds to it without changing what
+    the other holds)."""
     from omni_trainer.engines.verl import launch
+    from omni_trainer.resolved import resolve_run
 
     calls: list[str] = []
 
@@ -320,17 +322,19 @@ def test_one_launch_translates_its_config_once(monkeypatch: pytest.MonkeyPatch) 
         return to_verl_config(config, **kwargs)
 
     monkeypatch.setattr(launch, "to_verl_config", counted)
-    monkeypatch.setattr(launch, "adapter_lora_defaults", lambda path, stage: QWEN3_LORA)
+    monkeypatch.setattr(launch, "adapter_lora_defaults", lambda run: QWEN3_LORA)
     pipeline = "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe"
-    config = load_config(["actor_rollout_ref.model.path=/m", pipeline, "data.train_files=[/once.parquet]", "trainer.engine=verl"])
-    first = launch.build_verl_config(config)
+    run = resolve_run(load_config(["actor_rollout_ref.model.path=/m", pipeline, "data.train_files=[/once.parquet]",
+                                   "trainer.engine=verl"]))
+    first = launch.build_verl_config(run)
     first.trainer.project_name = "changed by its caller"
-    second = launch.build_verl_config(config)
+    second = launch.build_verl_config(run)
     assert calls == ["/once.parquet"]
     assert second.trainer.project_name != "changed by its caller"
-    other = load_config(["actor_rollout_ref.model.path=/m", pipeline, "data.train_files=[/other.parquet]", "trainer.engine=verl"])
+    other = resolve_run(load_config(["actor_rollout_ref.model.path=/m", pipeline, "data.train_files=[/other.parquet]",
+                                     "trainer.engine=verl"]))
     launch.build_verl_config(other)
-    assert calls == ["/once.parquet", "/other.parquet"]  # another config is translated anew
+    assert calls == ["/once.parquet", "/other.parquet"]  # another run is translated anew
 
 
 def test_rollout_correction_reaches_verl_and_the_local_engine_honours_it() -> None:

@@ -16,8 +16,8 @@ from omni_trainer.library_noise import silence_known_noise
 from omni_trainer.subcommands import SUBCOMMANDS
 
 if TYPE_CHECKING:
-    from omni_trainer.config import Config
     from omni_trainer.interrupts import StopRequest
+    from omni_trainer.resolved import ResolvedRun
 
 DESCRIPTION = """\
 RL post-training for omni-modal models (GSPO/GRPO-style) on Qwen3-Omni and friends.
@@ -117,6 +117,7 @@ def _check_and_train(args: argparse.Namespace, stop: StopRequest) -> int:
     from omni_trainer import builtin_task
     from omni_trainer.config import ConfigError, load_config, to_yaml
     from omni_trainer.preflight import preflight
+    from omni_trainer.resolved import resolve_run
 
     try:
         config = load_config(list(args.overrides))
@@ -125,7 +126,8 @@ def _check_and_train(args: argparse.Namespace, stop: StopRequest) -> int:
             from omni_trainer.builtin_files import use_builtin_files
 
             use_builtin_files(config)  # verl reads files: the embedded default's, written once
-        warnings = preflight(config)  # before any model, tokenizer or dataset loads
+        run = resolve_run(config)  # the config is final: its files are read once, here
+        warnings = preflight(run)  # before any model, tokenizer or dataset loads
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -135,7 +137,7 @@ def _check_and_train(args: argparse.Namespace, stop: StopRequest) -> int:
         print(to_yaml(config), end="")
         return 0
     try:
-        return _train(config, stop)
+        return _train(run, stop)
     except user_errors() as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -148,14 +150,15 @@ def _check_and_train(args: argparse.Namespace, stop: StopRequest) -> int:
         return 130
 
 
-def _train(config: Config, stop: StopRequest) -> int:
+def _train(run: ResolvedRun, stop: StopRequest) -> int:
     from pathlib import Path
 
     from omni_trainer.engines import engine_for
     from omni_trainer.run_lock import RunDirLock
 
-    with RunDirLock(Path(config.trainer.default_local_dir).expanduser()):  # before anything is read there
-        return engine_for(config.trainer.engine).run(config, stop)
+    trainer = run.config.trainer
+    with RunDirLock(Path(trainer.default_local_dir).expanduser()):  # before anything is read there
+        return engine_for(trainer.engine).run(run, stop)
 
 
 if __name__ == "__main__":

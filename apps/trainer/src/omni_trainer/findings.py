@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from omni_trainer.config import Config
+from omni_trainer.resolved import ResolvedRun
 
 
 @dataclass
@@ -16,8 +16,8 @@ class Findings:
     warnings: list[str] = field(default_factory=list)
 
 
-Check = Callable[[Config, Findings], None]
-"""One check: reads the config, appends to the findings."""
+Check = Callable[[ResolvedRun, Findings], None]
+"""One check: reads the resolved run (its config, what its files say), appends to the findings."""
 
 
 def one_of(found: Findings, key: str, value: object, valid: tuple[str, ...]) -> None:

@@ -33,7 +33,8 @@ from omni_training.memory_plan import (
 from omni_training.model_loading import count_parameters
 
 from omni_trainer.config import Config
-from omni_trainer.settings_builders import adapter_options, lora_settings
+from omni_trainer.resolved import ResolvedRun
+from omni_trainer.settings_builders import lora_settings
 
 
 @dataclass(frozen=True)
@@ -126,16 +127,17 @@ def _advice(cfg: Config, chosen: Column) -> str:
     return "try " + ", ".join(tips)
 
 
-def model_for_plan(cfg: Config, model_path: str) -> tuple[Any, TrainingAdapter] | None:
-    """The checkpoint's transformers config and training adapter, or None when either cannot
-    be had (the pre-flight's model check reports why)."""
+def model_for_plan(run: ResolvedRun) -> tuple[Any, TrainingAdapter] | None:
+    """The run's checkpoint as a transformers config, and its training adapter; None when
+    either cannot be had (the pre-flight's model check reports why)."""
     from transformers import AutoConfig
 
-    from omni_contracts import OmniContractError, resolve_training_adapter
+    from omni_contracts import OmniContractError
 
+    if run.model is None or run.model.config is None:
+        return None
     try:
-        hf_config = AutoConfig.from_pretrained(model_path)
-        return hf_config, resolve_training_adapter(hf_config, cfg.actor_rollout_ref.model.stage, adapter_options(cfg))
+        return AutoConfig.from_pretrained(run.model.path), run.training_adapter()
     except (OSError, ValueError, OmniContractError):
         return None
 

@@ -18,6 +18,7 @@ from typing import Any
 from omni_trainer.config import Config, ConfigError, uses_embedded_default
 from omni_trainer.engines import engine_for
 from omni_trainer.findings import Check, Findings, one_line, one_of
+from omni_trainer.resolved import Checkpoint, ResolvedRun
 
 GROUPED_ESTIMATORS = ("grpo", "grpo_passk", "rloo", "reinforce_plus_plus_baseline")
 """Estimators whose baseline is the prompt's group of ``rollout.n`` samples."""
@@ -25,15 +26,15 @@ KNOWN_DATASET_CLASSES = ("QwenOmniRLHFDataset",)
 """verl-omni dataset classes whose job omni-data's dataset already does (media loading)."""
 
 
-def preflight(config: Config) -> list[str]:
-    """Check ``config`` as a whole; returns the warnings.
+def preflight(run: ResolvedRun) -> list[str]:
+    """Check ``run`` (its config as a whole, and what its files say); returns the warnings.
 
     Raises:
         ConfigError: every problem found, one per line, each saying how to fix it.
     """
     findings = Findings()
-    for check in (*COMMON_CHECKS, *engine_for(config.trainer.engine).checks):
-        check(config, findings)
+    for check in (*COMMON_CHECKS, *engine_for(run.config.trainer.engine).checks):
+        check(run, findings)
     if findings.problems:
         raise ConfigError("Invalid configuration:\n  - " + "\n  - ".join(findings.problems))
     return findings.warnings
@@ -42,12 +43,13 @@ def preflight(config: Config) -> list[str]:
 # --- closed vocabularies, against the registries ------------------------------------------------
 
 
-def _vocabularies(config: Config, found: Findings) -> None:
+def _vocabularies(run: ResolvedRun, found: Findings) -> None:
     from omni_contracts import STAGES
     from omni_rollout.agent_loops import AGENT_LOOPS
     from omni_training.aggregation import LOSS_AGG_MODES
     from omni_training.kl import KL_MODES
 
+    config = run.config
     actor = config.actor_rollout_ref.actor
     rollout = config.actor_rollout_ref.rollout
     one_of(found, "actor_rollout_ref.actor.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
@@ -77,7 +79,7 @@ def _vocabularies(config: Config, found: Findings) -> None:
                 "actor_rollout_ref.model.stage=talker runs no validation in this version (its rewards "
                 "are reported every step); leave data.val_files unset"
             )
-        _audio_rewards(config, found)
+        _audio_rewards(run, found)
     elif config.reward.audio_rewards:
         found.problems.append(
             "reward.audio_rewards score speech, which only actor_rollout_ref.model.stage=talker "
@@ -92,13 +94,14 @@ def _vocabularies(config: Config, found: Findings) -> None:
         )
     one_of(found, "actor_rollout_ref.rollout.agent.default_agent_loop", rollout.agent.default_agent_loop,
             tuple(AGENT_LOOPS))
-    _pipeline(config, found)
+    _pipeline(run, found)
 
 
-def _audio_rewards(config: Config, found: Findings) -> None:
+def _audio_rewards(run: ResolvedRun, found: Findings) -> None:
     """A speech stage is paid by ``reward.audio_rewards``: present, and specs that build."""
     from omni_rewards.audio import AUDIO_SCORERS
 
+    config = run.config
     specs = config.reward.audio_rewards
     if not specs:
         found.problems.append(
@@ -120,9 +123,10 @@ def _audio_reward_specs(key: str, specs: list[dict[str, Any]], found: Findings) 
         found.problems.append(f"{key}: {one_line(exc)}")
 
 
-def _pipeline(config: Config, found: Findings) -> None:
+def _pipeline(run: ResolvedRun, found: Findings) -> None:
     from omni_contracts import OmniContractError, rollout_adapters
 
+    config = run.config
     rollout = config.actor_rollout_ref.rollout
     if rollout.pipeline_name is None:
         found.problems.append(
@@ -146,7 +150,8 @@ def _pipeline(config: Config, found: Findings) -> None:
             )
 
 
-def _distillation(config: Config, found: Findings) -> None:
+def _distillation(run: ResolvedRun, found: Findings) -> None:
+    config = run.config
     if not config.distillation.enabled:
         return
     from omni_training.distillation import DistillationConfigError
@@ -157,11 +162,12 @@ def _distillation(config: Config, found: Findings) -> None:
         found.problems.append(f"distillation.distillation_loss: {one_line(exc)}")
 
 
-def _rollout_correction(config: Config, found: Findings) -> None:
+def _rollout_correction(run: ResolvedRun, found: Findings) -> None:
     """``algorithm.rollout_correction``'s modes and thresholds parse, and it has samples to
     correct: an offline run trains on fixed pairs, with no rollout log-probs."""
     from omni_trainer.settings_builders import correction_settings
 
+    config = run.config
     try:
         settings = correction_settings(config)
     except ValueError as exc:
@@ -174,19 +180,20 @@ def _rollout_correction(config: Config, found: Findings) -> None:
         )
 
 
-def _async_training(config: Config, found: Findings) -> None:
+def _async_training(run: ResolvedRun, found: Findings) -> None:
     """Asynchronous rollout: the local engine's text RL, on the rollout's own log-probs."""
-    from omni_trainer.tasks import TEXT_RL, task_name
+    from omni_trainer.tasks import TEXT_RL
 
+    config = run.config
     staleness = config.async_training.max_staleness
     if staleness < 0:
         found.problems.append(f"async_training.max_staleness={staleness} must be >= 0 (0: synchronous)")
     if staleness <= 0:
         return
-    if task_name(config) != TEXT_RL:
+    if run.task != TEXT_RL:
         found.problems.append(
             f"async_training.max_staleness={staleness}: asynchronous rollout runs RL on text in this version "
-            f"(this run is {task_name(config)}); set async_training.max_staleness=0"
+            f"(this run is {run.task}); set async_training.max_staleness=0"
         )
     if not config.algorithm.rollout_correction.bypass_mode:
         found.problems.append(
@@ -218,7 +225,8 @@ def distillation_settings(config: Config) -> Any:
 # --- value ranges and cross-field rules ---------------------------------------------------------
 
 
-def _ranges(config: Config, found: Findings) -> None:
+def _ranges(run: ResolvedRun, found: Findings) -> None:
+    config = run.config
     data, trainer = config.data, config.trainer
     actor = config.actor_rollout_ref.actor
     rollout = config.actor_rollout_ref.rollout
@@ -310,7 +318,8 @@ def _ranges(config: Config, found: Findings) -> None:
             )
 
 
-def _warnings(config: Config, found: Findings) -> None:
+def _warnings(run: ResolvedRun, found: Findings) -> None:
+    config = run.config
     rollout = config.actor_rollout_ref.rollout
     if rollout.n == 1 and config.algorithm.adv_estimator in GROUPED_ESTIMATORS:
         found.warnings.append(
@@ -347,36 +356,32 @@ def _warnings(config: Config, found: Findings) -> None:
 # --- files, directories and what they hold ------------------------------------------------------
 
 
-def _model_paths(config: Config, found: Findings) -> None:
-    from omni_contracts import OmniContractError, resolve_training_adapter
+def _model_paths(run: ResolvedRun, found: Findings) -> None:
+    from omni_contracts import OmniContractError
     from omni_trainer.model_folder import folder_problems
 
-    stage = config.actor_rollout_ref.model.stage
-    paths = [("actor_rollout_ref.model.path", config.actor_rollout_ref.model.path)]
-    if config.distillation.enabled:
-        teacher = config.distillation.teacher_models.teacher_model.model_path
-        if teacher is None:
-            return  # load_config reports the missing teacher
-        paths.append(("distillation.teacher_models.teacher_model.model_path", teacher))
-    for key, path in paths:
-        if path is None:
+    config = run.config
+    stage = run.stage
+    models = [("actor_rollout_ref.model.path", run.model, run.training_adapter)]
+    if run.teacher is not None:  # load_config reports a missing teacher
+        models.append(("distillation.teacher_models.teacher_model.model_path", run.teacher, run.teacher_adapter))
+    for key, model, adapter_of in models:
+        if model is None or not _readable_checkpoint(key, model, found):
             continue
-        model_config = _read_model_config(key, path, found)
-        if model_config is None:
-            continue
-        found.problems.extend(folder_problems(key, path))  # tokenizer, chat template, weights
+        assert model.config is not None
+        found.problems.extend(folder_problems(key, model.path))  # tokenizer, chat template, weights
         try:
-            adapter = resolve_training_adapter(model_config, stage)
+            adapter = adapter_of()
         except OmniContractError as exc:
-            found.problems.append(f"{key}={path} (stage {stage!r}): {one_line(exc)}")
+            found.problems.append(f"{key}={model.path} (stage {stage!r}): {one_line(exc)}")
             continue
         found.problems.extend(
-            f"{key}={path}: {problem}"
-            for problem in adapter.checkpoint_problems(str(Path(path).expanduser()), model_config)
+            f"{key}={model.path}: {problem}"
+            for problem in adapter.checkpoint_problems(str(Path(model.path).expanduser()), model.config)
         )
         pipeline = config.actor_rollout_ref.rollout.pipeline_name
         if key == "actor_rollout_ref.model.path" and adapter.rollout_pipeline not in (None, pipeline):
-            architecture = (model_config.get("architectures") or ["?"])[0]
+            architecture = (model.config.get("architectures") or ["?"])[0]
             found.problems.append(
                 f"actor_rollout_ref.rollout.pipeline_name={pipeline!r} does not generate with {architecture} "
                 f"(its package, {type(adapter).__module__.split('.')[0]}, declares {adapter.rollout_pipeline!r}); "
@@ -384,31 +389,30 @@ def _model_paths(config: Config, found: Findings) -> None:
             )
 
 
-def _read_model_config(key: str, path: str, found: Findings) -> dict[str, Any] | None:
-    from omni_trainer.resolved import checkpoint
-
-    read = checkpoint(path)
-    if read.problem is not None:
-        found.problems.append(f"{key}={path} {read.problem}" if read.problem.startswith(("is not", "has no"))
-                              else f"{key}={path}: {read.problem}")
-    return read.config
+def _readable_checkpoint(key: str, model: Checkpoint, found: Findings) -> bool:
+    if model.problem is not None:
+        found.problems.append(f"{key}={model.path} {model.problem}" if model.problem.startswith(("is not", "has no"))
+                              else f"{key}={model.path}: {model.problem}")
+    return model.config is not None
 
 
-def _data_files(config: Config, found: Findings) -> None:
+def _data_files(run: ResolvedRun, found: Findings) -> None:
     """Train/val files exist and are parquet; their data sources have scorers; the train
     files hold at least one batch."""
+    config = run.config
     sources: dict[str, str] = {}
     train_rows = 0
     unreadable = len(found.problems)
-    for key, files in (("data.train_files", config.data.train_files), ("data.val_files", config.data.val_files)):
-        for path in files or []:
-            rows, file_sources = _parquet_sources(key, path, found)
+    for key, files in (("data.train_files", run.train_files), ("data.val_files", run.val_files)):
+        for file in files:
+            if file.problem is not None:
+                found.problems.append(f"{key}: {file.problem}")
             if key == "data.train_files":
-                train_rows += rows
-            for source in file_sources:
-                sources.setdefault(source, path)
+                train_rows += file.rows
+            for source in file.data_sources:
+                sources.setdefault(source, file.path)
     readable = len(found.problems) == unreadable
-    if config.data.train_files and readable and train_rows < config.data.train_batch_size:
+    if run.train_files and readable and train_rows < config.data.train_batch_size:
         found.problems.append(
             f"data.train_batch_size={config.data.train_batch_size} exceeds the {train_rows} rows of "
             "data.train_files; lower it or add data"
@@ -428,16 +432,8 @@ def _data_files(config: Config, found: Findings) -> None:
         )
 
 
-def _parquet_sources(key: str, path: str, found: Findings) -> tuple[int, set[str]]:
-    from omni_trainer.resolved import data_file
-
-    read = data_file(path)
-    if read.problem is not None:
-        found.problems.append(f"{key}: {read.problem}")
-    return read.rows, set(read.data_sources)
-
-
-def _custom_reward_function(config: Config, found: Findings) -> None:
+def _custom_reward_function(run: ResolvedRun, found: Findings) -> None:
+    config = run.config
     custom = config.reward.custom_reward_function
     if not custom.path:
         return
@@ -449,8 +445,9 @@ def _custom_reward_function(config: Config, found: Findings) -> None:
         found.problems.append(f"reward.custom_reward_function: {exc}")
 
 
-def _run_dir(config: Config, found: Findings) -> None:
+def _run_dir(run: ResolvedRun, found: Findings) -> None:
     """The run directory can be created and written."""
+    config = run.config
     run_dir = Path(config.trainer.default_local_dir).expanduser()
     existing = run_dir
     while not existing.exists() and existing != existing.parent:
@@ -461,9 +458,10 @@ def _run_dir(config: Config, found: Findings) -> None:
         found.problems.append(f"trainer.default_local_dir={run_dir}: {existing} is not writable")
 
 
-def _verl_omni_keys(config: Config, found: Findings) -> None:
+def _verl_omni_keys(run: ResolvedRun, found: Findings) -> None:
     """verl-omni keys whose job omni-rl does its own way, on both engines: its dataset class
     (omni-data's dataset is the one, under verl too) and a hand-written deploy file."""
+    config = run.config
     custom_cls = config.data.custom_cls
     if custom_cls.path or custom_cls.name:
         if custom_cls.name in KNOWN_DATASET_CLASSES:
@@ -487,8 +485,9 @@ def _verl_omni_keys(config: Config, found: Findings) -> None:
         )
 
 
-def _resume_keys(config: Config, found: Findings) -> None:
+def _resume_keys(run: ResolvedRun, found: Findings) -> None:
     """``trainer.resume_from_path`` goes with ``trainer.resume_mode=resume_path`` (verl's meaning)."""
+    config = run.config
     trainer = config.trainer
     if trainer.resume_mode == "resume_path" and not trainer.resume_from_path:
         found.problems.append(
@@ -502,9 +501,10 @@ def _resume_keys(config: Config, found: Findings) -> None:
         )
 
 
-def _preference(config: Config, found: Findings) -> None:
+def _preference(run: ResolvedRun, found: Findings) -> None:
     """Offline preference runs (``algorithm.sample_source=offline``): verl-omni's keys, with
     their meanings, and a loss this workspace registers."""
+    config = run.config
     algorithm = config.algorithm
     one_of(found, "algorithm.sample_source", algorithm.sample_source, ("online", "offline"))
     one_of(found, "algorithm.trainer_type", algorithm.trainer_type, ("policy_gradient", "direct_preference"))
@@ -568,7 +568,8 @@ def _preference(config: Config, found: Findings) -> None:
         )
 
 
-def _reward_error_rate(config: Config, found: Findings) -> None:
+def _reward_error_rate(run: ResolvedRun, found: Findings) -> None:
+    config = run.config
     rate = config.reward.max_error_rate
     if not 0 <= rate <= 1:
         found.problems.append(

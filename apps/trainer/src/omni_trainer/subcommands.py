@@ -143,24 +143,26 @@ def _doctor_plan(overrides: Sequence[str]) -> int:
     """The memory plan of the run ``overrides`` describe, against the visible GPU."""
     from transformers import AutoConfig
 
-    from omni_contracts import OmniContractError, resolve_training_adapter
+    from omni_contracts import OmniContractError
     from omni_trainer.config import ConfigError, load_config
     from omni_trainer.gpu_plan import rollout_memory_problem, run_plan, visible_gpu
-    from omni_trainer.settings_builders import adapter_options
+    from omni_trainer.resolved import resolve_run
 
     try:
         cfg = load_config(list(overrides))
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
-    model_path = cfg.actor_rollout_ref.model.path
-    if model_path is None:
+    run = resolve_run(cfg)
+    if run.model is None:
         from omni_qwen3.tiny import build_tiny_qwen3_omni
 
-        model_path = str(build_tiny_qwen3_omni())
+        run = run.with_model(str(build_tiny_qwen3_omni()))
+    assert run.model is not None
+    model_path = run.model.path
     try:
         hf_config = AutoConfig.from_pretrained(model_path)
-        adapter = resolve_training_adapter(hf_config, cfg.actor_rollout_ref.model.stage, adapter_options(cfg))
+        adapter = run.training_adapter()
     except (OSError, ValueError, OmniContractError) as exc:
         print(f"error: cannot plan memory for actor_rollout_ref.model.path={model_path}: {exc}", file=sys.stderr)
         return 2

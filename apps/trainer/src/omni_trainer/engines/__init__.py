@@ -1,7 +1,8 @@
 """The training engines behind ``trainer.engine``: one small interface, one entry each.
 
 An :class:`Engine` brings its own pre-flight checks (run after the common ones in
-:mod:`omni_trainer.preflight`) and runs a checked config. ``local`` is omni-rl's own loop
+:mod:`omni_trainer.preflight`) and runs a checked run (:class:`~omni_trainer.resolved.ResolvedRun`,
+resolved once by the CLI and passed to both). ``local`` is omni-rl's own loop
 (:mod:`omni_trainer.engines.local`); ``verl`` launches verl's trainer
 (:mod:`omni_trainer.engines.verl`). Each is a package here whose ``__init__`` holds its
 ``ENGINE``; a new engine is one more, and a line in :data:`ENGINE_MODULES`. An engine's entry
@@ -14,9 +15,10 @@ from __future__ import annotations
 import importlib
 from typing import Protocol
 
-from omni_trainer.config import Config, ConfigError
+from omni_trainer.config import ConfigError
 from omni_trainer.findings import Check
 from omni_trainer.interrupts import StopRequest
+from omni_trainer.resolved import ResolvedRun
 
 
 class Engine(Protocol):
@@ -26,8 +28,8 @@ class Engine(Protocol):
     checks: tuple[Check, ...]
     """The engine's own pre-flight checks: what it refuses or cannot honour, by key."""
 
-    def run(self, config: Config, stop: StopRequest) -> int:
-        """Train ``config`` (checked by the pre-flight, its run directory locked); returns the
+    def run(self, run: ResolvedRun, stop: StopRequest) -> int:
+        """Train ``run`` (checked by the pre-flight, its run directory locked); returns the
         process exit code."""
         ...
 

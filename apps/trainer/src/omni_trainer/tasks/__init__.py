@@ -24,6 +24,7 @@ from omni_contracts import LogitMask, Registry, RolloutAdapter, TrainingAdapter
 
 from omni_trainer.config import Config
 from omni_trainer.prompts import Prepared, PromptSource
+from omni_trainer.resolved import ResolvedRun
 
 if TYPE_CHECKING:
     from omni_rollout.local_engine import LocalEngine
@@ -57,6 +58,7 @@ class LoadedRun:
     """What the trainer reads once, before any weights load, and every task uses."""
 
     config: Config
+    resolved: ResolvedRun
     model_path: str
     hf_config: Any
     training_adapter: TrainingAdapter
@@ -199,4 +201,4 @@ def _preference(run: LoadedRun) -> Task:
 
 def load_task(run: LoadedRun) -> Task:
     """The task ``run.config`` asks for, on the local engine."""
-    return LOCAL_TASKS.get(task_name(run.config))(run)
+    return LOCAL_TASKS.get(run.resolved.task)(run)

@@ -10,7 +10,6 @@ from typing import Any
 
 import torch
 
-from omni_contracts import resolve_training_adapter
 from omni_rewards import RewardManager
 from omni_rollout.local_engine import LocalEngine
 from omni_training.actor import Actor
@@ -19,7 +18,7 @@ from omni_training.distillation import DistillationSettings, Teacher, check_shar
 from omni_training.logit_mask import mask_policy_logits
 
 from omni_trainer.preflight import distillation_settings
-from omni_trainer.settings_builders import adapter_options, model_dtype
+from omni_trainer.settings_builders import model_dtype
 from omni_trainer.step import Rollouts, StepParts, micro_batches, pad_cols
 from omni_trainer.tasks.text_rl import TextRL, TextSampler
 
@@ -90,9 +89,7 @@ class Distillation(TextRL):
         teacher_path = cfg.distillation.teacher_models.teacher_model.model_path
         assert teacher_path is not None  # checked with the config
         teacher_config = AutoConfig.from_pretrained(teacher_path)
-        self.teacher_adapter = resolve_training_adapter(
-            teacher_config, cfg.actor_rollout_ref.model.stage, adapter_options(cfg)
-        )
+        self.teacher_adapter = self.run.resolved.teacher_adapter()
         check_shared_tokenizer(self.run.tokenizer, self.teacher_adapter.configure_tokenizer(teacher_path, teacher_config))
         self.settings = settings
         return settings

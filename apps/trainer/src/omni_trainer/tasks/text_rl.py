@@ -25,7 +25,6 @@ from omni_trainer.config import Config, ConfigError
 from omni_trainer.interrupts import workers_ignore_sigint
 from omni_trainer.prompts import BuiltinPrompts, DatasetPrompts, Prepared, PromptSource, encode_builtin
 from omni_trainer.settings_builders import reward_manager_config, sampling_settings, validation_sampling
-from omni_trainer.resolved import resolve_run
 from omni_trainer.step import Rollouts, Sampler, Scores, StepParts, new_group_ids
 from omni_trainer.tasks import LoadedRun, Task
 from omni_trainer.val_generations import ValGeneration, ValGenerationsLog
@@ -152,7 +151,7 @@ class TextRL(Task):
     def _data_sources(self) -> set[str]:
         if self.config.data.train_files is None:
             return {builtin_task.DATA_SOURCE}
-        return resolve_run(self.config).data_sources
+        return self.run.resolved.data_sources
 
     def prefetch(self, schedule: Callable[[int], list[Prepared]], first_step: int, last_step: int) -> None:
         """With ``async_training.max_staleness``, a thread samples the coming steps with a copy

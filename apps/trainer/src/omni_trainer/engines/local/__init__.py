@@ -8,22 +8,25 @@ import os
 from omni_trainer.config import Config
 from omni_trainer.findings import Findings, one_of
 from omni_trainer.interrupts import StopRequest
+from omni_trainer.resolved import ResolvedRun
 
 
-def _local_algorithms(config: Config, found: Findings) -> None:
+def _local_algorithms(run: ResolvedRun, found: Findings) -> None:
     """The local engine runs omni-training's losses and estimators."""
     from omni_training.advantages import ADVANTAGE_ESTIMATORS
     from omni_training.policy_loss import POLICY_LOSSES
 
+    config = run.config
     one_of(found, "actor_rollout_ref.actor.policy_loss.loss_mode",
            config.actor_rollout_ref.actor.policy_loss.loss_mode, tuple(POLICY_LOSSES))
     one_of(found, "algorithm.adv_estimator", config.algorithm.adv_estimator, tuple(ADVANTAGE_ESTIMATORS))
 
 
-def _verl_keys_locally(config: Config, found: Findings) -> None:
+def _verl_keys_locally(run: ResolvedRun, found: Findings) -> None:
     """verl-engine keys the overrides gave: honoured, or refused by name (:mod:`omni_trainer.verl_keys`)."""
     from omni_trainer.verl_keys import local_refusals
 
+    config = run.config
     found.problems.extend(local_refusals(config))
     _local_device(config, found)
 
@@ -54,11 +57,11 @@ class LocalEngine:
     name = "local"
     checks = (_local_algorithms, _verl_keys_locally)
 
-    def run(self, config: Config, stop: StopRequest) -> int:
+    def run(self, run: ResolvedRun, stop: StopRequest) -> int:
         from omni_trainer.engines.local.trainer import LocalTrainer
         from omni_trainer.run_dir import prepare_run_dir
 
-        trainer = LocalTrainer(config, prepare_run_dir(config), stop)
+        trainer = LocalTrainer(run, prepare_run_dir(run.config), stop)
         trainer.setup()
         trainer.fit()
         return 0

@@ -17,20 +17,20 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from omni_contracts import get_rollout_adapter, require_omni_processor, resolve_training_adapter
+from omni_contracts import require_omni_processor
 from omni_rollout.local_engine import LocalEngine
 from omni_trainer.config import Config, ConfigError
 from omni_trainer.interrupts import StopRequest
 from omni_trainer.loggers import build_sinks
 from omni_trainer.model_folder import require_usable_tokenizer
 from omni_trainer.prompts import Prepared
+from omni_trainer.resolved import ResolvedRun
 from omni_trainer.reporting import DROPPED_KEY, complete_message, report_step, validation_line, write_summary
 from omni_trainer.resume_check import data_fingerprint, record_run
 from omni_trainer.reward_guard import RewardFailureError
 from omni_trainer.run_dir import MetricsLog, RunStart, prepare_run_dir, run_identity
 from omni_trainer.settings_builders import (
     actor_settings,
-    adapter_options,
     local_device,
     lora_settings,
     model_dtype,
@@ -44,17 +44,18 @@ from omni_training.checkpoint import load_checkpoint, save_checkpoint
 
 
 class LocalTrainer:
-    """``LocalTrainer(config).setup()`` loads; ``fit()`` trains, resuming as ``start`` says.
+    """``LocalTrainer(run).setup()`` loads; ``fit()`` trains, resuming as ``start`` says.
 
     Args:
-        config: the resolved config (checked by ``omni_trainer.preflight``).
+        run: the resolved run (checked by ``omni_trainer.preflight``).
         start: how the run starts in its directory; default: :func:`prepare_run_dir`.
         stop: the run's Ctrl-C flag (the CLI installs it before start-up); default: a new one,
             installed by :meth:`fit`.
     """
 
-    def __init__(self, config: Config, start: RunStart | None = None, stop: StopRequest | None = None) -> None:
-        self.config = config
+    def __init__(self, run: ResolvedRun, start: RunStart | None = None, stop: StopRequest | None = None) -> None:
+        self.resolved = run
+        self.config = config = run.config
         self.stop = stop if stop is not None else StopRequest()
         self.start = start if start is not None else prepare_run_dir(config)
         self.run_dir = self.start.run_dir
@@ -72,25 +73,26 @@ class LocalTrainer:
         from transformers import AutoConfig
 
         cfg = self.config
-        model_path = cfg.actor_rollout_ref.model.path
-        if model_path is None:
+        if self.resolved.model is None:
             from omni_qwen3.tiny import build_tiny_qwen3_omni
 
-            model_path = str(build_tiny_qwen3_omni())
-            print(f"model: tiny Qwen3-Omni built offline at {model_path}")
-        self.model_path = model_path
+            tiny = str(build_tiny_qwen3_omni())
+            self.resolved = self.resolved.with_model(tiny)
+            print(f"model: tiny Qwen3-Omni built offline at {tiny}")
+        assert self.resolved.model is not None
+        model_path = self.model_path = self.resolved.model.path
         hf_config = AutoConfig.from_pretrained(model_path)
         self.hf_config = hf_config
-        self.training_adapter = resolve_training_adapter(hf_config, cfg.actor_rollout_ref.model.stage, adapter_options(cfg))
-        self.rollout_adapter = get_rollout_adapter(cfg.actor_rollout_ref.rollout.pipeline())
-        self.mode = cfg.actor_rollout_ref.rollout.pipeline_mode
+        self.training_adapter = self.resolved.training_adapter()
+        self.rollout_adapter = self.resolved.rollout_adapter()
+        self.mode = self.resolved.mode
         self.rollout_adapter.check_mode(self.mode)
         self.processor = self.training_adapter.configure_processor(model_path, hf_config)
         require_omni_processor(self.processor, self.training_adapter)
         self.tokenizer = self.training_adapter.configure_tokenizer(model_path, hf_config)
         require_usable_tokenizer(self.tokenizer, model_path)
         self.run = LoadedRun(
-            cfg, model_path, hf_config, self.training_adapter, self.rollout_adapter, self.mode, self.processor,
+            cfg, self.resolved, model_path, hf_config, self.training_adapter, self.rollout_adapter, self.mode, self.processor,
             self.tokenizer,
         )
         self.task: Task = load_task(self.run)

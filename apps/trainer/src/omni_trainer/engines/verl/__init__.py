@@ -10,14 +10,15 @@ the modules verl itself loads inside its processes (``external``, ``engine``, ``
 
 from __future__ import annotations
 
-from omni_trainer.config import Config
 from omni_trainer.findings import Findings, one_line
 from omni_trainer.interrupts import StopRequest
+from omni_trainer.resolved import ResolvedRun
 
 
-def _rollout_memory(config: Config, found: Findings) -> None:
+def _rollout_memory(run: ResolvedRun, found: Findings) -> None:
     """verl engine: the rollout's tensor-parallel groups tile the GPUs, and on GPUs its weights
     per GPU leave vLLM room for a KV cache (:func:`omni_trainer.gpu_plan.rollout_memory_problem`)."""
+    config = run.config
     rollout, trainer = config.actor_rollout_ref.rollout, config.trainer
     if trainer.device == "cpu":
         return  # omni_local: one process per replica, no tensor parallelism, no GPU memory
@@ -33,12 +34,11 @@ def _rollout_memory(config: Config, found: Findings) -> None:
     if not 0 < rollout.gpu_memory_utilization <= 1:
         found.problems.append(f"{key}.gpu_memory_utilization={rollout.gpu_memory_utilization} must be in (0, 1]")
         return
-    model_path = config.actor_rollout_ref.model.path
-    if rollout.name != "vllm_omni" or model_path is None:
+    if rollout.name != "vllm_omni" or run.model is None:
         return
     from omni_trainer.gpu_plan import model_for_plan, rollout_memory_problem, visible_gpu
 
-    model = model_for_plan(config, model_path)
+    model = model_for_plan(run)
     if model is None:
         return  # the model check names the problem
     try:
@@ -50,8 +50,9 @@ def _rollout_memory(config: Config, found: Findings) -> None:
         found.problems.append(f"trainer.engine=verl: {problem}")
 
 
-def _verl_engine(config: Config, found: Findings) -> None:
+def _verl_engine(run: ResolvedRun, found: Findings) -> None:
     """The verl engine's part: what verl and our translation refuse, before Ray starts."""
+    config = run.config
     if config.trainer.device == "npu":
         found.problems.append(
             "trainer.device=npu: trainer.engine=verl runs on CUDA GPUs, or on the CPU (trainer.device=cpu)"
@@ -71,7 +72,7 @@ def _verl_engine(config: Config, found: Findings) -> None:
         return
     from omni_trainer.engines.verl.launch import verl_problems
 
-    found.problems.extend(f"trainer.engine=verl: {problem}" for problem in verl_problems(config))
+    found.problems.extend(f"trainer.engine=verl: {problem}" for problem in verl_problems(run))
 
 
 # --- helpers --------------------------------------------------------------------------------------
@@ -84,12 +85,12 @@ class VerlEngine:
     name = "verl"
     checks = (_rollout_memory, _verl_engine)
 
-    def run(self, config: Config, stop: StopRequest) -> int:
+    def run(self, run: ResolvedRun, stop: StopRequest) -> int:
         """``stop`` stays in its start-up mode: verl's loop has no step boundary to stop at
         here, so a Ctrl-C interrupts the launch at once (verl's saved checkpoints are kept)."""
-        from omni_trainer.engines.verl.launch import run
+        from omni_trainer.engines.verl import launch
 
-        return run(config, checked=True)  # the pre-flight ran verl's checks (VerlEngine.checks)
+        return launch.run(run, checked=True)  # the pre-flight ran verl's checks (VerlEngine.checks)
 
 
 ENGINE = VerlEngine()

@@ -18,9 +18,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from omni_trainer.config import Config, ConfigError, to_yaml
+from omni_trainer.config import Config, ConfigError
 from omni_trainer.resume_check import check_resume, data_fingerprint, record_run, resume_notes
-from omni_trainer.tasks import PREFERENCE, task_name
+from omni_trainer.resolved import ResolvedRun
+from omni_trainer.tasks import PREFERENCE
 from omni_trainer.reward_guard import RewardFailureError
 from omni_trainer.engines.verl.async_training import fully_async_total_steps, is_fully_async, prompts_per_step
 from omni_trainer.engines.verl.distillation import check_teacher_tokenizer, validate_with_verl
@@ -36,37 +37,31 @@ from omni_trainer.engines.verl.settings import (
 from omni_trainer.engines.verl.translate import check_config, settings_for, to_verl_config
 
 
-def adapter_lora_defaults(model_path: str, stage: str) -> tuple[list[str] | None, str | None]:
-    """The training adapter's LoRA defaults, found from the checkpoint's ``config.json``."""
-    from omni_trainer.resolved import checkpoint
-
-    read = checkpoint(model_path)
-    if read.config is None:
+def adapter_lora_defaults(run: ResolvedRun) -> tuple[list[str] | None, str | None]:
+    """The run's training adapter's LoRA defaults (none for the embedded model, whose
+    checkpoint is written later)."""
+    if run.model is None:
+        return None, None
+    if run.model.config is None:
         raise ConfigError(
-            f"actor_rollout_ref.model.path={model_path} has no config.json; point it at a Hugging Face "
+            f"actor_rollout_ref.model.path={run.model.path} has no config.json; point it at a Hugging Face "
             "checkpoint directory (e.g. one written by `uv run trainer tiny`)."
         )
-    adapter = read.adapter(stage)
+    adapter = run.training_adapter()
     targets = list(adapter.lora_target_modules) if adapter.lora_target_modules else None
     return targets, adapter.lora_exclude_modules
 
 
-_TRANSLATED: dict[str, DictConfig] = {}
-"""verl's config per config (its YAML and given keys), translated once per process."""
+def build_verl_config(run: ResolvedRun) -> DictConfig:
+    """verl's config for ``run``: translated once for the run (the pre-flight's checks and the
+    launch share it), a copy for each caller (the launch adds the run's metrics file)."""
 
+    def translate() -> DictConfig:
+        check_config(run.config)
+        targets, exclude = adapter_lora_defaults(run)
+        return to_verl_config(run.config, lora_target_modules=targets, lora_exclude_modules=exclude)
 
-def build_verl_config(config: Config) -> DictConfig:
-    """verl's config for ``config``: translated once per process (the pre-flight's checks and
-    the launch share it), a copy for each caller (the launch adds the run's metrics file)."""
-    key = to_yaml(config) + "given: " + ",".join(sorted(config.given_keys))
-    if key not in _TRANSLATED:
-        check_config(config)
-        model_path = config.actor_rollout_ref.model.path
-        targets, exclude = (None, None)
-        if model_path is not None:
-            targets, exclude = adapter_lora_defaults(model_path, config.actor_rollout_ref.model.stage)
-        _TRANSLATED[key] = to_verl_config(config, lora_target_modules=targets, lora_exclude_modules=exclude)
-    return copy.deepcopy(_TRANSLATED[key])
+    return copy.deepcopy(run.once("verl_config", translate))
 
 
 def ray_init_kwargs(verl_config: DictConfig) -> dict[str, Any]:
@@ -82,11 +77,12 @@ def ray_init_kwargs(verl_config: DictConfig) -> dict[str, Any]:
     return {k: v for k, v in ray_init.items() if v is not None}
 
 
-def verl_problems(config: Config) -> list[str]:
+def verl_problems(run: ResolvedRun) -> list[str]:
     """The verl engine's part of the pre-flight (``omni_trainer.preflight``): the translation,
     the teacher's tokenizer, verl's losses and estimators, verl's own distillation checks."""
+    config = run.config
     try:
-        verl_config = build_verl_config(config)  # config errors first: verl takes ~25 s to import
+        verl_config = build_verl_config(run)  # config errors first: verl takes ~25 s to import
         check_teacher_tokenizer(config, verl_config.actor_rollout_ref.model.path)
     except ConfigError as exc:
         return exc.problems
@@ -192,18 +188,19 @@ def unwrap_reward_failure(exc: BaseException) -> RewardFailureError | None:
     return RewardFailureError(str(cause)) if isinstance(cause, RewardFailureError) else None
 
 
-def run(config: Config, *, checked: bool = False) -> int:
-    """Run ``config`` on verl; returns the process exit code.
+def run(resolved: ResolvedRun, *, checked: bool = False) -> int:
+    """Run ``resolved`` on verl; returns the process exit code.
 
     Args:
-        checked: the pre-flight already ran verl's checks on this config (``trainer`` does
+        checked: the pre-flight already ran verl's checks on this run (``trainer`` does
             before every run); otherwise they run here first.
     """
     require_extras()
-    problems = [] if checked else verl_problems(config)
+    problems = [] if checked else verl_problems(resolved)
     if problems:
         raise ConfigError("Invalid configuration for trainer.engine=verl:\n  - " + "\n  - ".join(problems))
-    verl_config = build_verl_config(config)
+    config = resolved.config
+    verl_config = build_verl_config(resolved)
     # The driver imports verl below: it must see the same external modules as the workers.
     os.environ[EXTERNAL_MODULES_ENV] = EXTERNAL_MODULE
     os.environ[SETTINGS_ENV] = settings_for(config, verl_config.actor_rollout_ref.model.path).to_env()
@@ -216,7 +213,7 @@ def run(config: Config, *, checked: bool = False) -> int:
 
     import ray
 
-    if task_name(config) == PREFERENCE:
+    if resolved.task == PREFERENCE:
         return run_offline(config, verl_config, on_cpu=on_cpu)
     from ray.exceptions import RayTaskError
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
