@@ -223,7 +223,7 @@ def local_refusals(config: Config) -> list[str]:
         if spec.honoured(select(config, owner), config):
             continue
         problems.append(
-            f"{key}={_show(select(config, key))} is a verl-engine setting ({spec.verl}); the local engine "
+            f"{key}={show(select(config, key))} is a verl-engine setting ({spec.verl}); the local engine "
             f"{spec.local}. Drop it, or use trainer.engine=verl"
         )
     return problems
@@ -237,7 +237,8 @@ def select(config: Any, key: str) -> Any:
     return value
 
 
-def _show(value: Any) -> str:
+def show(value: Any) -> str:
+    """A value as an override spells it (true, null, 3)."""
     if isinstance(value, bool):
         return str(value).lower()
     if value is None:

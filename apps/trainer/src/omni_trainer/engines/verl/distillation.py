@@ -9,8 +9,9 @@ for ``forward_kl_topk``); the actor then adds verl's distillation loss to the po
 
 What differs from the local engine:
 
-- ``teacher_model.log_prob_micro_batch_size_per_gpu`` and ``param_offload`` are ignored (the
-  teacher is a vLLM-Omni server sized by ``teacher_model.inference.*``).
+- ``teacher_model.log_prob_micro_batch_size_per_gpu`` and ``param_offload=true`` are refused
+  when given (the teacher is a vLLM-Omni server sized by ``teacher_model.inference.*``;
+  :mod:`omni_trainer.engines.verl.local_keys`).
 - ``forward_kl_topk`` is refused: verl's ``DistillationTeacherModelConfig`` accepts top-k
   teacher log-probs only from its ``vllm`` and ``sglang`` servers (it raises
   ``NotImplementedError`` for any other inference name), although our server returns them.

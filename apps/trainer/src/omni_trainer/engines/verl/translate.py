@@ -28,6 +28,7 @@ from omni_trainer.config import Config, ConfigError
 from omni_trainer.tasks import PREFERENCE, SPEECH_RL, task_name
 from omni_trainer.engines.verl.distillation import distillation_problems, distillation_values
 from omni_trainer.engines.verl.errors import EXTRAS_COMMAND, MissingExtrasError
+from omni_trainer.engines.verl.local_keys import verl_refusals
 from omni_trainer.engines.verl.async_training import async_training_problems, async_training_values, rollout_slots
 from omni_trainer.engines.verl.settings import (
     AGENT_LOOP_MANAGER,
@@ -150,6 +151,7 @@ def config_problems(config: Config) -> list[str]:
         )
     problems.extend(distillation_problems(config))
     problems.extend(verl_key_problems(config))
+    problems.extend(verl_refusals(config))  # local-engine keys verl has no counterpart for
     problems.extend(bypass_problems(config))
     problems.extend(async_training_problems(config))
     return problems
