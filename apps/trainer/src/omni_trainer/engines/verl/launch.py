@@ -43,10 +43,7 @@ def adapter_lora_defaults(run: ResolvedRun) -> tuple[list[str] | None, str | Non
     if run.model is None:
         return None, None
     if run.model.config is None:
-        raise ConfigError(
-            f"actor_rollout_ref.model.path={run.model.path} has no config.json; point it at a Hugging Face "
-            "checkpoint directory (e.g. one written by `uv run trainer tiny`)."
-        )
+        raise ConfigError(f"actor_rollout_ref.model.path={run.model.path}: {run.model.problem}")
     adapter = run.training_adapter()
     targets = list(adapter.lora_target_modules) if adapter.lora_target_modules else None
     return targets, adapter.lora_exclude_modules
