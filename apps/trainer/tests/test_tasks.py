@@ -32,7 +32,7 @@ def test_the_config_names_one_task_and_the_registry_builds_it(
     assert task_name(config) == expected
     resolved = resolve_run(config)
     assert resolved.task == expected
-    run = LoadedRun(config, resolved, "/model", None, None, None, "thinker_only", None, None)  # type: ignore[arg-type]
+    run = LoadedRun(resolved, "/model", None, None, None)
     task = load_task(run)
     assert isinstance(task, Task) and type(task).__name__ == class_name
     assert task.validates is (expected != SPEECH_RL)  # the speech task's curve is its measurement

@@ -55,17 +55,30 @@ def task_name(config: Config) -> str:
 
 @dataclass
 class LoadedRun:
-    """What the trainer reads once, before any weights load, and every task uses."""
+    """The resolved run (its model built when it is the embedded one) and what the trainer
+    loads from its checkpoint before any weights: what every task uses."""
 
-    config: Config
     resolved: ResolvedRun
     model_path: str
     hf_config: Any
-    training_adapter: TrainingAdapter
-    rollout_adapter: RolloutAdapter
-    mode: str
     processor: Any
     tokenizer: Any
+
+    @property
+    def config(self) -> Config:
+        return self.resolved.config
+
+    @property
+    def training_adapter(self) -> TrainingAdapter:
+        return self.resolved.training_adapter()
+
+    @property
+    def rollout_adapter(self) -> RolloutAdapter:
+        return self.resolved.rollout_adapter()
+
+    @property
+    def mode(self) -> str:
+        return self.resolved.mode
 
     @property
     def pad_token_id(self) -> int:

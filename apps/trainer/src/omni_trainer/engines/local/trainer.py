@@ -91,10 +91,7 @@ class LocalTrainer:
         require_omni_processor(self.processor, self.training_adapter)
         self.tokenizer = self.training_adapter.configure_tokenizer(model_path, hf_config)
         require_usable_tokenizer(self.tokenizer, model_path)
-        self.run = LoadedRun(
-            cfg, self.resolved, model_path, hf_config, self.training_adapter, self.rollout_adapter, self.mode, self.processor,
-            self.tokenizer,
-        )
+        self.run = LoadedRun(self.resolved, model_path, hf_config, self.processor, self.tokenizer)
         self.task: Task = load_task(self.run)
         self.train_rows, self.val_rows = self.task.rows()
         self.total_steps = self._total_steps()
