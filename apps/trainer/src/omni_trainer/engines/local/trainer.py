@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from omni_contracts import require_omni_processor
 from omni_rollout.local_engine import LocalEngine
-from omni_trainer.config import Config, ConfigError
+from omni_trainer.config import ConfigError
 from omni_trainer.interrupts import StopRequest
 from omni_trainer.loggers import build_sinks
 from omni_trainer.model_folder import require_usable_tokenizer
