@@ -130,4 +130,8 @@ def test_tiny_model_learns_the_builtin_task(tiny: Path, tmp_path: Path) -> None:
     assert len(rewards) == 30
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert last - first >= 0.5, rewards
-    assert min(step["training/rollout_actor_probs_pearson_corr"] for step in steps if step["step"] >= 1) >= 0.999
+    # Once the policy answers with certainty every sampled token's probability is 1: no
+    # variance, and the Pearson is logged as undefined (None), as the step line says.
+    pearsons = [step["training/rollout_actor_probs_pearson_corr"] for step in steps if step["step"] >= 1]
+    defined = [value for value in pearsons if value is not None]
+    assert len(defined) >= 20 and min(defined) >= 0.999, pearsons

@@ -10,9 +10,12 @@ on a hybrid engine (sleep; wake the weights; ``update_weights_from_ipc`` fed by 
 ``BucketedWeightSender``; clear the caches; wake the KV cache) -- a change of weights the
 rollout must show, then undone.
 
-Needs a CUDA GPU, the gpu extra and verl (the distributed extra); skipped otherwise. Run with
-tests/gpu/run_gpu_smoke.sh. The tiny thinker is widened to head_dim 64 (hidden 128, 2 heads):
-vLLM's attention kernels do not all take the default tiny model's head_dim 16.
+Runs where it finds a device: on a CUDA GPU with the gpu extra (tests/gpu/run_gpu_smoke.sh),
+and on the CPU with the cpu-rollout extra (vLLM's CPU build and our vLLM-Omni CPU platform,
+``omni_vllm_cpu``), in CI. Both need verl (the distributed extra). The CPU has no sleep mode
+(``free_cache_engine=false``: verl's server skips its sleeps) and no CUDA IPC (the weights
+travel through shared memory, as verl's CPU platform chooses); the rest runs unchanged. The
+tiny thinker is widened to head_dim 64 (hidden 128, 2 heads) on both.
 """
 
 from __future__ import annotations
@@ -33,10 +36,13 @@ from typing import Any, TypeVar
 import pytest
 
 torch = pytest.importorskip("torch")
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
-]
+ON_GPU = torch.cuda.is_available()
+DEVICE = "cuda" if ON_GPU else "cpu"
+pytestmark = [pytest.mark.gpu] if ON_GPU else [pytest.mark.slow]
+CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VERL_PLATFORM": "cpu",
+           "VERL_USE_EXTERNAL_MODULES": "omni_trainer.engines.verl.external"}
+"""On the CPU: vLLM's KV cache in host memory (GiB), and verl's CPU platform (registered by our
+external module) in the vLLM worker that receives the weights."""
 
 T = TypeVar("T")
 STUB = Path(__file__).resolve().parents[2] / "apps" / "trainer" / "tests"
@@ -74,6 +80,8 @@ class Replica:
     prompt: list[int]
     allowed_ids: int
     """How many ids the policy stage may sample (its logit mask's width less its bans)."""
+    mask: Any
+    """The policy stage's logit mask (``omni_contracts.LogitMask``): the actor scores under it too."""
     zmq_handle: str
 
     def generate(self, request_id: str, **sampling: Any) -> Any:
@@ -85,7 +93,10 @@ class Replica:
 
 @pytest.fixture(scope="module")
 def replica(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
-    pytest.importorskip("vllm_omni", reason="needs the gpu extra (uv sync --extra gpu)")
+    pytest.importorskip("vllm_omni", reason=f"needs the {'gpu' if ON_GPU else 'cpu-rollout'} extra "
+                                            f"(uv sync --extra {'gpu' if ON_GPU else 'cpu-rollout'})")
+    if not ON_GPU:
+        pytest.importorskip("omni_vllm_cpu", reason="needs the cpu-rollout extra (uv sync --extra cpu-rollout)")
     pytest.importorskip("verl", reason="needs the distributed extra (uv sync --extra distributed)")
     from transformers import AutoConfig
     from verl.workers.rollout.replica import RolloutMode
@@ -112,7 +123,7 @@ def replica(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
         None, mode=settings.pipeline_mode, max_model_len=512, prompt_length=256, response_length=RESPONSE_LENGTH,
         tensor_model_parallel_size=1, gpu_memory_utilization=0.3, max_num_seqs=8, cudagraph_capture_sizes=None,
         enforce_eager=True, enable_prefix_caching=False, dtype="float32", logprobs_mode="processed_logprobs",
-        load_format="auto", max_num_batched_tokens=8192, enable_chunked_prefill=True,
+        load_format="auto", max_num_batched_tokens=8192, enable_chunked_prefill=True, free_cache_engine=ON_GPU,
     )
     server.replica_rank = 0
     server.rollout_mode = RolloutMode.HYBRID  # verl's actor and rollout in one worker group
@@ -123,15 +134,23 @@ def replica(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
     server._server_address = "127.0.0.1"
     mask = policy_logit_mask(server.rollout_adapter, server.mode, hf_config, processor, processor.tokenizer)
 
-    saved = {name: os.environ.get(name) for name in JOB_ENV}
-    job = f"omni-rl-gpu-{os.getpid()}"
-    os.environ.update({"VERL_RAY_JOB_ID": job, "VERL_REPLICA_RANK": "0"})
+    saved = {name: os.environ.get(name) for name in (*JOB_ENV, *CPU_ENV)}
+    job = f"omni-rl-{DEVICE}-{os.getpid()}"
+    os.environ.update({"VERL_RAY_JOB_ID": job, "VERL_REPLICA_RANK": "0", **({} if ON_GPU else CPU_ENV)})
+    previous_platform = None
+    if not ON_GPU:  # the weight sender in this process: verl's CPU platform (no CUDA IPC: shared memory)
+        from verl.plugin.platform import get_platform, set_platform
+
+        from omni_trainer.engines.verl.cpu_platform import use_cpu_platform
+
+        previous_platform = get_platform()
+        use_cpu_platform()
     loop = Loop()
     try:
         loop.run(server.run_server(argparse.Namespace()))  # verl's parsed vLLM CLI; ours reads none
         yield Replica(
             server, loop, model_dir, _prompt_ids(processor.tokenizer),
-            allowed_ids=mask.vocab_size - len(mask.banned_token_ids),
+            allowed_ids=mask.vocab_size - len(mask.banned_token_ids), mask=mask,
             zmq_handle=f"ipc:///tmp/rl-colocate-zmq-{job}-replica-0-rank-0.sock",  # verl's ServerAdapter's
         )
     finally:
@@ -145,6 +164,8 @@ def replica(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
             loop.run(shutdown())
         finally:
             loop.close()
+            if previous_platform is not None:
+                set_platform(previous_platform)
             for name, value in saved.items():
                 if value is None:
                     os.environ.pop(name, None)
@@ -230,10 +251,10 @@ def update_weights(replica: Replica, weights: Mapping[str, Any]) -> None:
     loop.run(server.wake_up(tags=["weights"]))
     received = asyncio.run_coroutine_threadsafe(
         server.collective_rpc("update_weights_from_ipc",
-                              kwargs={"peft_config": None, "base_sync_done": True, "use_shm": False}),
+                              kwargs={"peft_config": None, "base_sync_done": True, "use_shm": not ON_GPU}),
         loop.loop,
     )
-    sender = BucketedWeightSender(zmq_handle=replica.zmq_handle, bucket_size_mb=64, use_shm=False)
+    sender = BucketedWeightSender(zmq_handle=replica.zmq_handle, bucket_size_mb=64, use_shm=not ON_GPU)
     asyncio.run(sender.async_send_weights(iter(weights.items())))  # blocks until the stage took each bucket
     received.result()
     loop.run(server.clear_kv_cache())
@@ -275,3 +296,56 @@ def test_weight_update_round_trip_through_sleep_and_wake(replica: Replica) -> No
     after = sample()
     assert [r.token_ids for r in after] == [r.token_ids for r in before]
     assert logprobs(after) == pytest.approx(logprobs(before), abs=1e-4)
+
+
+LAYERS = "model.layers."
+"""The thinker's decoder layers (attention, router, experts, norms), under which the weight
+sync test scales every tensor."""
+
+
+def _thinker_logprobs(replica: Replica, response: list[int], scale: float) -> list[float]:
+    """The actor's view: the sampled tokens' log-probs under transformers' thinker in fp32 with
+    every decoder-layer tensor scaled by ``scale``, under the rollout's logit mask
+    (``omni_training.logit_mask``, as both engines' actors)."""
+    from transformers import Qwen3OmniMoeThinkerForConditionalGeneration
+
+    from omni_training.logit_mask import mask_logits
+
+    thinker = Qwen3OmniMoeThinkerForConditionalGeneration.from_pretrained(replica.model_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        for name, param in thinker.named_parameters():
+            if name.startswith(LAYERS):
+                param.mul_(scale)
+    prompt = replica.prompt
+    with torch.no_grad():
+        logits = thinker(input_ids=torch.tensor([prompt + response])).logits[0]
+    log_probs = torch.log_softmax(mask_logits(logits.float(), replica.mask), dim=-1)
+    return [log_probs[len(prompt) - 1 + i, token].item() for i, token in enumerate(response)]
+
+
+def _checkpoint_state(model_dir: Path) -> dict[str, Any]:
+    from safetensors.torch import load_file
+
+    state: dict[str, Any] = {}
+    for path in sorted(model_dir.glob("*.safetensors")):
+        state.update(load_file(str(path)))
+    return state
+
+
+def test_a_full_weight_sync_serves_the_actors_weights(replica: Replica) -> None:
+    """What verl sends after every update (every tensor of the policy's stage: the MoE experts
+    and router, every linear layer), with new values, then the checkpoint's again: each time the
+    engine samples with exactly the weights it was sent, its sampled-token log-probs equal
+    transformers' fp32 forward with them on the same tokens. On the CPU this holds only with
+    ``omni_vllm_cpu.compat``'s packing of the new linear and MoE weights (without it the
+    experts were off by 0.09 nats, and a linear layer kept serving its old weights, no error)."""
+    original = {name: t for name, t in _checkpoint_state(replica.model_dir).items() if name.startswith("thinker.")}
+    for sync, scale in enumerate((1.5, 1.0)):  # new weights, then the checkpoint's again
+        state = {name: t * scale if name.startswith("thinker." + LAYERS) else t for name, t in original.items()}
+        update_weights(replica, state)
+        result = replica.generate(f"full-sync-{sync}", temperature=1.0, seed=11)
+        _check_sampled(result)
+        response = list(result.token_ids)
+        assert result.log_probs == pytest.approx(_thinker_logprobs(replica, response, scale), abs=1e-5), sync
+        other = _thinker_logprobs(replica, response, 2.5 - scale)  # the other weights: a test that can fail
+        assert max(abs(a - b) for a, b in zip(result.log_probs, other, strict=True)) > 1e-3

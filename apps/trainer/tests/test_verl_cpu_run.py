@@ -16,19 +16,19 @@ import contextlib
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.slow
-
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from verl_runs import launches, run_and_kill_when  # noqa: E402
+
+pytestmark = pytest.mark.slow
 PEARSON = "training/rollout_actor_probs_pearson_corr"
 LOG_PPL_DIFF = "rollout_corr/log_ppl_diff"
 DISTILL_MIN, DISTILL_MAX = "actor/distillation/loss_min", "actor/distillation/loss_max"
@@ -70,15 +70,6 @@ def logged_steps(run_dir: Path) -> list[int]:
                 if "training/global_step" in record["data"]:
                     steps.append(record["step"])
     return steps
-
-
-def launches(run_dir: Path) -> list[list[dict[str, Any]]]:
-    """Per launch into ``run_dir`` (oldest first), the steps verl's file logger recorded."""
-    runs = []
-    for path in sorted((run_dir / "metrics").glob("verl-*.jsonl")):
-        records = [json.loads(line) for line in path.read_text().splitlines()]
-        runs.append([{"step": r["step"], **r["data"]} for r in records if "training/global_step" in r["data"]])
-    return runs
 
 
 @pytest.fixture(scope="module")
@@ -145,25 +136,14 @@ def test_two_nodes_distil_save_and_resume_after_a_kill(inputs: tuple[str, Path, 
         )
         dropped = ("trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "trainer.total_training_steps=3")
         command = [arg for arg in command if arg not in dropped] + ["trainer.n_gpus_per_node=1", "trainer.total_training_steps=2"]
-        log = (tmp_path / "first.log").open("w")
-        first = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=RUN_ENV)
         latest = run_dir / "latest_checkpointed_iteration.txt"
-        deadline = time.monotonic() + 600
-        try:
-            # Killed once the first checkpoint and step line are written and both replicas hold
-            # step 1's weights.
-            while not (
-                latest.is_file() and latest.read_text().strip() == "1"
-                and {(0, 1), (1, 1)} <= weight_syncs((tmp_path / "first.log").read_text(errors="replace")).keys()
-                and logged_steps(run_dir) == [1]
-            ):
-                assert first.poll() is None, f"the run ended before its first checkpoint:\n{_tail(tmp_path / 'first.log')}"
-                assert time.monotonic() < deadline, "no first checkpoint within 10 minutes"
-                time.sleep(0.5)
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(first.pid, signal.SIGKILL)  # the driver; Ray ends the actors of its job
-            first.wait()
+        # Killed once the first checkpoint and step line are written and both replicas hold
+        # step 1's weights.
+        run_and_kill_when(command, tmp_path / "first.log", env=RUN_ENV, ready=lambda: (
+            latest.is_file() and latest.read_text().strip() == "1"
+            and {(0, 1), (1, 1)} <= weight_syncs((tmp_path / "first.log").read_text(errors="replace")).keys()
+            and logged_steps(run_dir) == [1]
+        ))
         assert (run_dir / "global_step_1" / "actor").is_dir()
         placement = node_of_each_rank(cluster.address)
 
@@ -224,10 +204,6 @@ def node_of_each_rank(address: str) -> dict[str, Any]:
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True).stdout
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     return result
-
-
-def _tail(path: Path, lines: int = 60) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
 def test_a_talker_run_through_omni_local(inputs: tuple[str, Path, Path], tmp_path: Path) -> None:

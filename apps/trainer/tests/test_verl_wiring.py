@@ -314,15 +314,18 @@ def test_verls_abort_wake_and_cache_clearing_run_on_the_driver() -> None:
     asyncio.run(server.wake_up())
     # wake -> scheduling resumes once all is awake (vLLM's engine core does so) -> the cache
     # clearing call on the policy stage, which restores the running state it found.
-    assert omni.names() == ["sleep", "wake_up", "resume_generation", "pause_generation", "resume_generation"]
+    # The frontend's multimodal cache is cleared with every stage cache (a sleep drops theirs).
+    assert omni.names() == ["sleep", "frontend clear_mm_cache", "wake_up", "resume_generation", "pause_generation",
+                            "frontend clear_mm_cache", "resume_generation"]
     assert omni.calls[0][1]["level"] == 1
-    assert omni.calls[3][1] == {"mode": "abort", "clear_cache": True, "stage_ids": [0]}
+    assert omni.calls[4][1] == {"mode": "abort", "clear_cache": True, "stage_ids": [0]}
     assert not omni.paused
 
     omni.calls.clear()
     asyncio.run(server.clear_kv_cache())  # after every weight update
-    assert omni.names() == ["pause_generation", "resume_generation", "reset_mm_cache",
-                            "pause_generation", "resume_generation"]
+    assert omni.names() == ["pause_generation", "frontend clear_mm_cache", "resume_generation",
+                            "frontend clear_mm_cache",
+                            "pause_generation", "frontend clear_mm_cache", "resume_generation"]
     assert not any("no-op" in name for name in omni.names())
     asyncio.run(server.wait_for_requests_to_drain())  # nothing in flight: returns
 

@@ -100,6 +100,31 @@ def test_policy_stage_gets_the_callers_params_reporting_once() -> None:
     assert [o.stage_id for o in outputs] == [0]
 
 
+def retryable_error(stage_id: int = 0) -> Any:
+    """What vLLM's engine core returns for a multimodal cache miss: finished, no tokens, error."""
+    completion = SimpleNamespace(token_ids=[], logprobs=None, finish_reason="error")
+    return SimpleNamespace(stage_id=stage_id, outputs=[completion], finished=True, error=None)
+
+
+def test_a_retryable_engine_error_is_sent_again_with_the_media_and_never_yielded() -> None:
+    """The cache-drift error (no tokens, finish_reason='error') reached verl's agent loop as an
+    empty sample before; the driver sends the request again once, the frontend cache cleared."""
+    answers = iter([[retryable_error()], [output(0, [5, 6])]])
+    driver, omni = make(mode="text", respond=lambda *_: next(answers))
+    outputs = asyncio.run(drain(driver, {"prompt_token_ids": [1, PAD, 2], "multi_modal_data": {"image": ["img"]}},
+                                SamplingParams(max_tokens=4)))
+    assert [o.outputs[0].token_ids for o in outputs] == [[5, 6]]
+    assert omni.names() == ["generate", "frontend clear_mm_cache", "generate"]
+    assert driver.engine_retries == 1
+
+
+def test_a_retryable_engine_error_that_persists_raises() -> None:
+    driver, omni = make(mode="text", respond=lambda *_: [retryable_error()])
+    with pytest.raises(EngineOutputError, match="finish_reason='error' and no tokens 2 times.*not a sample"):
+        asyncio.run(drain(driver, {"prompt_token_ids": [1]}, SamplingParams(max_tokens=4)))
+    assert omni.names() == ["generate", "frontend clear_mm_cache", "generate"]
+
+
 def test_prompt_keys_the_driver_would_drop_are_refused() -> None:
     driver, omni = make()
     with pytest.raises(ValueError, match=r"token prompts only.*\['cache_salt'\]"):
@@ -161,15 +186,19 @@ def test_stage_rpc_goes_to_the_sync_stages_and_raises_on_a_failure() -> None:
 def test_reset_prefix_cache_clears_through_pause_and_restores_the_running_state() -> None:
     driver, omni = make()
     assert asyncio.run(driver.reset_prefix_cache(reset_connector=True)) is True
-    # The clearing call on the policy + weight-sync stages (never AsyncOmni's no-op), then
-    # admission reopens on them, as before the call.
+    # The clearing call on the policy + weight-sync stages (never AsyncOmni's no-op), the
+    # frontend's multimodal cache with them (its next request would otherwise send a hash the
+    # stages forgot), then admission reopens on them, as before the call.
     assert omni.calls == [
         ("pause_generation", {"mode": "abort", "clear_cache": True, "stage_ids": [0, 1]}),
+        ("frontend clear_mm_cache", {}),
         ("resume_generation", {"stage_ids": [0, 1]}),
     ]
     assert not omni.paused
     asyncio.run(driver.reset_encoder_cache())  # AsyncOmni's is a no-op too: same clearing path
-    assert omni.names()[2:] == ["pause_generation", "resume_generation"]
+    assert omni.names()[3:] == ["pause_generation", "frontend clear_mm_cache", "resume_generation"]
+    asyncio.run(driver.reset_mm_cache())  # the frontend's alone (AsyncOmni's clears nothing)
+    assert omni.names()[6:] == ["frontend clear_mm_cache"]
 
 
 def test_reset_prefix_cache_on_a_paused_engine_leaves_it_paused() -> None:
@@ -177,7 +206,7 @@ def test_reset_prefix_cache_on_a_paused_engine_leaves_it_paused() -> None:
     omni.paused = True  # e.g. after verl's abort_all_requests
     omni.request_states["late-fake"] = SimpleNamespace(external_request_id="late")  # aborted, not yet reaped
     asyncio.run(driver.reset_prefix_cache())
-    assert omni.names() == ["pause_generation"] and omni.paused
+    assert omni.names() == ["pause_generation", "frontend clear_mm_cache"] and omni.paused
 
 
 def test_reset_prefix_cache_refuses_to_abort_running_requests() -> None:
@@ -197,7 +226,9 @@ def test_sleep_level_two_is_refused_and_wake_resumes_once_nothing_sleeps() -> No
     asyncio.run(driver.wake_up(tags=["weights"]))
     assert omni.paused  # KV cache still asleep: no scheduling yet
     asyncio.run(driver.wake_up(tags=["kv_cache"]))
-    assert not omni.paused and omni.names() == ["sleep", "wake_up", "wake_up", "resume_generation"]
+    # A sleeping stage drops its multimodal cache: the frontend's goes with it.
+    assert not omni.paused and omni.names() == ["sleep", "frontend clear_mm_cache", "wake_up", "wake_up",
+                                                "resume_generation"]
 
 
 def test_in_flight_table_and_drain() -> None:

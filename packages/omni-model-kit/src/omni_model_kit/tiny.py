@@ -53,19 +53,29 @@ MARKER = "omni_rl_tiny.json"
 class TinySpec:
     """Sizes of a tiny thinker/talker model. The defaults run a GRPO step on a laptop CPU in
     well under a second; with a 4k vocabulary the embeddings no longer dominate the
-    parameters. A family with more sizes (experts, code groups) subclasses it."""
+    parameters. A family with more sizes (experts, code groups) subclasses it.
+
+    Every attention head is :data:`MIN_SERVED_HEAD_DIM` wide: vLLM's CPU attention kernels
+    take no smaller head (``vllm/v1/attention/backends/cpu_attn.py``), and the tiny model must
+    load in vLLM and vLLM-Omni as it does in transformers."""
 
     vocab_size: int = 4096
     text_hidden_size: int = 64
     text_layers: int = 2
-    text_heads: int = 4
-    text_kv_heads: int = 2
+    text_heads: int = 2
+    text_kv_heads: int = 1
     vision_hidden_size: int = 32
     vision_depth: int = 2
     audio_hidden_size: int = 32
     audio_layers: int = 2
     talker_hidden_size: int = 32
+    talker_head_dim: int = 32
     codec_vocab_size: int = 64
+
+
+MIN_SERVED_HEAD_DIM = 32
+"""The smallest head dimension vLLM's CPU attention supports (its list: 32, 64, 80, 96, 112,
+128, 160, 192, 224, 256, 512)."""
 
 
 @dataclass(frozen=True)
@@ -106,9 +116,14 @@ class MediaTokens:
 def mrope(spec: TinySpec, **extra: Any) -> dict[str, Any]:
     """The thinker's rope parameters: 3-D mrope over a quarter and two eighths of the head
     dimension; ``extra`` adds the family's own keys."""
-    head_dim = spec.text_hidden_size // spec.text_heads
-    section = [head_dim // 4, head_dim // 8, head_dim // 8]
-    return {"rope_type": "default", "rope_theta": 1_000_000.0, "mrope_section": section, **extra}
+    return {"rope_type": "default", "rope_theta": 1_000_000.0,
+            "mrope_section": mrope_section(spec.text_hidden_size // spec.text_heads), **extra}
+
+
+def mrope_section(head_dim: int) -> list[int]:
+    """3-D mrope's split of half a head: a quarter of the head for time, an eighth each for
+    height and width."""
+    return [head_dim // 4, head_dim // 8, head_dim // 8]
 
 
 def text_config(spec: TinySpec, vocab_size: int, ids: Mapping[str, int], rope: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
@@ -124,6 +139,7 @@ def text_config(spec: TinySpec, vocab_size: int, ids: Mapping[str, int], rope: M
         "num_key_value_heads": spec.text_kv_heads,
         "max_position_embeddings": 4096,
         "rope_parameters": dict(rope),
+        "tie_word_embeddings": False,  # vLLM reads it from the text config
         "pad_token_id": ids["pad"],
         "eos_token_id": ids["im_end"],
         **extra,
@@ -170,7 +186,7 @@ def talker_decoder(spec: TinySpec) -> dict[str, Any]:
         "num_hidden_layers": 1,
         "num_attention_heads": 2,
         "num_key_value_heads": 1,
-        "head_dim": spec.talker_hidden_size // 2,
+        "head_dim": spec.talker_head_dim,
     }
 
 

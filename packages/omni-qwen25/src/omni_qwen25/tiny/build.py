@@ -21,7 +21,7 @@ from omni_qwen25.tiny.chat_template import CHAT_TEMPLATE
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-BUILDER_VERSION = 1  # bump whenever the written checkpoint changes for the same spec and seed
+BUILDER_VERSION = 2  # bump whenever the written checkpoint changes for the same spec and seed
 FAMILY = "tiny-qwen2.5-omni"
 PATCH_SIZE = 14  # the vision encoder's and the processor's
 TTS_TEXT_ROWS = 3
@@ -77,7 +77,7 @@ def tiny_config(spec: kit.TinySpec, tokenizer: PreTrainedTokenizerBase) -> Any:
         "seconds_per_chunk": 2,
     }
     thinker = {
-        "text_config": kit.text_config(spec, len(tokenizer) + TTS_TEXT_ROWS, ids, rope, tie_word_embeddings=False),
+        "text_config": kit.text_config(spec, len(tokenizer) + TTS_TEXT_ROWS, ids, rope),
         **kit.encoder_configs(
             spec, PATCH_SIZE,
             vision={"window_size": 56, "fullatt_block_indexes": [spec.vision_depth - 1]},
@@ -90,7 +90,7 @@ def tiny_config(spec: kit.TinySpec, tokenizer: PreTrainedTokenizerBase) -> Any:
     talker = {
         **kit.talker_decoder(spec),
         "embedding_size": spec.text_hidden_size,
-        "rope_parameters": {**rope, "mrope_section": [4, 2, 2]},
+        "rope_parameters": {**rope, "mrope_section": kit.mrope_section(spec.talker_head_dim)},
         "tts_text_start_token_id": tts_start,
         "tts_text_end_token_id": tts_end,
         "tts_text_pad_token_id": tts_pad,

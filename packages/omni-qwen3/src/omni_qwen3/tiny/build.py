@@ -23,7 +23,7 @@ from omni_qwen3.tiny.chat_template import CHAT_TEMPLATE
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-BUILDER_VERSION = 1  # bump whenever the written checkpoint changes for the same spec and seed
+BUILDER_VERSION = 2  # bump whenever the written checkpoint changes for the same spec and seed
 FAMILY = "tiny-qwen3-omni"
 PATCH_SIZE = 16  # the vision encoder's and the processor's
 
@@ -84,7 +84,10 @@ def tiny_config(spec: TinySpec, tokenizer: PreTrainedTokenizerBase) -> Any:
         ),
         **kit.encoder_configs(
             spec, PATCH_SIZE,
-            vision={"num_position_embeddings": 256, "deepstack_visual_indexes": [0]},
+            # vLLM sizes the position grid from image_size // patch_size, transformers from
+            # num_position_embeddings: the two agree (16 x 16 patches).
+            vision={"num_position_embeddings": 256, "image_size": 16 * PATCH_SIZE, "apply_vit_abs_pos_embed": True,
+                    "deepstack_visual_indexes": [0]},
             audio={"n_window": 50, "n_window_infer": 800, "downsample_hidden_size": 16},
         ),
         "audio_token_id": ids["audio"],
@@ -105,7 +108,7 @@ def tiny_config(spec: TinySpec, tokenizer: PreTrainedTokenizerBase) -> Any:
             "shared_expert_intermediate_size": talker_hidden,
             "num_experts": 2,
             "num_experts_per_tok": 1,
-            "rope_parameters": {**rope, "mrope_section": [4, 2, 2]},
+            "rope_parameters": {**rope, "mrope_section": kit.mrope_section(spec.talker_head_dim)},
         },
         "code_predictor_config": {**small_decoder, "num_code_groups": spec.code_groups},
         "num_code_groups": spec.code_groups,

@@ -14,6 +14,12 @@ fails when upstream changes it; nothing outside this module and ``driver`` depen
   warning. The one path that clears a stage's prefix, multimodal and encoder caches is
   ``AsyncOmni.pause_generation(clear_cache=True, stage_ids=...)``: it reaches
   ``EngineCore.pause_scheduler``, which runs ``EngineCore._reset_caches`` once the stage is idle.
+- Frontend multimodal cache: :func:`clear_frontend_mm_cache`. vLLM mirrors processed media
+  between the frontend (P0, ``AsyncOmni.input_processor.renderer.mm_processor_cache``) and the
+  engine (P1): a media item P0 has seen is sent as its hash alone. ``AsyncOmni.reset_mm_cache``
+  looks for the cache on the input processor itself (vLLM 0.28 keeps it on its renderer), so
+  it clears nothing; after a stage clears its P1 cache (a cache clear, a sleep), hash-only
+  requests then reach an engine that no longer has the media.
 - Sleep: after ``sleep`` of an AR stage ``AsyncOmni.wake_up`` leaves its admission gate closed
   (vLLM's ``EngineCore.wake_up`` resumes scheduling once fully awake), and ``wake_up`` after
   ``sleep(level=2)`` raises ``NotImplementedError``.
@@ -54,3 +60,19 @@ def rpc_failures(results: Sequence[Any]) -> list[Any]:
 def external_request_id(state: Any) -> str:
     """The id the caller gave ``generate``, from an entry of :func:`request_states`."""
     return str(state.external_request_id)
+
+
+def clear_frontend_mm_cache(omni: Any) -> bool:
+    """Clear ``AsyncOmni``'s frontend (P0) multimodal processor cache with vLLM's own call
+    (``renderer.clear_mm_cache``); ``False`` when the engine keeps no such cache."""
+    processor = getattr(omni, "input_processor", None)
+    renderer = getattr(processor, "renderer", None)
+    if renderer is None:
+        raise TypeError(
+            f"{type(omni).__name__} has no input_processor.renderer; vLLM-Omni changed where its frontend "
+            "multimodal cache lives (see omni_rollout.vllm_omni.compat)."
+        )
+    if renderer.mm_processor_cache is None:
+        return False
+    renderer.clear_mm_cache()
+    return True

