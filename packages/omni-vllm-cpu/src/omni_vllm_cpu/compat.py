@@ -38,7 +38,9 @@ def keep_linear_weights_for_reload() -> None:
     (``dispatch_cpu_unquantized_gemm(layer, remove_weight=True)``,
     ``vllm/model_executor/layers/utils.py``). A later ``load_weights`` (verl's weight sync)
     then has no parameter to load into, and the packed copy would keep serving the old
-    weights. With the weight kept, the reload writes the parameter and verl's second
+    weights (measured: without this work-around the first weight sync of
+    ``tests/gpu/test_vllm_omni_rollout.py`` never returned; killed after 10 minutes). With the
+    weight kept, the reload writes the parameter and verl's second
     ``process_weights_after_loading`` packs the new values. Costs one more copy of the linear
     weights in host memory. Upstream bug: "CPU linear prepacking deletes the weight, so a
     model's weights cannot be reloaded in place (RL weight sync)" (vLLM). CPU only.
