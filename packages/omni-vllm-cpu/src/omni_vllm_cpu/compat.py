@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from importlib.metadata import Distribution, DistributionFinder, PackageNotFoundError, distribution
 from typing import Any
 
+from omni_vllm_cpu.plugin import CPU_BUILD_DISTRIBUTION
+
 _linear_weights_kept = False
 
 
@@ -131,7 +133,6 @@ def prepack_cpu_moe_on_weight_update() -> None:
     _moe_prepacked_on_update = True
 
 
-CPU_BUILD_DISTRIBUTION = "vllm-cpu"
 CPU_BUILD_VERSION_SUFFIX = "+cpu"
 
 
