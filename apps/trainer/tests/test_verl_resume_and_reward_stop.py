@@ -100,6 +100,31 @@ def test_the_watch_stops_a_step_whose_scorer_failed_on_most_samples() -> None:
         watch.check(run_dir="/runs/x")
 
 
+def test_a_step_with_no_sample_left_to_train_stops_with_its_cause() -> None:
+    """Every talker sample of a step masked (each thinker answer cut at its length limit):
+    verl would stop on an empty response mask; the watch names the cause and the way out.
+    One trainable sample is enough to go on."""
+    from omni_trainer.reward_guard import NothingToTrainError
+
+    cut = {"reward_ok": 1.0, "reward_error": 0.0, "reward_timeout": 0.0, "source_truncated": True}
+    spoken = {**cut, "source_truncated": False}
+    tallies: dict[int, StepTally] = {}
+    for info in (cut, cut, cut, spoken):
+        count_sample(tallies, 1, info)
+    for info in (cut, cut, cut):
+        count_sample(tallies, 2, info)
+    assert (tallies[1].masked, tallies[2].masked) == (3, 3)
+    watch = StepFailureWatch(samples_per_step=4, max_error_rate=0.5)
+    watch.add(tallies)
+    watch.check()  # step 2 is not complete yet
+    last: dict[int, StepTally] = {}
+    count_sample(last, 2, cut)  # from another worker
+    watch.add(last)
+    with pytest.raises(NothingToTrainError, match=r"step 2: all 4 speech samples .* cut at its length limit"):
+        watch.check()
+    assert 1 not in watch.tallies  # step 1 passed: one sample trains
+
+
 def test_our_workers_tally_training_samples_and_the_step_stops_before_its_update(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

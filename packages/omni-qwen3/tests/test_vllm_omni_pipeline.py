@@ -13,7 +13,7 @@ import pytest
 
 from omni_contracts import RegistrationError
 from omni_qwen3.rollout_adapter import Qwen3OmniRolloutAdapter
-from omni_qwen3.vllm_pipeline import TALKER_RL_PIPELINE, THINKER_TALKER_PIPELINE, register_pipelines
+from omni_qwen3.vllm_pipeline import TALKER_PLACEHOLDERS, TALKER_RL_PIPELINE, THINKER_TALKER_PIPELINE, register_pipelines
 
 pytest.importorskip("vllm_omni", reason="needs the gpu extra (uv sync --extra distributed --extra gpu)")
 
@@ -34,9 +34,11 @@ def test_thinker_talker_registers_a_two_stage_pipeline_without_code2wav() -> Non
     thinker, talker = pipeline.stages
     up_thinker, up_talker, _ = upstream.QWEN3_OMNI_PIPELINE.stages
     # The thinker is upstream's; the talker is upstream's made final, with no hand-off
-    # to code2wav. Everything else (input processors, constraints) is unchanged.
+    # to code2wav, and its placeholders sized for the checkpoint's role ids. Everything else
+    # (constraints, the other input processors) is unchanged.
     assert thinker == up_thinker
     assert (talker.final_output, talker.final_output_type) == (True, "latent")
+    assert talker.sync_process_input_func == TALKER_PLACEHOLDERS
     assert talker.custom_process_next_stage_input_func is None
     assert talker.async_chunk_process_next_stage_input_func is None
     assert dataclasses.replace(
@@ -45,6 +47,7 @@ def test_thinker_talker_registers_a_two_stage_pipeline_without_code2wav() -> Non
         custom_process_next_stage_input_func=up_talker.custom_process_next_stage_input_func,
         async_chunk_process_next_stage_input_func=(
             up_talker.async_chunk_process_next_stage_input_func),
+        sync_process_input_func=up_talker.sync_process_input_func,
     ) == up_talker
     assert pipeline.model_arch == upstream.QWEN3_OMNI_PIPELINE.model_arch
 
@@ -63,8 +66,10 @@ def test_talker_rl_registers_three_stages_with_the_talker_final_too() -> None:
     assert (thinker, code2wav) == (up_thinker, up_code2wav)
     # The talker is upstream's, hand-off to code2wav included, and reports to the client.
     assert (talker.final_output, talker.final_output_type) == (True, "latent")
+    assert talker.sync_process_input_func == TALKER_PLACEHOLDERS
     assert dataclasses.replace(talker, final_output=up_talker.final_output,
-                               final_output_type=up_talker.final_output_type) == up_talker
+                               final_output_type=up_talker.final_output_type,
+                               sync_process_input_func=up_talker.sync_process_input_func) == up_talker
 
 
 def test_registration_is_idempotent_and_never_clobbers(monkeypatch: pytest.MonkeyPatch) -> None:

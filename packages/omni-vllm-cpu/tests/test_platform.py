@@ -38,12 +38,15 @@ def test_vllm_omni_resolves_the_cpu_platform_and_its_workers() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     platform, runner_mro, worker_mro = done.stdout.strip().splitlines()[-3:]
     assert platform.split() == ["CpuOmniPlatform", "cpu", "gloo", "cpu", "True"]
-    assert runner_mro.split()[:2] == ["CpuARModelRunner", "GPUARModelRunner"]
-    from omni_vllm_cpu.workers import CpuARModelRunner
+    assert runner_mro.split()[:3] == ["CpuARModelRunner", "_EagerTalkerMtp", "GPUARModelRunner"]
+    from omni_vllm_cpu.workers import CpuARModelRunner, CpuGenerationModelRunner
 
-    # vLLM-Omni's hooks first, then vLLM's CPU runner's overrides, then vLLM's shared runner.
-    mro = [c.__name__ for c in CpuARModelRunner.__mro__]
-    assert mro.index("OmniGPUModelRunner") < mro.index("CPUModelRunner") < mro.index("GPUModelRunner")
+    # vLLM-Omni's hooks first, then vLLM's CPU runner's overrides, then vLLM's shared runner; both
+    # runners size their talker-MTP buffers with the eager capture size (code2wav's runs it too).
+    for runner in (CpuARModelRunner, CpuGenerationModelRunner):
+        mro = [c.__name__ for c in runner.__mro__]
+        assert mro.index("_EagerTalkerMtp") < mro.index("OmniGPUModelRunner") < mro.index("CPUModelRunner")
+        assert mro.index("CPUModelRunner") < mro.index("GPUModelRunner")
     assert worker_mro.split()[:4] == ["CpuGenerationWorker", "_CpuStageWorker", "OmniWorkerMixin", "CPUWorker"]
 
 

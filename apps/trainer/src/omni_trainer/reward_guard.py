@@ -29,6 +29,16 @@ class RewardFailureError(RuntimeError):
     """A training step's scorer failed on more than ``reward.max_error_rate`` of its samples."""
 
 
+class NothingToTrainError(RuntimeError):
+    """Every sample of a training step was kept out of training (a speech sample whose spoken
+    text was cut at its length limit: ``source_truncated``)."""
+
+
+MASKED_FLAG = "source_truncated"
+"""The ``reward_extra_info`` flag of a sample kept out of training (see
+``omni_trainer.engines.verl.speech_sample.SOURCE_TRUNCATED``)."""
+
+
 def check_reward_failures(
     step: int, failed: int, total: int, max_error_rate: float, examples: Sequence[str] = (), *, run_dir: str = ""
 ) -> None:
@@ -58,6 +68,8 @@ class StepTally:
 
     failed: int = 0
     total: int = 0
+    masked: int = 0
+    """Samples kept out of training (:data:`MASKED_FLAG`)."""
 
 
 def count_sample(tallies: dict[int, StepTally], step: int, reward_info: Mapping[str, Any]) -> None:
@@ -69,6 +81,7 @@ def count_sample(tallies: dict[int, StepTally], step: int, reward_info: Mapping[
     tally = tallies.setdefault(step, StepTally())
     tally.total += 1
     tally.failed += any(float(reward_info.get(f"reward_{status}", 0.0)) for status in FAILED_STATUSES)
+    tally.masked += bool(reward_info.get(MASKED_FLAG, False))
 
 
 class StepFailureWatch:
@@ -89,12 +102,15 @@ class StepFailureWatch:
             merged = self.tallies.setdefault(step, StepTally())
             merged.failed += tally.failed
             merged.total += tally.total
+            merged.masked += tally.masked
 
     def check(self, run_dir: str = "") -> None:
         """Check every step whose samples are all in, or whose failures already exceed the rate.
 
         Raises:
             RewardFailureError: such a step's failed share exceeds ``max_error_rate``.
+            NothingToTrainError: every sample of a complete step was kept out of training (verl
+                would stop on an empty response mask, naming none of this).
         """
         for step in sorted(self.tallies):
             tally = self.tallies[step]
@@ -105,5 +121,13 @@ class StepFailureWatch:
                 step, tally.failed, tally.total if complete else self.samples_per_step, self.max_error_rate,
                 run_dir=run_dir,
             )
+            if complete and tally.masked >= tally.total:
+                raise NothingToTrainError(
+                    f"step {step}: all {tally.total} speech samples were kept out of training: the text each spoke "
+                    "was cut at its length limit (vLLM-Omni's thinker answers within its deploy max_tokens, 2048, "
+                    "and the rollout's max_model_len), and vLLM-Omni conditions the talker one text row short of "
+                    "such an answer. Ask for shorter answers (the prompts), or raise "
+                    "actor_rollout_ref.rollout.max_model_len."
+                )
             if complete:
                 del self.tallies[step]

@@ -175,6 +175,14 @@ class RolloutAdapter(abc.ABC):
             )
         return text_mask
 
+    def engine_prompt_information(self, mode: str, model_config: Any) -> dict[str, Any]:
+        """What every engine prompt of ``mode`` carries as vLLM-Omni's
+        ``additional_information``, which the engine hands to its later stages' input
+        processors (``model_config``: the checkpoint's HF config). Called once by the
+        vLLM-Omni server at start-up; the default carries nothing."""
+        self.check_mode(mode)
+        return {}
+
     def prepare_engine_prompt(
         self,
         prompt_ids: Sequence[int],

@@ -31,6 +31,7 @@ from omni_model_kit.rollout_adapter import (
     vllm_omni_installed,
 )
 
+from omni_qwen3.vllm_stage_inputs import ROLE_IDS_KEY, role_token_ids
 from omni_qwen3.vllm_pipeline import (
     TALKER_RL_PIPELINE,
     THINKER_TALKER_PIPELINE,
@@ -128,6 +129,14 @@ class Qwen3OmniRolloutAdapter(OmniRolloutAdapter):
         if mode != TALKER_MODE:
             return text_mask
         return LogitMask(model_config.talker_config.text_config.vocab_size, tuple(suppressed_codec_ids(model_config)))
+
+    def engine_prompt_information(self, mode: str, model_config: Any) -> dict[str, Any]:
+        """The modes omni_qwen3's pipelines run (``thinker_talker``, ``talker``): the
+        checkpoint's role ids, which size the talker's prompt (:mod:`omni_qwen3.vllm_stage_inputs`)."""
+        self.check_mode(mode)
+        if mode not in ("thinker_talker", TALKER_MODE):
+            return {}
+        return {ROLE_IDS_KEY: role_token_ids(model_config)}
 
     def combine_engine_outputs(self, outputs: Sequence[StageOutput], mode: str) -> tuple[StageOutput, ...]:
         """Mode ``talker`` keeps every final stage: the thinker text the talker spoke, the

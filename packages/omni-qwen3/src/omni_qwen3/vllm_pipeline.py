@@ -9,7 +9,8 @@ pipeline instead, registered through vLLM-Omni's out-of-tree hook ``register_pip
 
 The 2-stage pipeline is derived from the upstream 3-stage one, so the thinker and talker
 keep upstream's stage settings (input processors, sampling constraints, hf_config_name);
-only the talker changes: it becomes a final stage (output type ``"latent"``, the label
+only the talker changes: its prompt placeholders are sized for the checkpoint's role ids
+(:mod:`omni_qwen3.vllm_stage_inputs`), and it becomes a final stage (output type ``"latent"``, the label
 vLLM-Omni uses for non-text, non-media payloads) with no next-stage hand-off. Rollout mode
 ``talker`` (the talker trained) gets a third, ``qwen3_omni_moe_talker_rl``: all three stages,
 the talker final too, so its codes and log-probs reach the client along with the waveform.
@@ -36,6 +37,10 @@ TALKER_RL_PIPELINE = "qwen3_omni_moe_talker_rl"
 
 TALKER_FINAL_OUTPUT_TYPE = "latent"
 
+TALKER_PLACEHOLDERS = "omni_qwen3.vllm_stage_inputs.thinker2talker_token_only"
+"""The talker's ``sync_process_input_func`` in both pipelines: upstream's, sized for the
+checkpoint's role ids (see :mod:`omni_qwen3.vllm_stage_inputs`)."""
+
 
 def _upstream_stages() -> tuple[PipelineConfig, Any, Any, Any]:
     """vLLM-Omni's 3-stage pipeline and its thinker, talker and code2wav stages.
@@ -58,10 +63,12 @@ def _upstream_stages() -> tuple[PipelineConfig, Any, Any, Any]:
         or talker.model_stage != "talker"
         or tuple(talker.input_sources) != (0,)
         or tuple(code2wav.input_sources) != (1,)
+        or not str(talker.sync_process_input_func).endswith(".qwen3_omni.thinker2talker_token_only")
     ):
         raise RegistrationError(
             f"vLLM-Omni's {source.model_type!r} pipeline no longer has thinker (stage 0) -> "
-            f"talker (stage 1) -> code2wav (stage 2); got {[(s.stage_id, s.model_stage) for s in source.stages]}. "
+            f"talker (stage 1, placeholders from thinker2talker_token_only) -> code2wav (stage 2); got "
+            f"{[(s.stage_id, s.model_stage, s.sync_process_input_func) for s in source.stages]}. "
             "Update omni_qwen3.vllm_pipeline for this vLLM-Omni version."
         )
     return source, thinker, talker, code2wav
@@ -78,6 +85,7 @@ def thinker_talker_pipeline() -> PipelineConfig:
         talker,
         final_output=True,
         final_output_type=TALKER_FINAL_OUTPUT_TYPE,
+        sync_process_input_func=TALKER_PLACEHOLDERS,
         custom_process_next_stage_input_func=None,
         async_chunk_process_next_stage_input_func=None,
     )
@@ -100,7 +108,9 @@ def talker_rl_pipeline() -> PipelineConfig:
         RegistrationError: see :func:`_upstream_stages`.
     """
     source, thinker, talker, code2wav = _upstream_stages()
-    final_talker = dataclasses.replace(talker, final_output=True, final_output_type=TALKER_FINAL_OUTPUT_TYPE)
+    final_talker = dataclasses.replace(
+        talker, final_output=True, final_output_type=TALKER_FINAL_OUTPUT_TYPE, sync_process_input_func=TALKER_PLACEHOLDERS
+    )
     return dataclasses.replace(
         source, model_type=TALKER_RL_PIPELINE, stages=(thinker, final_talker, code2wav),
         default_deploy_config_name=None,

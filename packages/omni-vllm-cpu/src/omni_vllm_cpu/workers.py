@@ -23,15 +23,21 @@ from vllm_omni.worker.mixins import OmniWorkerMixin
 from omni_vllm_cpu import compat
 
 
-class CpuARModelRunner(GPUARModelRunner, CPUModelRunner):
-    """vLLM-Omni's autoregressive runner (thinker, talker) on vLLM's CPU runner."""
+class _EagerTalkerMtp:
+    """Both of vLLM-Omni's runners size talker-MTP buffers in ``load_model``, every stage's."""
+
+    compilation_config: Any
 
     def _init_talker_mtp(self) -> None:
         compat.set_eager_cudagraph_capture_size(self.compilation_config)
-        super()._init_talker_mtp()
+        super()._init_talker_mtp()  # type: ignore[misc]
 
 
-class CpuGenerationModelRunner(GPUGenerationModelRunner, CPUModelRunner):
+class CpuARModelRunner(_EagerTalkerMtp, GPUARModelRunner, CPUModelRunner):
+    """vLLM-Omni's autoregressive runner (thinker, talker) on vLLM's CPU runner."""
+
+
+class CpuGenerationModelRunner(_EagerTalkerMtp, GPUGenerationModelRunner, CPUModelRunner):
     """vLLM-Omni's non-autoregressive runner (code2wav) on vLLM's CPU runner."""
 
 

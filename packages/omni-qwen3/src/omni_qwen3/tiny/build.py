@@ -23,9 +23,18 @@ from omni_qwen3.tiny.chat_template import CHAT_TEMPLATE
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-BUILDER_VERSION = 2  # bump whenever the written checkpoint changes for the same spec and seed
+BUILDER_VERSION = 3  # bump whenever the written checkpoint changes for the same spec and seed
 FAMILY = "tiny-qwen3-omni"
 PATCH_SIZE = 16  # the vision encoder's and the processor's
+CONTROL_BAND = 1024
+"""The talker's ids past the codebook, as in the released checkpoint (codebook 2048, vocabulary
+3072). vLLM-Omni bans the last 1024 ids of the talker's vocabulary but codec EOS
+(``Qwen3OmniMoeForConditionalGeneration._get_talker_suppressed_tokens``); a smaller band would
+index before the vocabulary, and a larger one would let the talker emit ids code2wav has no
+code for."""
+CONTROL_OFFSETS = {"codec_pad_id": 100, "codec_bos_id": 101, "codec_eos_token_id": 102,
+                   "codec_nothink_id": 107, "codec_think_bos_id": 108, "codec_think_eos_id": 109}
+"""Where the control ids sit past the codebook, as in the released checkpoint."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,15 @@ class TinySpec(kit.TinySpec):
     experts_per_token: int = 2
     moe_intermediate_size: int = 64
     code_groups: int = 4
+
+
+SERVED_TALKER_SPEC = TinySpec(text_layers=25, code_groups=16, codec_vocab_size=2048)
+"""The sizes vLLM-Omni 0.28's thinker -> talker -> code2wav pipeline takes as fixed, for the
+tests that run the talker on the real engine. The hand-off processors
+(``stage_input_processors/qwen3_omni.py``) read the thinker's hidden state at layer 24 (the
+released ``accept_hidden_layer``) and take codes at or past 2048 for control ids; code2wav's
+stage reshapes codes into 16 groups (``qwen3_omni.py``). 25 thinker layers, a 2048-code
+codebook and 16 code groups meet all three; the default spec stays small for everything else."""
 
 
 def build_tiny_qwen3_omni(
@@ -98,12 +116,13 @@ def tiny_config(spec: TinySpec, tokenizer: PreTrainedTokenizerBase) -> Any:
         "user_token_id": ids["user"],
         "position_id_per_seconds": 13,
     }
-    codec = spec.codec_vocab_size
+    codebook = spec.codec_vocab_size
     talker_hidden = spec.talker_hidden_size
     small_decoder = kit.talker_decoder(spec)
     talker = {
         "text_config": {
             **small_decoder,
+            "vocab_size": codebook + CONTROL_BAND,
             "moe_intermediate_size": talker_hidden,
             "shared_expert_intermediate_size": talker_hidden,
             "num_experts": 2,
@@ -114,12 +133,7 @@ def tiny_config(spec: TinySpec, tokenizer: PreTrainedTokenizerBase) -> Any:
         "num_code_groups": spec.code_groups,
         "thinker_hidden_size": spec.text_hidden_size,
         "accept_hidden_layer": spec.text_layers - 1,
-        "codec_pad_id": codec - 6,
-        "codec_bos_id": codec - 5,
-        "codec_eos_token_id": codec - 4,
-        "codec_nothink_id": codec - 3,
-        "codec_think_bos_id": codec - 2,
-        "codec_think_eos_id": codec - 1,
+        **{name: codebook + offset for name, offset in CONTROL_OFFSETS.items()},
         "audio_token_id": ids["audio"],
         "image_token_id": ids["image"],
         "video_token_id": ids["video"],
@@ -129,7 +143,7 @@ def tiny_config(spec: TinySpec, tokenizer: PreTrainedTokenizerBase) -> Any:
         "spatial_merge_size": 2,
     }
     code2wav = {
-        "codebook_size": codec,
+        "codebook_size": codebook,
         "hidden_size": talker_hidden,
         "num_attention_heads": 2,
         "num_key_value_heads": 2,

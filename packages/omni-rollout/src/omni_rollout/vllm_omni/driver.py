@@ -103,11 +103,14 @@ class VllmOmniDriver:
         *,
         dedup_pad_tokens: DedupPadTokens | None = None,
         keep_stage_outputs: bool = False,
+        prompt_information: Mapping[str, Any] | None = None,
     ) -> None:
         self.omni = omni
         self.adapter = adapter
         self.mode = mode
         self.dedup_pad_tokens = dedup_pad_tokens
+        self.prompt_information = dict(prompt_information or {})
+        """``additional_information`` of every request (the adapter's ``engine_prompt_information``)."""
         self.keep_stage_outputs = keep_stage_outputs
         self._stage_outputs: dict[str, dict[int, Any]] = {}
         self.policy_stage = adapter.policy_stage_id(mode)
@@ -129,7 +132,7 @@ class VllmOmniDriver:
         """The engine prompt: the adapter's, from pad-deduplicated ids (see ``prompts``)."""
         return build_engine_prompt(
             self.adapter, prompt_ids, multi_modal_data or None, mm_processor_kwargs,
-            dedup_pad_tokens=self.dedup_pad_tokens,
+            dedup_pad_tokens=self.dedup_pad_tokens, information=self.prompt_information,
         )
 
     def stage_params(self, policy_params: Any) -> list[Any]:

@@ -33,11 +33,14 @@ def build_engine_prompt(
     mm_processor_kwargs: Mapping[str, Any] | None = None,
     *,
     dedup_pad_tokens: DedupPadTokens | None = None,
+    information: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The prompt dict handed to vLLM-Omni for one request.
 
     The default prompt is ``{"prompt_token_ids": [...]}`` plus ``multi_modal_data`` and
-    ``mm_processor_kwargs`` when given (non-empty / non-None).
+    ``mm_processor_kwargs`` when given (non-empty / non-None). ``information`` (the adapter's
+    :meth:`~omni_contracts.RolloutAdapter.engine_prompt_information`) is added to the
+    prompt's ``additional_information``, the adapter's custom prompt's too.
 
     Raises:
         SchemaError: the prompt is empty, or the adapter's custom prompt drops or changes
@@ -58,11 +61,17 @@ def build_engine_prompt(
                 "engine needs one of them."
             )
         check_engine_prompt(custom, mm_processor_kwargs)
-        return dict(custom)
+        return _with_information(dict(custom), information)
 
     prompt: dict[str, Any] = {"prompt_token_ids": ids}
     if multi_modal_data:
         prompt["multi_modal_data"] = dict(multi_modal_data)
     if mm_processor_kwargs is not None:
         prompt["mm_processor_kwargs"] = dict(mm_processor_kwargs)
+    return _with_information(prompt, information)
+
+
+def _with_information(prompt: dict[str, Any], information: Mapping[str, Any] | None) -> dict[str, Any]:
+    if information:
+        prompt["additional_information"] = {**prompt.get("additional_information", {}), **information}
     return prompt

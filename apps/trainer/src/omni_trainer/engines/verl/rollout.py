@@ -162,6 +162,7 @@ class VllmOmniHttpServer(vLLMHttpServer):
         driver = VllmOmniDriver(
             start_async_omni(self.model_config.local_path, str(path)), self.rollout_adapter, self.mode,
             dedup_pad_tokens=dedup_function(self.processor), keep_stage_outputs=bool(self.field_specs),
+            prompt_information=self.rollout_adapter.engine_prompt_information(self.mode, self.model_config.hf_config),
         )
         self.engine = driver  # type: ignore[assignment]  # verl types it as vLLM's AsyncLLM
         await driver.reset_mm_cache()

@@ -332,6 +332,13 @@ def speech_problems(config: Config) -> list[str]:
             "actor_rollout_ref.model.stage=talker reads per-row fields, which packed rows cannot carry; set "
             "actor_rollout_ref.model.use_remove_padding=false"
         )
+    served = cpu_rollout_name(config) if config.trainer.device == "cpu" else rollout.name
+    if served == ROLLOUT_NAME and rollout.dtype not in (None, *TALKER_ROLLOUT_DTYPES):
+        problems.append(
+            f"actor_rollout_ref.model.stage=talker: actor_rollout_ref.rollout.dtype={rollout.dtype}, but vLLM-Omni builds "
+            "the talker's prefill in bfloat16 whatever the engine's dtype (its Qwen3-Omni talker_preprocess_prefill), "
+            "and any other dtype stops the talker at its first request; leave it unset (bfloat16)"
+        )
     if config.data.spoken_text != "thinker":
         problems.append(
             "actor_rollout_ref.model.stage=talker speaks vLLM-Omni's thinker's own answer on the verl engine "
@@ -574,7 +581,7 @@ FP32_MIXED_PRECISION = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_d
 def cpu_values(config: Config, env_vars: dict[str, str]) -> dict[str, Any]:
     """What ``trainer.device=cpu`` changes: verl's CPU platform in every process, the
     ``omni_local`` rollout, fp32 throughout (the CPU has no fast bf16; the run is the local
-    engine's numerics), one agent-loop and one reward worker (each is a process), and on a
+    engine's numerics) but for vLLM-Omni's talker (bf16 only, :data:`TALKER_ROLLOUT_DTYPES`), one agent-loop and one reward worker (each is a process), and on a
     local Ray one logical rank slot per rank (:mod:`cpu_platform`)."""
     trainer, ray_init, rollout = config.trainer, config.ray_kwargs.ray_init, config.actor_rollout_ref.rollout
     actor_dtype = config.actor_rollout_ref.actor.fsdp_config.model_dtype or "fp32"
@@ -582,7 +589,10 @@ def cpu_values(config: Config, env_vars: dict[str, str]) -> dict[str, Any]:
     values: dict[str, Any] = {
         "trainer.device": "cpu",
         "actor_rollout_ref.rollout.name": rollout_name,
-        "actor_rollout_ref.rollout.dtype": rollout.dtype or TORCH_DTYPE_NAMES.get(actor_dtype, actor_dtype),
+        "actor_rollout_ref.rollout.dtype": rollout.dtype or (
+            TALKER_ROLLOUT_DTYPES[0] if rollout_name == ROLLOUT_NAME and config.actor_rollout_ref.model.stage == "talker"
+            else TORCH_DTYPE_NAMES.get(actor_dtype, actor_dtype)
+        ),
         # One process per replica: the GPU recipes' tensor parallelism does not apply.
         "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,
         "actor_rollout_ref.actor.fsdp_config.model_dtype": actor_dtype,
@@ -627,6 +637,9 @@ def cpu_values(config: Config, env_vars: dict[str, str]) -> dict[str, Any]:
     return values
 
 
+TALKER_ROLLOUT_DTYPES = ("bfloat16", "bf16")
+"""The rollout dtypes vLLM-Omni's Qwen3-Omni talker runs in (its prefill is bfloat16 whatever the
+engine's dtype, ``qwen3_omni.py`` ``talker_preprocess_prefill``); a CPU talker run defaults to it."""
 CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 CPU_KV_CACHE_GIB = 1
 TORCH_DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
