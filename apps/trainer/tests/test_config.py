@@ -153,3 +153,11 @@ def test_verls_spellings_fold_into_ours() -> None:
     with pytest.raises(ConfigError, match=r"actor_rollout_ref.actor.optim.clip_grad=0.5 contradicts "
                                           r"actor_rollout_ref.actor.grad_clip=2.0; set one of them"):
         load_config(["actor_rollout_ref.actor.optim.clip_grad=0.5", "actor_rollout_ref.actor.grad_clip=2.0"])
+
+
+def test_a_non_finite_float_key_is_refused() -> None:
+    """NaN or infinity in a float key made every step's loss or weight non-finite, silently."""
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref.actor.optim.lr=inf is not a finite number"):
+        load_config(["actor_rollout_ref.actor.optim.lr=inf"])
+    with pytest.raises(ConfigError, match=r"algorithm.kl_ctrl.kl_coef=nan is not a finite number"):
+        load_config(["trainer.engine=verl", "algorithm.kl_ctrl.kl_coef=nan"])

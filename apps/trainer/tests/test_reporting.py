@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from omni_trainer.reporting import step_line
+from omni_trainer.reporting import step_line, trend_line
 
 STEP = {"critic/score/mean": 0.5, "critic/acc/mean": 0.25, "actor/grad_norm": 0.125, "timing_s/step": 1.5}
 
@@ -21,3 +21,10 @@ def test_the_step_line_shows_pearson_or_why_there_is_none() -> None:
     verl_row = {**STEP, "training/rollout_actor_probs_pearson_corr": float("nan")}  # no token count to tell why
     assert "| pearson n/a |" in step_line(3, 10, verl_row)
     assert "nan" not in step_line(3, 10, flat)
+
+
+def test_the_summary_trend_names_the_steps_it_averages() -> None:
+    """A 3-step run's summary said "first 5 steps ... last 5 steps"."""
+    assert trend_line("mean reward", [0.1, 0.25, 0.5]) == "mean reward by step: 0.100, 0.250, 0.500"
+    assert trend_line("mean reward", []) == "mean reward: no step recorded one"
+    assert trend_line("mean reward", [0.0] * 5 + [1.0] * 5) == "mean reward: first 5 steps 0.000 -> last 5 steps 1.000"

@@ -387,7 +387,9 @@ def test_fully_async_rollout_streams_samples_within_its_staleness_bound(
     assert abs(steps[0]["actor/ppo_kl"]) < 1e-5 and steps[0]["actor/pg_clipfrac"] == 0, steps[0]
     assert [row["async/staleness_max"] for row in steps] == [0, 1, 1]
     for row in steps[1:]:
-        assert abs(row["actor/ppo_kl"]) > 1e-4, (row["step"], row["actor/ppo_kl"])
+        # Moved past on-policy noise: the KL estimate (a signed mean: it measured 5.7e-5 on one CI
+        # run, 1e-4 elsewhere) or sequences outside GSPO's clip band, which on-policy has none of.
+        assert abs(row["actor/ppo_kl"]) > 1e-5 or row["actor/pg_clipfrac"] > 0, row
     # The histogram, responses trained so far at each lag (two a prompt), up to the bound.
     assert {k: v for k, v in steps[-1].items() if k.startswith("async/staleness_") and k[-1].isdigit()} == {
         "async/staleness_0": 4, "async/staleness_1": 8, "async/staleness_2": 0}

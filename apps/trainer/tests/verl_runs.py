@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -45,3 +46,21 @@ def run_and_kill_when(
 
 def tail(path: Path, lines: int = 60) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def vllm_omni_run(model: Path, train: Path, run_dir: Path, *extra: str, steps: int = 3, response_length: int = 4) -> list[str]:
+    """The ``trainer`` command of a verl run on the CPU with vLLM-Omni (``extra``: more
+    overrides): batches of two rows, two samples each, large never-zero updates (Adam moves
+    every weight by about lr; the entropy bonus), so a rollout left on older weights would be
+    far off the actor."""
+    return [
+        sys.executable, "-m", "omni_trainer.cli",
+        "trainer.engine=verl", "trainer.device=cpu", "trainer.n_gpus_per_node=1",
+        "actor_rollout_ref.rollout.name=vllm_omni",
+        f"actor_rollout_ref.model.path={model}", f"data.train_files=[{train}]", "data.shuffle=false",
+        "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.rollout.n=2",
+        f"data.max_response_length={response_length}", "actor_rollout_ref.actor.optim.lr=3e-2",
+        "actor_rollout_ref.actor.entropy_coeff=0.01", f"trainer.total_training_steps={steps}",
+        "trainer.val_before_train=false", f"trainer.default_local_dir={run_dir}", *extra,
+    ]

@@ -206,8 +206,9 @@ def test_missing_columns_and_files_are_input_errors(tmp_path: Path, fake_process
     import pyarrow.parquet as pq
 
     pq.write_table(pa.table({"prompt": ["x"]}), tmp_path / "p.parquet")
-    with pytest.raises(InputFormatError, match=r"lacks required column\(s\) \['data_source', 'ability'"):
+    with pytest.raises(InputFormatError, match=r"lacks required column\(s\) \['data_source', 'ability'") as raised:
         RLDataset(tmp_path / "p.parquet", fake_processor)
+    assert "`uv run trainer convert <dataset>" in str(raised.value)  # the README's command
     with pytest.raises(InputFormatError, match=r"RL parquet file .*nope.parquet does not exist"):
         RLDataset(tmp_path / "nope.parquet", fake_processor)
 

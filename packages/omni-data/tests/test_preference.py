@@ -237,8 +237,10 @@ def test_skip_mode_counts_every_reason(tmp_path: Path, media_dir: Path, fake_pro
 def test_missing_preference_columns_fail_naming_the_file(tmp_path: Path, fake_processor: Any) -> None:
     row = {k: v for k, v in pair().items() if k != "rejected"}
     path = write_rl_parquet([row], tmp_path / "rl.parquet")
-    with pytest.raises(InputFormatError, match=rf"{path} lacks preference column\(s\) \['rejected'\]"):
+    with pytest.raises(InputFormatError, match=rf"{path} lacks preference column\(s\) \['rejected'\]") as raised:
         PreferenceDataset(path, fake_processor)
+    # The command the README gives (it named `python -m omni_data.convert`, which users never run).
+    assert "`uv run trainer convert omni_preference --input DIR --output-dir DIR`" in str(raised.value)
 
 
 def test_modalities_need_no_encoding(tmp_path: Path, media_dir: Path, fake_processor: Any) -> None:

@@ -79,10 +79,15 @@ def test_a_ctrl_c_while_a_worker_is_created_arrives_once_it_exists() -> None:
 
     from omni_rewards.pool import sigint_deferred
 
-    reached_the_end = False
-    with pytest.raises(KeyboardInterrupt):
-        with sigint_deferred():
-            signal.raise_signal(signal.SIGINT)
-            reached_the_end = True  # the interrupt waits for the block to finish
-    assert reached_the_end
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is restored
+    # Python's own handler, whatever an earlier test's imports left (a CI run found another).
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        reached_the_end = False
+        with pytest.raises(KeyboardInterrupt):
+            with sigint_deferred():
+                signal.raise_signal(signal.SIGINT)
+                reached_the_end = True  # the interrupt waits for the block to finish
+        assert reached_the_end
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is restored
+    finally:
+        signal.signal(signal.SIGINT, outer)

@@ -52,10 +52,18 @@ def test_weights_and_metrics_equal_verls(
         assert math.isclose(ours.metrics[key], float(value), rel_tol=1e-6, abs_tol=1e-6), (key, ours.metrics[key], value)
 
 
-@pytest.mark.parametrize("spec", [True, "", "a_b", "5.0_0.5", 0, -1.0, "0_2"])
+@pytest.mark.parametrize("spec", [True, "", "a_b", "5.0_0.5", 0, -1.0, "0_2", "nan", float("nan"), "inf", "0.5_nan"])
 def test_a_bad_threshold_is_refused_by_value(spec: object) -> None:
     with pytest.raises(ValueError, match="rollout_is_threshold="):
         Threshold.parse(spec)  # type: ignore[arg-type]
+
+
+def test_a_given_threshold_is_checked_even_without_importance_sampling() -> None:
+    """``rollout_is_threshold=nan`` alone was accepted on both engines and every step's loss was NaN."""
+    from omni_training.rollout_correction import CorrectionSettings
+
+    with pytest.raises(ValueError, match="finite bounds"):
+        CorrectionSettings(rollout_is=None, rollout_is_threshold="nan")
 
 
 def test_an_unknown_level_and_an_empty_batch_are_refused() -> None:

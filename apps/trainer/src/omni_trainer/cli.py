@@ -124,7 +124,13 @@ def _check_and_train(args: argparse.Namespace, stop: StopRequest) -> int:
         builtin_task.register_scorer()  # its rows may come as files too (omni_trainer.builtin_files)
         if config.trainer.engine == "verl":
             from omni_trainer.builtin_files import use_builtin_files
+            from omni_trainer.engines.verl.settings import adopt_external_modules
 
+            try:
+                for note in adopt_external_modules():  # before the pre-flight imports verl
+                    print(f"note: {note}", file=sys.stderr)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from exc
             use_builtin_files(config)  # verl reads files: the embedded default's, written once
         run = resolve_run(config)  # the config is final: its files are read once, here
         warnings = preflight(run)  # before any model, tokenizer or dataset loads

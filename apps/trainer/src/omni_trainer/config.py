@@ -10,10 +10,13 @@ unset; the local engine honours or refuses each (``omni_trainer.verl_keys``).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import math
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -779,11 +782,33 @@ def load_config(*override_groups: list[str]) -> Config:
         OmegaConf.update(config, "trainer.experiment_name", derived_experiment_name(config))
     resolved = OmegaConf.to_object(config)
     assert isinstance(resolved, Config)
+    non_finite = _non_finite_keys(resolved)
+    if non_finite:
+        raise ConfigError("Invalid configuration:\n  - " + "\n  - ".join(
+            f"{key}={OmegaConf.select(config, key)} is not a finite number (every step's loss or weight would be "
+            "NaN or infinite); give a number" for key in non_finite
+        ))
     _check_choices(resolved)
     rollout = resolved.actor_rollout_ref.rollout
     if rollout.pipeline_name is None:
         rollout.pipeline_name = model_pipeline(resolved.actor_rollout_ref.model.path, resolved.actor_rollout_ref.model.stage)
     return resolved
+
+
+def _non_finite_keys(node: Any, prefix: str = "") -> list[str]:
+    """The dotted keys of ``node`` (a config dataclass) holding a NaN or infinite float, also
+    inside lists and dicts."""
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        items: Iterable[tuple[str, Any]] = ((f.name, getattr(node, f.name)) for f in dataclasses.fields(node))
+    elif isinstance(node, dict):
+        items = ((str(k), v) for k, v in node.items())
+    elif isinstance(node, list):
+        items = ((str(i), v) for i, v in enumerate(node))
+    elif isinstance(node, float) and not math.isfinite(node):
+        return [prefix.rstrip(".")]
+    else:
+        return []
+    return [key for name, value in items for key in _non_finite_keys(value, f"{prefix}{name}.")]
 
 
 def model_pipeline(model_path: str | None, stage: str) -> str | None:

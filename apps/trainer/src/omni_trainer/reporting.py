@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from omni_trainer.config import Config, uses_embedded_default
@@ -67,6 +67,21 @@ def validation_line(step: int, metrics: Mapping[str, float]) -> str:
     return f"validation at step {step}: {values or 'no validation rows (' + NO_VALIDATION + ')'}"
 
 
+TREND_WINDOW = 5
+
+
+def trend_line(label: str, values: Sequence[float]) -> str:
+    """How ``values`` (one per step) moved: the means of the first and last
+    :data:`TREND_WINDOW` steps, or, for fewer than two windows' worth, every step's value."""
+    if not values:
+        return f"{label}: no step recorded one"
+    if len(values) < 2 * TREND_WINDOW:
+        return f"{label} by step: " + ", ".join(f"{value:.3f}" for value in values)
+    first = sum(values[:TREND_WINDOW]) / TREND_WINDOW
+    recent = sum(values[-TREND_WINDOW:]) / TREND_WINDOW
+    return f"{label}: first {TREND_WINDOW} steps {first:.3f} -> last {TREND_WINDOW} steps {recent:.3f}"
+
+
 def write_summary(
     run_dir: Path, config: Config, *, step: int, steps_this_session: int, elapsed: float, log: MetricsLog,
     final: Mapping[str, float], checkpoint: Path | None, uses_lora: bool, dropped: int,
@@ -76,13 +91,10 @@ def write_summary(
     label, key = "mean reward", "critic/score/mean"
     if not log.series(key) and log.series(PREFERENCE_ACCURACY):
         label, key = "preference accuracy", PREFERENCE_ACCURACY
-    values = [v for _, v in log.series(key)]
-    first = sum(values[:5]) / max(1, len(values[:5]))
-    recent = sum(values[-5:]) / max(1, len(values[-5:]))
     lines = [
         f"run directory: {run_dir.resolve()}",
         f"steps: {step} in total, {steps_this_session} in {elapsed:.0f} s this session",
-        f"{label}: first 5 steps {first:.3f} -> last 5 steps {recent:.3f}",
+        trend_line(label, [v for _, v in log.series(key)]),
         *(f"{key}: {value:.3f}" for key, value in sorted(final.items())),
         *([] if validates(config) else [f"validation: none ({NO_VALIDATION})"]),
         f"dropped rows (left out of the train files at load): {dropped}",

@@ -120,7 +120,7 @@ def _read(path: Path) -> pa.Table:
     if missing:
         raise InputFormatError(
             f"{path} lacks required column(s) {missing} (it has {table.column_names}); "
-            "convert the raw data with `python -m omni_data.convert`."
+            "convert the raw data with `uv run trainer convert <dataset> --input DIR --output-dir DIR` (see --help)."
         )
     return table
 

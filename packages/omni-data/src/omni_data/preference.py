@@ -229,7 +229,8 @@ class PreferenceDataset(RLDataset):
             if missing:
                 raise InputFormatError(
                     f"{path} lacks preference column(s) {missing} (it has {table.column_names}); convert the raw "
-                    "pairs with `python -m omni_data.convert omni_preference`, or write rows with preference_row."
+                    "pairs with `uv run trainer convert omni_preference --input DIR --output-dir DIR`, or write rows with "
+                    "omni_data.preference_row."
                 )
         super()._load()
 

@@ -56,6 +56,7 @@ class CorrectionSettings:
                 raise ValueError(f"rollout_is={self.rollout_is!r}: choose one of {', '.join(LEVELS)}, or null for none")
             if self.rollout_is_threshold is None:
                 raise ValueError("rollout_is is set but rollout_is_threshold is null: give an upper bound (2.0) or 'lower_upper'")
+        if self.rollout_is_threshold is not None:  # checked when given, used or not (verl reads it either way)
             Threshold.parse(self.rollout_is_threshold)
         if self.rollout_rs is not None:
             self.rejection_bounds  # noqa: B018 -- parsing checks the modes and thresholds
@@ -152,7 +153,8 @@ class Threshold:
         """``2.0``, ``"2.0"`` or ``"0.5_5.0"`` (verl's ``rollout_is_threshold`` forms).
 
         Raises:
-            ValueError: not a number or a ``lower_upper`` pair of positive numbers, lower <= upper.
+            ValueError: not a number or a ``lower_upper`` pair of positive finite numbers,
+                lower <= upper (``nan`` passed every check and made every step's loss NaN).
         """
         if isinstance(spec, bool) or not isinstance(spec, int | float | str):
             raise ValueError(f"rollout_is_threshold={spec!r}: give a number (2.0) or a band as 'lower_upper' (0.5_5.0)")
@@ -165,6 +167,8 @@ class Threshold:
             raise ValueError(
                 f"rollout_is_threshold={spec!r}: give a number (2.0) or a band as 'lower_upper' (0.5_5.0)"
             ) from None
+        if not all(math.isfinite(bound) for bound in (upper, lower) if bound is not None):
+            raise ValueError(f"rollout_is_threshold={spec!r}: give finite bounds (2.0, or 0.5_5.0)")
         if upper <= 0 or (lower is not None and not 0 < lower <= upper):
             raise ValueError(f"rollout_is_threshold={spec!r}: bounds must be positive, the lower one at most the upper")
         return cls(upper, lower)

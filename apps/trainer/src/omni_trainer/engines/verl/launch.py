@@ -29,10 +29,10 @@ from omni_trainer.engines.verl.errors import GpuRequiredError, require_extras
 from omni_trainer.engines.verl.progress import StepReporter, checkpointed_step
 from omni_trainer.engines.verl.settings import (
     CPU_PLATFORM_ENV,
-    EXTERNAL_MODULE,
     EXTERNAL_MODULES_ENV,
     SETTINGS_ENV,
     VerlSettings,
+    external_modules,
 )
 from omni_trainer.engines.verl.translate import check_config, settings_for, to_verl_config
 
@@ -199,7 +199,7 @@ def run(resolved: ResolvedRun, *, checked: bool = False) -> int:
     config = resolved.config
     verl_config = build_verl_config(resolved)
     # The driver imports verl below: it must see the same external modules as the workers.
-    os.environ[EXTERNAL_MODULES_ENV] = EXTERNAL_MODULE
+    os.environ[EXTERNAL_MODULES_ENV] = external_modules(os.environ.get(EXTERNAL_MODULES_ENV))[0]
     os.environ[SETTINGS_ENV] = settings_for(config, verl_config.actor_rollout_ref.model.path).to_env()
     on_cpu = verl_config.trainer.device == "cpu"
     if on_cpu:

@@ -34,7 +34,6 @@ from omni_trainer.engines.verl.settings import (
     AGENT_LOOP_MANAGER,
     AGENT_LOOPS,
     CPU_PLATFORM_ENV,
-    EXTERNAL_MODULE,
     LOCAL_ROLLOUT_NAME,
     EXTERNAL_MODULES_ENV,
     OMNI_MODEL_TYPE,
@@ -43,6 +42,7 @@ from omni_trainer.engines.verl.settings import (
     SETTINGS_ENV,
     SPEECH_AGENT_LOOP,
     VerlSettings,
+    external_modules,
 )
 
 DATASET_CLASS = ("pkg://omni_trainer.engines.verl.dataset", "OmniRLHFDataset")
@@ -367,7 +367,7 @@ def _values(
     ray_init = config.ray_kwargs.ray_init
     settings = settings_for(config, model_path)
     env_vars = {
-        EXTERNAL_MODULES_ENV: EXTERNAL_MODULE,
+        EXTERNAL_MODULES_ENV: external_modules(os.environ.get(EXTERNAL_MODULES_ENV))[0],
         SETTINGS_ENV: settings.to_env(),
         **ray_init.runtime_env.env_vars,
     }
@@ -621,10 +621,15 @@ def cpu_values(config: Config, env_vars: dict[str, str]) -> dict[str, Any]:
     distillation = config.distillation
     teacher_slots = 0
     if distillation.enabled:
-        # The teacher: omni_local replicas, one process each, on its own pool of rank slots.
+        # The teacher: replicas of the student's rollout (verl's default), one process each, on
+        # its own pool of rank slots; vLLM-Omni's as awake, eager and in the student's dtype.
         teacher = "distillation.teacher_models.teacher_model.inference."
-        values[teacher + "name"] = LOCAL_ROLLOUT_NAME
+        values[teacher + "name"] = rollout_name
         values[teacher + "tensor_model_parallel_size"] = 1
+        if rollout_name == ROLLOUT_NAME:
+            values[teacher + "dtype"] = values["actor_rollout_ref.rollout.dtype"]
+            values[teacher + "free_cache_engine"] = False
+            values[teacher + "enforce_eager"] = True
         teacher_slots = distillation.nnodes * distillation.n_gpus_per_node
     if ray_init.address is None:
         if ray_init.num_gpus is None:
