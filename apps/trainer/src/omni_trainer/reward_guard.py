@@ -29,9 +29,10 @@ class RewardFailureError(RuntimeError):
     """A training step's scorer failed on more than ``reward.max_error_rate`` of its samples."""
 
 
-class NothingToTrainError(RuntimeError):
+class NothingToTrainError(RewardFailureError):
     """Every sample of a training step was kept out of training (a speech sample whose spoken
-    text was cut at its length limit: ``source_truncated``)."""
+    text was cut at its length limit: ``source_truncated``). Stops the run as a scorer's
+    failures do: before the step's update, exit 2 with the message."""
 
 
 MASKED_FLAG = "source_truncated"
@@ -124,10 +125,9 @@ class StepFailureWatch:
             if complete and tally.masked >= tally.total:
                 raise NothingToTrainError(
                     f"step {step}: all {tally.total} speech samples were kept out of training: the text each spoke "
-                    "was cut at its length limit (vLLM-Omni's thinker answers within its deploy max_tokens, 2048, "
-                    "and the rollout's max_model_len), and vLLM-Omni conditions the talker one text row short of "
-                    "such an answer. Ask for shorter answers (the prompts), or raise "
-                    "actor_rollout_ref.rollout.max_model_len."
+                    "was cut at its length limit (vLLM-Omni's thinker answers within its deploy default, 2048 tokens, "
+                    "and its max_model_len), and vLLM-Omni conditions the talker one text row short of such an "
+                    "answer. Ask for shorter answers in the prompts."
                 )
             if complete:
                 del self.tallies[step]

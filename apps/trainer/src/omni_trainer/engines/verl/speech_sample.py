@@ -22,6 +22,7 @@ from omni_rewards.audio import WeightedAudioReward
 from omni_rewards.errors import AudioRewardError, InvalidSpeechSampleError, InvalidWaveformError
 from omni_rollout.agent_loops import get_agent_loop
 from omni_rollout.vllm_omni.outputs import convert_request
+from omni_trainer.reward_guard import MASKED_FLAG
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ SPEECH_SAMPLE = "omni_rl_speech_sample"
 ENGINE_KEYS = ("waveform", "sample_rate", "spoken_ids")
 SPEECH_STATUSES = ("ok", "error")
 """The rollout adapter's engine-side fields a speech sample carries for its reward."""
-SOURCE_TRUNCATED = "source_truncated"
+SOURCE_TRUNCATED = MASKED_FLAG
 """The rollout adapter's flag on a speech sample it masked out of training because the text it
 spoke was cut at the length limit (omni_qwen3: the thinker's answer; see
 ``omni_qwen3.talker_outputs``); reported per sample in ``reward_extra_info``, so each step

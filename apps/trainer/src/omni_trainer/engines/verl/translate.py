@@ -581,8 +581,9 @@ FP32_MIXED_PRECISION = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_d
 def cpu_values(config: Config, env_vars: dict[str, str]) -> dict[str, Any]:
     """What ``trainer.device=cpu`` changes: verl's CPU platform in every process, the
     ``omni_local`` rollout, fp32 throughout (the CPU has no fast bf16; the run is the local
-    engine's numerics) but for vLLM-Omni's talker (bf16 only, :data:`TALKER_ROLLOUT_DTYPES`), one agent-loop and one reward worker (each is a process), and on a
-    local Ray one logical rank slot per rank (:mod:`cpu_platform`)."""
+    engine's numerics) but for vLLM-Omni's talker (bf16 only, :data:`TALKER_ROLLOUT_DTYPES`),
+    one agent-loop and one reward worker (each is a process), and on a local Ray one logical
+    rank slot per rank (:mod:`cpu_platform`)."""
     trainer, ray_init, rollout = config.trainer, config.ray_kwargs.ray_init, config.actor_rollout_ref.rollout
     actor_dtype = config.actor_rollout_ref.actor.fsdp_config.model_dtype or "fp32"
     rollout_name = cpu_rollout_name(config)
