@@ -134,7 +134,7 @@ class Qwen3OmniRolloutAdapter(OmniRolloutAdapter):
         """The modes omni_qwen3's pipelines run (``thinker_talker``, ``talker``): the
         checkpoint's role ids, which size the talker's prompt (:mod:`omni_qwen3.vllm_stage_inputs`)."""
         self.check_mode(mode)
-        if mode not in ("thinker_talker", TALKER_MODE):
+        if self.pipeline_ids[mode] not in (THINKER_TALKER_PIPELINE, TALKER_RL_PIPELINE):
             return {}
         return {ROLE_IDS_KEY: role_token_ids(model_config)}
 
