@@ -101,3 +101,17 @@ def test_default_run_name_is_derived_from_model_and_data() -> None:
     assert derived_experiment_name(a) == a.trainer.experiment_name  # stable: a rerun finds its run
     named = load_config(["actor_rollout_ref.model.path=/m", "trainer.experiment_name=mine"])
     assert named.trainer.default_local_dir == "runs/mine"
+
+
+def test_a_run_whose_every_checkpoint_is_unusable_is_refused_not_started_over(tmp_path: Path) -> None:
+    """It used to set both aside and train from step 0 with exit 0, saying only that an earlier
+    config.yaml was kept. Nothing is moved; resume_mode=disable is the way to start over."""
+    run = tmp_path / "run"
+    for step in (2, 4):
+        truncate(fake_checkpoint(run / "checkpoints", step) / "optim.pt")
+    with pytest.raises(ConfigError, match=r"no usable checkpoint in .*checkpoints:\n    step_000004: optim.pt is "
+                                          r"truncated.*\n    step_000002: .*\n.*resume_mode=disable starts over"):
+        prepare_run_dir(load_config([f"trainer.default_local_dir={run}"]))
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_000002", "step_000004"]
+    start = prepare_run_dir(load_config([f"trainer.default_local_dir={run}", "trainer.resume_mode=disable"]))
+    assert start.resume_from is None and (tmp_path / "run.previous" / "checkpoints" / "step_000004").is_dir()

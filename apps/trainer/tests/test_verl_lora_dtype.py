@@ -47,3 +47,29 @@ def test_one_small_adamw_step_moves_every_adapter_weight(report: dict[str, Any])
     assert report["lora_a_mean_abs"] > 0.01
     assert report["lora_a_moved_fraction"] == 1.0
     assert report["lora_a_moved_max"] == pytest.approx(3e-6, rel=1e-2)  # up to fp32 rounding
+
+
+def test_a_merged_lora_sync_sends_the_weights_the_actor_scores_with(report: dict[str, Any]) -> None:
+    """The rollout of a LoRA run serves ``W + scaling * B @ A`` in the actor's fp32, as a full
+    fine-tune's sync sends its weights (an fp32 vLLM-Omni rollout showed a -6.2e-4 log_ppl_diff
+    after the first update when they came rounded to bf16), with MoE experts under vLLM's
+    per-expert keys; the actor's own base weights are back as they were."""
+    sync = report["merged_sync"]
+    ours = sync["ours"]
+    assert ours["missing"] == []
+    assert ours["delta_norm"] > 1e-3  # the adapters change the weights
+    assert ours["max_abs_diff"] <= 1e-6
+    assert ours["dtypes"] == ["torch.float32"]
+    assert ours["packed_expert_keys"] == [] and ours["per_expert_keys"] > 0
+    assert sync["bases_restored"]
+
+
+def test_verls_own_merged_lora_sync_still_rounds_to_bf16(report: dict[str, Any]) -> None:
+    """Canary for ``OmniFSDPEngine._merged_lora_per_tensor_param``: verl 0.9.1's rounds each
+    merged weight to bf16 and sends packed experts unsplit. When this fails, upstream has changed
+    it: compare, and drop our override if theirs now sends what a full fine-tune sends."""
+    verls = report["merged_sync"]["verls"]
+    assert verls["missing"] == []
+    assert "torch.bfloat16" in verls["dtypes"]
+    assert verls["max_abs_diff"] > 1e-5
+    assert verls["packed_expert_keys"] != []

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import json
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -21,6 +22,8 @@ if importlib.util.find_spec("verl") is None:  # pragma: no cover
     pytest.skip("needs the distributed extra (uv sync --extra distributed)", allow_module_level=True)
 
 from omni_trainer.engines.verl.launch import record_start, resumed_step  # noqa: E402
+sys.path.insert(0, str(Path(__file__).parent))
+from test_verl_checkpoints import save_step  # noqa: E402
 from omni_trainer.engines.verl.settings import SETTINGS_ENV, VerlSettings  # noqa: E402
 from omni_trainer.engines.verl.translate import config_problems, settings_for, to_verl_config  # noqa: E402
 
@@ -69,7 +72,7 @@ def test_a_verl_run_resumed_with_other_settings_is_refused_and_its_config_kept(t
     first = load_config(verl_run(tmp_path))
     record_run(run, first, data_fingerprint(first), step=0)
     saved = (run / "config.yaml").read_text()
-    (run / "latest_checkpointed_iteration.txt").write_text("6")
+    save_step(run, 6)  # verl's files of step 6, and its tracker
     with pytest.raises(ConfigError, match=r"at step 6 .*\n.*actor_rollout_ref.actor.optim.lr: 3e-06 -> 1e-05"):
         record_start(load_config(verl_run(tmp_path, "actor_rollout_ref.actor.optim.lr=1e-5")), run)
     assert (run / "config.yaml").read_text() == saved

@@ -131,11 +131,13 @@ def test_vllm_omni_samples_with_the_actors_weights_through_a_kill_and_resume(tmp
     assert RETRY_LINE not in log and "cache miss" not in log.lower()
 
 
-def test_vllm_omni_serves_the_student_and_the_teacher_on_padded_rows_of_each_medium(tmp_path: Path) -> None:
+def test_vllm_omni_serves_a_merged_lora_student_and_the_teacher_on_padded_rows_of_each_medium(tmp_path: Path) -> None:
     """Padded rows (``use_remove_padding=false``) over a video, an image-only, an audio-only and a
-    text row, each sampled with its media, with on-policy distillation from a teacher vLLM-Omni
-    serves too: the rollout's log-probs equal the actor's on both steps, the second sampled from
-    the weights of the first update; the teacher is the student's checkpoint, so before that
+    text row, each sampled with its media, by a LoRA student (rank 8, merged into the weights
+    each sync sends) with on-policy distillation from a teacher vLLM-Omni serves too: the
+    rollout's log-probs equal the actor's on both steps, the second sampled from the merged
+    weights of the first update (rounded to bf16 on the way, as verl's own merged sync sends
+    them, step 2 was 6.2e-4 off); the teacher is the student's checkpoint, so before that
     update its log-probs of each sample, media included, equal the student's."""
     pytest.importorskip("verl", reason="needs the distributed extra (uv sync --extra distributed)")
     pytest.importorskip("omni_vllm_cpu", reason="needs the cpu-rollout extra (uv sync --extra cpu-rollout)")
@@ -143,7 +145,7 @@ def test_vllm_omni_serves_the_student_and_the_teacher_on_padded_rows_of_each_med
 
     run_dir = tmp_path / "run"
     command = vllm_omni_run(
-        build_tiny_qwen3_omni(), one_medium_rows(tmp_path / "data"), run_dir, "actor_rollout_ref.model.lora_rank=0",
+        build_tiny_qwen3_omni(), one_medium_rows(tmp_path / "data"), run_dir, "actor_rollout_ref.model.lora_rank=8",
         "actor_rollout_ref.model.use_remove_padding=false", "trainer.save_freq=0",
         "distillation.enabled=true", f"distillation.teacher_models.teacher_model.model_path={build_tiny_qwen3_omni()}",
         "distillation.nnodes=1", "distillation.n_gpus_per_node=1", "distillation.distillation_loss.loss_mode=kl",

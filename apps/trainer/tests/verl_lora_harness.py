@@ -10,7 +10,11 @@ the base's dtype), verl wraps it with FSDP2 and its default mixed precision and 
 
 - one forward records the dtype a LoRA layer's weights have while it runs;
 - every trainable parameter gets a gradient of ones and verl's ``optimizer_step`` (clip, then
-  AdamW at lr 3e-6) runs once; what each ``lora_A`` element moved is recorded.
+  AdamW at lr 3e-6) runs once; what each ``lora_A`` element moved is recorded;
+- with every ``lora_B`` drawn at random (an adapter that has learned something), the weights a
+  merged-LoRA weight sync streams to the rollout (``get_per_tensor_param``, ours and verl's own
+  ``_merged_lora_per_tensor_param``) are compared with ``W + scaling * B @ A`` computed here
+  in float64 from the live shards, and the live base weights after the stream with before.
 
 The JSON report holds what the test asserts; nothing is judged here.
 """
@@ -101,8 +105,49 @@ def main(out_dir: Path) -> None:
         "lora_a_moved_fraction": float((moved > 0).float().mean()),
         "lora_a_moved_max": float(moved.max()),
     }
+    report.update(merged_sync_report(engine))
     (out_dir / "report.json").write_text(json.dumps(report, indent=1))
     torch.distributed.destroy_process_group()
+
+
+def merged_sync_report(engine: Any) -> dict[str, Any]:
+    import torch
+    from peft.tuners.lora import LoraLayer
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
+
+    module = engine.module
+    torch.manual_seed(0)
+    layers = {name.replace("base_model.model.", ""): layer for name, layer in module.named_modules()
+              if isinstance(layer, LoraLayer)}
+    with torch.no_grad():
+        for layer in layers.values():
+            layer.lora_B["default"].weight.to_local().normal_(0.0, 0.05)
+    expected = {
+        f"{name}.weight": (layer.base_layer.weight.full_tensor().double() + layer.scaling["default"]
+                           * layer.lora_B["default"].weight.full_tensor().double()
+                           @ layer.lora_A["default"].weight.full_tensor().double())
+        for name, layer in layers.items()
+    }
+    bases = {name: layer.base_layer.weight.full_tensor().clone() for name, layer in layers.items()}
+
+    def compare(stream: Any) -> dict[str, Any]:
+        sent = dict(stream)
+        return {
+            "missing": sorted(set(expected) - set(sent)),
+            "max_abs_diff": max(float((sent[k].double() - v).abs().max()) for k, v in expected.items() if k in sent),
+            "delta_norm": max(float((v - bases[k.removesuffix(".weight")].double()).abs().max()) for k, v in expected.items()),
+            "dtypes": sorted({str(t.dtype) for t in sent.values()}),
+            "packed_expert_keys": sorted(k for k in sent if k.endswith(("experts.gate_up_proj", "experts.down_proj"))),
+            "per_expert_keys": sum(1 for k in sent if ".experts.0." in k),
+        }
+
+    ours, _ = engine.get_per_tensor_param(layered_summon=False, base_sync_done=True)
+    report = {"ours": compare(ours)}
+    report["verls"] = compare(FSDPEngine._merged_lora_per_tensor_param(engine))
+    report["bases_restored"] = all(
+        torch.equal(layer.base_layer.weight.full_tensor(), bases[name]) for name, layer in layers.items()
+    )
+    return {"merged_sync": report}
 
 
 if __name__ == "__main__":

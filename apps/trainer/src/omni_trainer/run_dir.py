@@ -86,6 +86,12 @@ def prepare_run_dir(config: Config) -> RunStart:
     else:
         newest, broken = newest_complete_checkpoint(start.checkpoints)
         origin = start.run_dir
+        if newest is None and broken:
+            reasons = "\n".join(f"    {path.name}: {problem}" for path, problem in broken)
+            raise ConfigError(
+                f"Invalid configuration:\n  - no usable checkpoint in {start.checkpoints}:\n{reasons}\n"
+                "  trainer.resume_mode=disable starts over (this run's files are moved aside first)"
+            )
     step = 0
     if newest is not None:
         state = read_state(newest)
@@ -137,19 +143,26 @@ def _refuse_later_steps(start: RunStart, checkpoint: Path, step: int) -> None:
     from omni_training.checkpoint import checkpoint_dirs
 
     later = [p.name for p in checkpoint_dirs(start.checkpoints) if int(p.name.removeprefix("step_")) > step]
-    metrics = start.run_dir / "metrics.jsonl"
+    refuse_later_steps(start.run_dir, later, checkpoint, step)
+
+
+def refuse_later_steps(run_dir: Path, later_checkpoints: list[str], checkpoint: Path, step: int) -> None:
+    """Refuse to resume ``checkpoint`` (step ``step``) into ``run_dir`` when it holds later
+    checkpoints (``later_checkpoints``, by name) or metrics of later steps: the resumed run
+    would overwrite them (either engine)."""
+    metrics = run_dir / "metrics.jsonl"
     logged = [json.loads(line).get("step", 0) for line in metrics.read_text().splitlines() if line.strip()] \
         if metrics.is_file() else []
     past = [s for s in logged if s > step]
     held = []
-    if later:
-        held.append(f"checkpoints {', '.join(later)}")
+    if later_checkpoints:
+        held.append(f"checkpoints {', '.join(later_checkpoints)}")
     if past:
         held.append(f"metrics to step {int(max(past))}")
     if held:
         held_text = "; ".join(held)
         raise ConfigError(
-            f"Invalid configuration:\n  - trainer.resume_from_path={checkpoint} is step {step}, but {start.run_dir} "
+            f"Invalid configuration:\n  - trainer.resume_from_path={checkpoint} is step {step}, but {run_dir} "
             f"already holds later steps ({held_text}); resuming there would overwrite them. Resume into another "
             "directory (e.g. trainer.experiment_name=<new name>), or move the later steps away first"
         )

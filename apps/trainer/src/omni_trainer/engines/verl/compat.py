@@ -53,6 +53,10 @@ PRIVATE_OVERRIDES: tuple[tuple[str, str, str], ...] = (
      "omni_trainer.engines.verl.engine.OmniFSDPEngine"),
     ("verl.workers.engine.fsdp.transformer_impl.FSDPEngine", "_build_lora_module",
      "omni_trainer.engines.verl.engine.OmniFSDPEngine"),
+    # A LoRA run's weight sync: verl's rounds the merged weights to bf16 (an fp32 rollout then
+    # samples from other weights than the actor scores) and skips splitting packed MoE experts.
+    ("verl.workers.engine.fsdp.transformer_impl.FSDPEngine", "_merged_lora_per_tensor_param",
+     "omni_trainer.engines.verl.engine.OmniFSDPEngine"),
     # verl's vLLM server, made vLLM-Omni's: its start-up, config checks, sleep level and
     # engine-kwargs key and preprocessing (verl's rollout registry picks the class).
     ("verl.workers.rollout.vllm_rollout.vllm_async_server.vLLMHttpServer", "_post_init",

@@ -18,12 +18,17 @@ duration of the call.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
+from torch.distributed.tensor import DTensor
+from verl.utils.device import get_device_id
+from verl.utils.fsdp_utils import merged_lora_context, normalize_peft_param_name, offload_fsdp_model_to_cpu
+from verl.utils.model import convert_weight_keys
 from verl.workers.engine.base import EngineRegistry
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
+from verl.workers.engine.fsdp.utils import unfuse_moe_params
 
 from omni_contracts import select_synced_weights
 from omni_trainer.engines.verl.adapters import rollout_adapter, training_adapter
@@ -118,6 +123,30 @@ def cast_lora_parameters(module: Any, precision: str | None) -> None:
             setattr(layer, "cast_input_dtype_enabled", False)
 
 
+def merged_lora_weights(module: Any, model_type: str | None) -> Iterator[tuple[str, torch.Tensor]]:
+    """Each weight of an FSDP-wrapped PEFT ``module`` with its LoRA adapters merged in, under
+    the checkpoint's names, in the dtype the actor holds it in (an fp32 rollout gets the fp32
+    weights the actor scores with; a bf16 one rounds them on load, as for a full fine-tune).
+
+    Every tensor is a copy: verl's ``merged_lora_context`` restores the unmerged base weights
+    when the stream ends, and both the state dict and, on one rank, ``DTensor.full_tensor()``
+    alias the live storage (a consumer reading after the restore would get the base alone)."""
+
+    def copies(state: Mapping[str, Any]) -> Iterator[tuple[str, torch.Tensor]]:
+        device = get_device_id()
+        for name, tensor in state.items():
+            if isinstance(tensor, DTensor):
+                on_device: DTensor = tensor.to(device, non_blocking=True)  # type: ignore[assignment]
+                yield name, on_device.full_tensor().clone()
+            else:
+                yield name, tensor.detach().clone()
+
+    with merged_lora_context(module, backup_adapters=True):
+        peft_model = getattr(module, "_fsdp_wrapped_module", module)
+        state = convert_weight_keys(normalize_peft_param_name(module.state_dict()), peft_model)
+        yield from unfuse_moe_params(copies(state), model_type)
+
+
 AGENT_LOOP_EXTRA_FIELDS = "extra_fields"
 """Where verl's TransferQueue agent-loop worker keeps each row's ``AgentLoopOutput.extra_fields``."""
 
@@ -178,6 +207,17 @@ class OmniFSDPEngine(FSDPEngineWithLMHead):
         thinker the talker stage would throw away; a thinker run, everything, as before."""
         weights, peft_config = super().get_per_tensor_param(*args, **kwargs)
         return select_synced_weights(weights, synced_weight_prefixes(VerlSettings.from_env())), peft_config
+
+    def _merged_lora_per_tensor_param(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The merged (base + adapter) weights a LoRA run syncs to the rollout, as the full
+        fine-tune's stream sends its weights: in the actor's dtype and with packed MoE experts
+        split into vLLM's per-expert keys (:func:`merged_lora_weights`). verl 0.9.1's own
+        rounds every sharded weight to bf16 and sends packed experts as they are."""
+        try:
+            yield from merged_lora_weights(self.module, self.model_config.hf_config.model_type)
+        finally:
+            if self._is_offload_param:
+                offload_fsdp_model_to_cpu(self.module)
 
     def _build_lora_module(self, module: Any) -> Any:
         module = super()._build_lora_module(module)

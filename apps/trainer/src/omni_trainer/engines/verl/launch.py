@@ -20,13 +20,15 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from omni_trainer.config import Config, ConfigError
 from omni_trainer.resume_check import check_resume, data_fingerprint, record_run, resume_notes
+from omni_trainer.run_dir import refuse_later_steps
 from omni_trainer.resolved import ResolvedRun
 from omni_trainer.tasks import PREFERENCE
 from omni_trainer.reward_guard import RewardFailureError
 from omni_trainer.engines.verl.async_training import fully_async_total_steps, is_fully_async, prompts_per_step
 from omni_trainer.engines.verl.distillation import check_teacher_tokenizer, validate_with_verl
 from omni_trainer.engines.verl.errors import GpuRequiredError, require_extras
-from omni_trainer.engines.verl.progress import StepReporter, checkpointed_step
+from omni_trainer.engines.verl.checkpoints import STEP_PREFIX, auto_resume_point, checkpoint_problem, later_steps, tracked_step
+from omni_trainer.engines.verl.progress import StepReporter
 from omni_trainer.engines.verl.settings import (
     CPU_PLATFORM_ENV,
     EXTERNAL_MODULES_ENV,
@@ -151,26 +153,41 @@ def metrics_file(run_dir: Path) -> Path:
 
 def resumed_step(config: Config, run_dir: Path) -> tuple[int, Path] | None:
     """The step verl resumes from and the run directory that checkpoint belongs to; ``None``
-    when the run starts over (verl's ``_load_checkpoint``: ``auto`` takes the newest
-    ``global_step_<N>`` of the run directory; ``resume_path`` the given one, N from its name)."""
+    when the run starts over (verl's ``_load_checkpoint``: ``auto`` takes the step
+    ``latest_checkpointed_iteration.txt`` names, which :func:`record_start` has checked;
+    ``resume_path`` the given one, N from its name)."""
     trainer = config.trainer
     if trainer.resume_mode == "resume_path" and trainer.resume_from_path:
         path = Path(os.path.abspath(os.path.expanduser(trainer.resume_from_path)))
-        return int(path.name.split("global_step_")[-1]), path.parent
-    if trainer.resume_mode == "auto" and checkpointed_step(run_dir) > 0:
-        return checkpointed_step(run_dir), run_dir
+        return int(path.name.split(STEP_PREFIX)[-1]), path.parent
+    if trainer.resume_mode == "auto" and tracked_step(run_dir) > 0:
+        return tracked_step(run_dir), run_dir
     return None
 
 
 def record_start(config: Config, run_dir: Path) -> int:
-    """Compare this run with the one it resumes (refusing other settings or data unless
+    """Check what the run resumes (``auto``: the newest usable checkpoint, damaged newer ones set
+    aside; ``resume_path``: refused into a directory holding later steps, which verl would
+    overwrite), compare this run with it (refusing other settings or data unless
     ``trainer.resume_anyway``), then record its ``config.yaml`` and data fingerprint; returns
     the step it starts after."""
+    if config.trainer.resume_mode == "auto":
+        for note in auto_resume_point(run_dir).notes:
+            print(note)
     resumed = resumed_step(config, run_dir)
     fingerprint = data_fingerprint(config)
     step = 0
     if resumed is not None:
         step, origin = resumed
+        if config.trainer.resume_mode == "resume_path":
+            checkpoint = origin / f"{STEP_PREFIX}{step}"
+            problem = checkpoint_problem(checkpoint) if checkpoint.is_dir() else "no such directory"
+            if problem:
+                raise ConfigError(
+                    f"Invalid configuration:\n  - trainer.resume_from_path={checkpoint} cannot be resumed "
+                    f"({problem}); point it at a whole global_step_<N> folder of a verl run"
+                )
+            refuse_later_steps(run_dir, later_steps(run_dir, step), checkpoint, step)
         for note in resume_notes(check_resume(config, origin, step, fingerprint), step):
             print(note)
     for note in record_run(run_dir, config, fingerprint, step=step):

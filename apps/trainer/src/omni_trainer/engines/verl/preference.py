@@ -42,6 +42,7 @@ from omni_training.preference import (
 )
 
 from omni_trainer.config import Config, ConfigError
+from omni_trainer.engines.verl.checkpoints import STEP_PREFIX, TRACKER
 from omni_trainer.reporting import DROPPED_KEY
 from omni_trainer.tasks.preference import (
     TRUNCATED_KEY,
@@ -358,10 +359,10 @@ class PreferenceRun:
         tracking.finish()
 
     def save(self, step: int) -> None:
-        folder = self.run_dir / f"global_step_{step}"
+        folder = self.run_dir / f"{STEP_PREFIX}{step}"
         self.actor.save_checkpoint(str(folder / "actor"), None, step,
                                    max_ckpt_to_keep=self.config.trainer.max_checkpoints_to_keep)
-        (self.run_dir / "latest_checkpointed_iteration.txt").write_text(str(step))
+        (self.run_dir / TRACKER).write_text(str(step))
 
 
 def rank_major(pairs: Sequence[Pair], ranks: int, per_update: int) -> list[Pair]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from omni_trainer.config import Config
+from omni_trainer.engines.verl.checkpoints import STEP_PREFIX, tracked_step
 from omni_trainer.reporting import report_step, validation_line, write_summary
 from omni_trainer.run_dir import MetricsLog
 
@@ -24,12 +25,6 @@ POLL_S = 0.5
 STEP_KEY = "training/global_step"
 VALIDATION_PREFIXES = ("val-core/", "val/")
 """RL validation's headline metrics (verl's ``val-core/``); an offline preference run's (``val/``)."""
-
-
-def checkpointed_step(run_dir: Path) -> int:
-    """The step of verl's newest complete checkpoint in ``run_dir`` (0: none)."""
-    latest = run_dir / "latest_checkpointed_iteration.txt"
-    return int(latest.read_text().strip() or 0) if latest.is_file() else 0
 
 
 class StepReporter:
@@ -42,7 +37,7 @@ class StepReporter:
         self, run_dir: Path, metrics_path: Path, config: Config, total_steps: int, start_step: int | None = None
     ) -> None:
         self.run_dir, self.metrics_path, self.config, self.total = run_dir, metrics_path, config, total_steps
-        self.start_step = checkpointed_step(run_dir) if start_step is None else start_step
+        self.start_step = tracked_step(run_dir) if start_step is None else start_step
         self.log = MetricsLog(run_dir / "metrics.jsonl", resume_after=self.start_step)
         self.validation: dict[str, float] = {}
         self.last_step = self.start_step
@@ -61,7 +56,7 @@ class StepReporter:
         self._stop.set()
         self._thread.join()
         self._read()
-        checkpoint = self.run_dir / f"global_step_{checkpointed_step(self.run_dir)}"
+        checkpoint = self.run_dir / f"{STEP_PREFIX}{tracked_step(self.run_dir)}"
         return write_summary(
             self.run_dir, self.config, step=self.last_step, steps_this_session=self.last_step - self.start_step,
             elapsed=time.monotonic() - self._started, log=self.log, final=self.validation,
