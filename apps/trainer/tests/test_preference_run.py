@@ -83,12 +83,14 @@ def preference_file(tmp_path: Path) -> Path:
     Image.new("RGB", (32, 32), (200, 0, 0)).save(picture)
     question = [{"role": "user", "content": "<image>What colour is this?"}]
 
-    def row(index: int, chosen: str, rejected: str, image: str = str(picture)) -> dict[str, Any]:
-        return preference_row(data_source="omni_preference/image", messages=question, chosen=chosen,
+    def row(index: int, chosen: str, rejected: str, image: str = str(picture), words: int = 0) -> dict[str, Any]:
+        asked = [{"role": "user", "content": question[0]["content"] + " colour" * words}]
+        return preference_row(data_source="omni_preference/image", messages=asked, chosen=chosen,
                               rejected=rejected, modality="image", extra_info={"index": index}, images=[image])
 
     rows = [row(i, "Red.", "Blue.") for i in range(4)]
     rows += [row(4, "Red.", "Red."), row(5, "  ", "Blue."), row(6, "Red.", "Blue.", image=str(tmp_path / "gone.png"))]
+    rows += [row(7, "Red.", "Blue.", words=1100)]  # over data.max_prompt_length (1024 tokens)
     return write_preference_parquet(rows, tmp_path / "pairs.parquet")
 
 
@@ -108,10 +110,12 @@ def test_bad_pairs_are_counted_and_a_users_file_trains(tmp_path: Path, capsys: p
         "+data.train_sampler.sampler_kwargs={batch_size:2,drop_last:true,modality_sample_weights:{image:1.0}}",
     ]) == 0
     out = capsys.readouterr().out
-    assert "dropped rows (left out of the train files at load): 3" in out
+    assert "dropped rows (left out of the train files at load): 4" in out
+    # with each reason, as an RL run gives them: it gave the count alone
+    assert "preference dataset: read 8 rows, kept 4, dropped 4 (" in out and "overlong_prompt=1" in out
     rows = metrics_of(run)
     assert [row["step"] for row in rows] == [0, 1, 2]
-    assert rows[0]["val/num_samples"] == 4 and rows[-1]["data/dropped_rows"] == 3
+    assert rows[0]["val/num_samples"] == 4 and rows[-1]["data/dropped_rows"] == 4
     assert "val/num_samples: 4.000" in out  # the final validation, in the summary
     assert "rewards/accuracies" in rows[-1] and "image/rewards/accuracies" in rows[-1]
 

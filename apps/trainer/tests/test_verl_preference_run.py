@@ -92,3 +92,16 @@ def test_offline_dpo_on_verl_steps_as_the_local_engine_does(tmp_path: Path, inpu
     summary = (verl_dir / "summary.txt").read_text()
     assert "preference accuracy by step: " in summary and "val/reward_accuracy" in summary
 
+
+
+def test_the_readmes_dpo_line_trains_the_built_in_pairs_on_verl(tmp_path: Path, inputs: tuple[str, str, str]) -> None:
+    """``uv run trainer algorithm.sample_source=offline trainer.engine=verl trainer.device=cpu``
+    (one step here): the embedded default gives verl the built-in pairs as files. It gave the RL
+    task's file, and the run stopped with "lacks preference columns"."""
+    command = [sys.executable, "-m", "omni_trainer.cli", "algorithm.sample_source=offline", "trainer.engine=verl",
+               "trainer.device=cpu", "trainer.total_training_steps=1", f"trainer.default_local_dir={tmp_path / 'run'}"]
+    done = subprocess.run(command, capture_output=True, text=True, env=RUN_ENV, timeout=900, check=False)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-6000:]
+    assert f"built-in preference pairs: {Path(inputs[1]).parent}" in done.stderr
+    assert "preference dataset: read" in done.stdout
+    assert sorted(steps(tmp_path / "run")) == [1.0] and "rewards/accuracies" in steps(tmp_path / "run")[1.0]

@@ -426,3 +426,41 @@ def test_bypass_reinforce_weights_the_policy_gradient(tiny_lm_path: Path, tiny_a
     assert metrics["actor/pg_loss"] == pytest.approx(float(expected.loss), abs=1e-6)
     assert metrics["rollout_corr/rollout_is_max"] == pytest.approx(1.5)
     assert metrics["actor/pg_clipfrac"] == 0.0
+
+
+def test_a_save_that_runs_out_of_disk_says_so_and_keeps_the_last_checkpoint(
+    tmp_path: Path, tiny_lm_path: Path, tiny_adapter: TrainingAdapter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk gave two torch tracebacks ("PytorchStreamWriter failed writing file") and no
+    word of disk space."""
+    import errno
+    import shutil
+
+    import omni_training.checkpoint as checkpoint
+    from omni_training.checkpoint import CheckpointSpaceError, checkpoint_bytes
+
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LoraSettings(rank=0))
+    save_checkpoint(tmp_path, 1, actor)
+    needed = checkpoint_bytes(actor)
+    assert needed >= sum(p.numel() * 4 for p in actor.model.parameters())  # fp32 weights at least
+
+    def torch_writer_fails(*_args: Any, **_kwargs: Any) -> None:  # what torch.save raises on a full disk
+        raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 128 vs 0\n"
+                           "PytorchStreamWriter failed writing file data/0: file write failed")
+
+    monkeypatch.setattr(checkpoint.torch, "save", torch_writer_fails)
+    monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda _path: shutil._ntuple_diskusage(10**9, 10**9, 0))  # type: ignore[attr-defined]
+    with pytest.raises(CheckpointSpaceError, match=rf"no space left on {tmp_path}: 0 MB free, a checkpoint needs about "
+                                                   rf"{needed / 2**20:.0f} MB; step 2 was not saved \(step_000001 is intact\)"):
+        save_checkpoint(tmp_path, 2, actor)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_000001"]  # the staging directory is gone
+
+    def python_write_fails(*_args: Any, **_kwargs: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.undo()
+    monkeypatch.setattr(checkpoint.torch, "save", python_write_fails)
+    with pytest.raises(CheckpointSpaceError, match="no space left on"):  # however much the disk says is free
+        save_checkpoint(tmp_path, 2, actor)
+    monkeypatch.undo()
+    save_checkpoint(tmp_path, 2, actor)  # with space again, the step saves

@@ -58,3 +58,27 @@ def test_merge_refuses_a_broken_tokenizer_config_before_writing(tmp_path: Path) 
     with pytest.raises(ValueError, match=r"tokenizer_config.json is not a JSON object"):
         merge_lora(base, adapter, tmp_path / "merged")
     assert not (tmp_path / "merged").exists()
+
+
+def test_an_adapter_merged_onto_another_base_names_the_base_it_was_trained_on(
+    tmp_path: Path, tiny_lm_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It exited 2 with PEFT's "Error(s) in loading state_dict" alone."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    from omni_training.merge import main
+
+    adapter = tmp_path / "adapter"
+    lora = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_lm_path), LoraConfig(r=2, target_modules=["q_proj"]))
+    lora.save_pretrained(adapter)
+    wider = tmp_path / "wider"
+    Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=48, intermediate_size=64, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2)).save_pretrained(wider)
+    code = main(["--base", str(wider), "--adapter", str(adapter), "--out", str(tmp_path / "merged"),
+                 "--auto-class", "AutoModelForCausalLM"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"{adapter} does not fit {wider}: it was trained on {tiny_lm_path}" in err
+    assert "merge it into that base" in err
+    assert not (tmp_path / "merged").exists()

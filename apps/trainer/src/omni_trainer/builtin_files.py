@@ -66,10 +66,20 @@ def use_builtin_files(config: Any) -> bool:
     from omni_model_kit.tiny import default_cache_dir
     from omni_qwen3.tiny import build_tiny_qwen3_omni
 
+    from omni_trainer.tasks import PREFERENCE, task_name
+
     model.path = str(build_tiny_qwen3_omni())
-    train, val = write_builtin_task(
-        default_cache_dir(), train_rows=data.builtin_task_size, val_rows=BUILTIN_VALIDATION_ROWS, seed=data.seed
-    )
-    data.train_files, data.val_files = [str(train)], [str(val)]
-    print(f"model: tiny Qwen3-Omni built offline at {model.path}; built-in task: {train.parent}", file=sys.stderr)
+    if task_name(config) == PREFERENCE:  # the built-in pairs, as the local engine trains on
+        from omni_trainer.builtin_preference import builtin_preference_files
+
+        data.train_files, data.val_files = builtin_preference_files(config)
+        task = "built-in preference pairs"
+    else:
+        train, val = write_builtin_task(
+            default_cache_dir(), train_rows=data.builtin_task_size, val_rows=BUILTIN_VALIDATION_ROWS, seed=data.seed
+        )
+        data.train_files, data.val_files = [str(train)], [str(val)]
+        task = "built-in task"
+    print(f"model: tiny Qwen3-Omni built offline at {model.path}; {task}: "
+          f"{Path(data.train_files[0]).parent}", file=sys.stderr)
     return True

@@ -87,10 +87,11 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from omni_trainer.reward_guard import RewardFailureError
     from omni_trainer.run_lock import RunDirBusyError
     from omni_trainer.engines.verl.errors import MissingExtrasError
+    from omni_training.checkpoint import CheckpointSpaceError
     from omni_training.distillation import DistillationConfigError
 
     return (ConfigError, OmniContractError, OmniDataError, UnknownDataSourceError, CustomRewardError,
-            MissingExtrasError, DistillationConfigError, RunDirBusyError, RewardFailureError)
+            MissingExtrasError, DistillationConfigError, RunDirBusyError, RewardFailureError, CheckpointSpaceError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -92,11 +92,12 @@ class LoadReport:
     examples: dict[str, str] = field(default_factory=dict)
     """The first error message seen for each skip reason, to show the user what went wrong."""
     longest_prompt: int = 0
+    label: str = "RL dataset"
 
     def format(self) -> str:
         reasons = ", ".join(f"{r}={n}" for r, n in sorted(self.dropped.items())) or "none"
         return (
-            f"RL dataset: read {self.total} rows, kept {self.kept}, dropped "
+            f"{self.label}: read {self.total} rows, kept {self.kept}, dropped "
             f"{sum(self.dropped.values())} ({reasons}); longest kept prompt "
             f"{self.longest_prompt} tokens"
         )

@@ -214,6 +214,7 @@ class PreferenceDataset(RLDataset):
         loading: dict[tuple[int, int], str] = {}
         self._modality_of: dict[tuple[int, int], str] | None = loading  # filled by _parse while loading
         super().__init__(data_files, processor, config)
+        self.report.label = "preference dataset"
         self._modalities = [loading[key] for key in self._rows]
         self._modality_of = None
 

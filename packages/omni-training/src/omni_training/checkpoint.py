@@ -147,8 +147,18 @@ def save_checkpoint(
     try:
         _write(staging, step, actor, state or {})
         staging.rename(final)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        needed, free = checkpoint_bytes(actor), shutil.disk_usage(root).free
+        if _is_disk_full(exc) or (isinstance(exc, (OSError, RuntimeError)) and free < needed):
+            newest = latest_checkpoint(root)
+            raise CheckpointSpaceError(
+                f"no space left on {root}: {free / 2**20:.0f} MB free, a checkpoint needs about "
+                f"{needed / 2**20:.0f} MB; step {step} was not saved"
+                + (f" ({newest.name} is intact)" if newest else "")
+                + ". Free space there (trainer.max_checkpoints_to_keep keeps fewer) or point "
+                "trainer.default_local_dir at a larger disk, then rerun the same command to resume"
+            ) from exc
         raise
     if keep_last is not None:
         if keep_last < 1:
@@ -156,6 +166,29 @@ def save_checkpoint(
         for old in checkpoint_dirs(root)[:-keep_last]:
             shutil.rmtree(old)
     return final
+
+
+class CheckpointSpaceError(OSError):
+    """A checkpoint could not be written for lack of disk space (nothing else was lost)."""
+
+
+def checkpoint_bytes(actor: Actor) -> int:
+    """About what one checkpoint of ``actor`` takes on disk: the weights it saves (the adapter
+    alone for LoRA) and every optimizer state tensor."""
+    weights = actor.model.parameters() if not actor.uses_lora else (p for p in actor.model.parameters() if p.requires_grad)
+    total = sum(p.numel() * p.element_size() for p in weights)
+    for per_parameter in actor.optimizer.state.values():
+        total += sum(t.numel() * t.element_size() for t in per_parameter.values() if torch.is_tensor(t))
+    return int(total)
+
+
+def _is_disk_full(exc: BaseException) -> bool:
+    """ENOSPC/EDQUOT from Python, or torch's writer failing (it reports no errno)."""
+    import errno
+
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return isinstance(exc, RuntimeError) and "No space left on device" in str(exc)
 
 
 def _write(directory: Path, step: int, actor: Actor, state: dict[str, Any]) -> None:

@@ -43,12 +43,27 @@ def merge_lora(base: str | Path, adapter: str | Path, out: str | Path, *, auto_c
         raise ValueError(f"--auto-class {auto_class} is not a transformers auto class (e.g. AutoModelForMultimodalLM, "
                          "AutoModelForCausalLM).")
     model = getattr(transformers, auto_class).from_pretrained(base)
-    merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    try:
+        merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    except RuntimeError as exc:  # PEFT's "Error(s) in loading state_dict": shapes of another model
+        raise ValueError(f"{adapter} does not fit {base}: {_trained_on(adapter)}. PEFT: {exc}") from exc
     merged.save_pretrained(out)
     for name in copied:
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(Path(base) / name, out / name)
     return out
+
+
+def _trained_on(adapter: str | Path) -> str:
+    """Which base the adapter says it was trained on (``base_model_name_or_path`` of its
+    ``adapter_config.json``), as a sentence."""
+    import json
+
+    config = json.loads((Path(adapter) / "adapter_config.json").read_text())
+    trained_on = config.get("base_model_name_or_path")
+    if not trained_on:
+        return "its adapter_config.json does not name the base it was trained on; merge it into that base"
+    return f"it was trained on {trained_on} (its adapter_config.json's base_model_name_or_path); merge it into that base"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -75,6 +75,7 @@ class PairSource:
         self.cache: dict[int, Pair] = {}
         self.truncated = 0
         self.dropped = int(sum(dataset.report.dropped.values()))
+        print(dataset.report.format())  # each reason counted, as for RL prompts (overlong_prompt=...)
 
     @property
     def modalities(self) -> list[str]:

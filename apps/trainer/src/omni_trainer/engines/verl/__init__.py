@@ -15,13 +15,43 @@ from omni_trainer.interrupts import StopRequest
 from omni_trainer.resolved import ResolvedRun
 
 
+CPU_RANK_MEMORY_GIB = 3.0
+"""About the memory one verl rank takes on the CPU before its model (an estimate: a process
+with torch, verl and transformers imported, holding its actor and reference workers)."""
+
+
+def cpu_ranks_warnings(ranks: int) -> list[str]:
+    """What a CPU run of ``ranks`` processes costs this machine, when it is more than it has:
+    ranks beyond its cores share them (each step slows by about their ratio), and ranks whose
+    memory exceeds the machine's swap or are killed."""
+    import os
+
+    cores = os.cpu_count() or 1
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    needed = ranks * CPU_RANK_MEMORY_GIB
+    warnings = []
+    if ranks > cores:
+        warnings.append(
+            f"trainer.n_gpus_per_node x trainer.nnodes = {ranks} CPU ranks on {cores} cores: each rank is a process "
+            f"that computes its share, so the ranks share the cores ({ranks / cores:.0f}x oversubscribed, no faster "
+            f"than {cores}); trainer.n_gpus_per_node={cores} or fewer"
+        )
+    if needed > total:
+        warnings.append(
+            f"{ranks} CPU ranks need about {needed:.0f} GiB before the model (about {CPU_RANK_MEMORY_GIB:.0f} GiB "
+            f"each), and this machine has {total:.0f} GiB; expect swapping or processes killed for memory"
+        )
+    return warnings
+
+
 def _rollout_memory(run: ResolvedRun, found: Findings) -> None:
     """verl engine: the rollout's tensor-parallel groups tile the GPUs, and on GPUs its weights
     per GPU leave vLLM room for a KV cache (:func:`omni_trainer.gpu_plan.rollout_memory_problem`)."""
     config = run.config
     rollout, trainer = config.actor_rollout_ref.rollout, config.trainer
     if trainer.device == "cpu":
-        return  # omni_local: one process per replica, no tensor parallelism, no GPU memory
+        found.warnings.extend(cpu_ranks_warnings(trainer.nnodes * trainer.n_gpus_per_node))
+        return  # one rollout process per replica, no tensor parallelism, no GPU memory
     key = "actor_rollout_ref.rollout"
     gpus = trainer.nnodes * trainer.n_gpus_per_node
     tp = rollout.tensor_model_parallel_size

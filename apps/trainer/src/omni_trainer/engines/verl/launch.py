@@ -10,6 +10,7 @@ forward that variable itself.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 from datetime import datetime, timezone
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from omni_trainer.reward_guard import RewardFailureError
 from omni_trainer.engines.verl.async_training import fully_async_total_steps, is_fully_async, prompts_per_step
 from omni_trainer.engines.verl.distillation import check_teacher_tokenizer, validate_with_verl
 from omni_trainer.engines.verl.errors import GpuRequiredError, require_extras
+from omni_trainer.engines.verl.batch_split import BatchPlan, batch_split_problems
 from omni_trainer.engines.verl.checkpoints import STEP_PREFIX, auto_resume_point, checkpoint_problem, later_steps, tracked_step
 from omni_trainer.engines.verl.progress import StepReporter
 from omni_trainer.engines.verl.settings import (
@@ -96,7 +98,22 @@ def verl_problems(run: ResolvedRun) -> list[str]:
         validate_with_verl(verl_config)  # verl's own distillation checks, otherwise first run inside Ray
     except ConfigError as exc:
         problems.extend(exc.problems)
+    if run.task != PREFERENCE:  # preference runs split pairs (translate.preference_problems)
+        problems.extend(batch_split_problems(batch_plan(config, verl_config)))
     return problems
+
+
+def batch_plan(config: Config, verl_config: DictConfig) -> BatchPlan:
+    """How verl will split the run's steps (:mod:`omni_trainer.engines.verl.batch_split`): a
+    reference model of its own runs for a KL term without LoRA; a fully-async step is the
+    prompts it trains on."""
+    from verl.trainer.ppo.utils import need_reference_policy
+
+    separate = need_reference_policy(verl_config) and config.actor_rollout_ref.model.lora_rank == 0
+    plan = BatchPlan.from_verl(verl_config, separate_reference=separate)
+    if is_fully_async(config):
+        plan = dataclasses.replace(plan, train_batch_size=prompts_per_step(config))
+    return plan
 
 
 def check_data(verl_config: DictConfig) -> int:
