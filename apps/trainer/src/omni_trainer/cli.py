@@ -149,7 +149,7 @@ def _check_and_train(args: argparse.Namespace, stop: StopRequest) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        if stop.starting and config.trainer.engine == "local":  # verl's loop never leaves start-up here
+        if stop.starting and config.trainer.engine == "local":  # verl's async trainers never leave start-up here
             print("interrupted during start-up: stopped; nothing was trained in this session", file=sys.stderr)
         else:
             print(f"interrupted: quit without saving; the newest checkpoint in {config.trainer.default_local_dir} "

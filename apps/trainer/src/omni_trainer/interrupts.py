@@ -44,6 +44,9 @@ class StopRequest:
         self.requested = False
         self.starting = True
         self.first_at: float | None = None
+        self.on_request: list[Callable[[], None]] = []
+        """Called once, when a stop is first requested during training (the verl engine tells
+        its trainer, in another process, through them)."""
 
     def begin_training(self) -> None:
         """Start-up is over: from now on the first SIGINT stops at the end of a step."""
@@ -64,6 +67,8 @@ class StopRequest:
                 "discarded), then saving. Ctrl-C again to quit at once without saving.",
                 file=sys.stderr, flush=True,
             )
+            for tell in self.on_request:
+                tell()
             return
         if self.first_at is not None and now - self.first_at < REPEAT_WINDOW_S:
             return  # the same Ctrl-C, forwarded a second time (uv run)

@@ -33,6 +33,7 @@ from omni_training.rollout_correction import METRIC_PREFIX, CorrectionSettings, 
 from omni_trainer.config import Config
 from omni_trainer.prompts import Prepared
 from omni_trainer.reward_guard import check_reward_failures
+from omni_trainer.update_guard import SKIPPED_KEY
 from omni_trainer.settings_builders import correction_settings
 
 
@@ -238,16 +239,19 @@ def update_phase(parts: StepParts, batch: TrainBatch, *, on_policy: bool) -> dic
     """The optimizer steps; on-policy, the single update also gives the old log-probs, and the
     rollout/actor consistency is measured on them."""
     if on_policy:
-        metrics = parts.actor.update(batch.micro, on_policy=True)
+        single = parts.actor.update(batch.micro, on_policy=True)
         width = batch.mask.shape[1]
-        return {**metrics, **consistency_metrics(batch.micro, width, batch.mask)}
+        return {**single, **consistency_metrics(batch.micro, width, batch.mask)}
     actor = parts.config.actor_rollout_ref.actor
     per_update = actor.ppo_mini_batch_size * parts.config.actor_rollout_ref.rollout.n
-    metrics = {}
+    metrics: dict[str, float] = {}
+    skipped: list[float] = []
     for _ in range(actor.ppo_epochs):
         for group in group_micro_batches(batch.micro, per_update):
             metrics = parts.actor.update(group)
-    return metrics
+            skipped.append(metrics[SKIPPED_KEY])
+    # the last update's metrics, and the share of the step's updates that were skipped
+    return {**metrics, SKIPPED_KEY: sum(skipped) / len(skipped)} if skipped else metrics
 
 
 def train_step(

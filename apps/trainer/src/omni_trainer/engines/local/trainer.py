@@ -28,6 +28,7 @@ from omni_trainer.resolved import ResolvedRun
 from omni_trainer.reporting import DROPPED_KEY, complete_message, report_step, validation_line, write_summary
 from omni_trainer.resume_check import data_fingerprint, record_run
 from omni_trainer.reward_guard import RewardFailureError
+from omni_trainer.update_guard import SkippedUpdateWatch
 from omni_trainer.run_dir import MetricsLog, RunStart, prepare_run_dir, run_identity
 from omni_trainer.settings_builders import (
     actor_settings,
@@ -193,6 +194,7 @@ class LocalTrainer:
                 resume_after=start_step if self.start.resume_from else None,
             )
         stop = self.stop
+        skipped = SkippedUpdateWatch()
         step, done, last, final = start_step, start_step, {}, {}
         started = time.perf_counter()
         with stop.installed():
@@ -219,6 +221,7 @@ class LocalTrainer:
                         last.update(self.validate(step))
                     self._log(step, last, sinks)
                     report_step(self.run_dir, self.log, cfg, step, self.total_steps, last)
+                    skipped.observe(step, last, run_dir=str(self.run_dir))  # raises on a run that stopped learning
                     self.task.after_step(self.run_dir, step, first=step == start_step + 1, last=step == self.total_steps)
                     if (cfg.trainer.save_freq > 0 and step % cfg.trainer.save_freq == 0) or step == self.total_steps:
                         self._save(step)

@@ -116,11 +116,11 @@ class VerlEngine:
     checks = (_rollout_memory, _verl_engine)
 
     def run(self, run: ResolvedRun, stop: StopRequest) -> int:
-        """``stop`` stays in its start-up mode: verl's loop has no step boundary to stop at
-        here, so a Ctrl-C interrupts the launch at once (verl's saved checkpoints are kept)."""
+        """``stop``: a synchronous run's trainer stops at a step's end on Ctrl-C (saved, exit 0);
+        the asynchronous trainers quit at once (verl's saved checkpoints are kept)."""
         from omni_trainer.engines.verl import launch
 
-        return launch.run(run, checked=True)  # the pre-flight ran verl's checks (VerlEngine.checks)
+        return launch.run(run, checked=True, stop=stop)  # the pre-flight ran verl's checks (VerlEngine.checks)
 
 
 ENGINE = VerlEngine()

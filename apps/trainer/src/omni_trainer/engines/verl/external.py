@@ -4,6 +4,8 @@ Importing it registers omni-rl with verl's extension points:
 
 - ``EngineRegistry``: :class:`~omni_trainer.engines.verl.engine.OmniFSDPEngine` for
   ``(omni_language_model, fsdp|fsdp2)`` (decorator, on import of ``engine``);
+- ``register_trainer``: :class:`~omni_trainer.engines.verl.trainer.OmniSyncTrainer` as
+  ``omni_sync`` (``trainer.v1.trainer_mode``; decorator, on import of ``trainer``);
 - the agent-loop workers: verl loads :class:`~omni_trainer.engines.verl.agent_loop.OmniAgentLoopManager`
   from ``actor_rollout_ref.rollout.agent.agent_loop_manager_class`` (no registration);
 - the rollout replica registry (driver side) and the worker-side rollout registry, both
@@ -26,6 +28,7 @@ from omni_trainer.engines.verl import cpu_platform as _cpu_platform  # noqa: F40
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry
 
 from omni_trainer.engines.verl import engine as _engine  # noqa: F401  (registers the engine)
+from omni_trainer.engines.verl import trainer as _trainer  # noqa: F401  (registers the omni_sync trainer)
 from omni_trainer.engines.verl.compat import (
     equal_length_position_ids,
     gloo_process_group_on_cpu,

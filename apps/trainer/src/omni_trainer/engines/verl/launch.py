@@ -9,9 +9,11 @@ forward that variable itself.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import os
+import sys
 from datetime import datetime, timezone
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omni_trainer.config import Config, ConfigError
 from omni_trainer.resume_check import check_resume, data_fingerprint, record_run, resume_notes
 from omni_trainer.run_dir import refuse_later_steps
+from omni_trainer.interrupts import StopRequest, workers_ignore_sigint
 from omni_trainer.resolved import ResolvedRun
 from omni_trainer.tasks import PREFERENCE
 from omni_trainer.reward_guard import RewardFailureError
@@ -31,6 +34,7 @@ from omni_trainer.engines.verl.errors import GpuRequiredError, require_extras
 from omni_trainer.engines.verl.batch_split import BatchPlan, batch_split_problems
 from omni_trainer.engines.verl.checkpoints import STEP_PREFIX, auto_resume_point, checkpoint_problem, later_steps, tracked_step
 from omni_trainer.engines.verl.progress import StepReporter
+from omni_trainer.engines.verl.stop import stop_file
 from omni_trainer.engines.verl.settings import (
     CPU_PLATFORM_ENV,
     EXTERNAL_MODULES_ENV,
@@ -219,12 +223,16 @@ def unwrap_reward_failure(exc: BaseException) -> RewardFailureError | None:
     return RewardFailureError(str(cause)) if isinstance(cause, RewardFailureError) else None
 
 
-def run(resolved: ResolvedRun, *, checked: bool = False) -> int:
+def run(resolved: ResolvedRun, *, checked: bool = False, stop: StopRequest | None = None) -> int:
     """Run ``resolved`` on verl; returns the process exit code.
 
     Args:
         checked: the pre-flight already ran verl's checks on this run (``trainer`` does
             before every run); otherwise they run here first.
+        stop: the ``trainer`` process's Ctrl-C flag. In a synchronous run a Ctrl-C asks our
+            trainer to stop at the end of the step (:mod:`omni_trainer.engines.verl.trainer`):
+            it saves, and the run exits 0 (130 if it came before the first step). Ray's
+            processes ignore SIGINT (they are started with it ignored), so the step finishes.
     """
     require_extras()
     problems = [] if checked else verl_problems(resolved)
@@ -268,14 +276,20 @@ def run(resolved: ResolvedRun, *, checked: bool = False) -> int:
     train_rows = check_data(verl_config)
     if not on_cpu:
         require_gpu(run_dir)
+    runner = task_runner(config, TaskRunnerV1)
+    stops_at_step_end = stop is not None and runner is TaskRunnerV1  # our omni_sync trainer runs in it
     if not ray.is_initialized():
-        ray.init(**ray_init_kwargs(verl_config))
+        with workers_ignore_sigint() if stops_at_step_end else contextlib.nullcontext():
+            ray.init(**ray_init_kwargs(verl_config))
     reporter = StepReporter(
         run_dir, metrics, config, total_steps(config, train_rows),
         start_step=start_step if config.trainer.resume_mode == "resume_path" else None,
     ).start()
+    if stop is not None and stops_at_step_end:
+        stop.on_request.append(lambda: stop_file(run_dir).touch())
+        stop.begin_training()
     try:
-        run_ppo(verl_config, task_runner_class=task_runner(config, TaskRunnerV1))
+        run_ppo(verl_config, task_runner_class=runner)
     except RayTaskError as exc:  # raised in verl's task runner (by our agent-loop manager)
         failure = unwrap_reward_failure(exc)
         if failure is None:
@@ -283,7 +297,13 @@ def run(resolved: ResolvedRun, *, checked: bool = False) -> int:
         raise failure from None
     finally:
         ray.shutdown()
+        stop_file(run_dir).unlink(missing_ok=True)
     print(reporter.finish(uses_lora=config.actor_rollout_ref.model.lora_rank > 0))
+    if stop is not None and stop.requested:
+        if reporter.last_step <= start_step:
+            print("interrupted during start-up: stopped; nothing was trained in this session", file=sys.stderr)
+            return 130
+        print(f"\nstopped after step {reporter.last_step}; checkpoint saved. Run the same command to resume.")
     return 0
 
 
@@ -310,6 +330,7 @@ def prepare_run_dir(config: Config, verl_config: DictConfig) -> tuple[Path, int,
     and that metrics file. verl's resolved config goes to ``verl_config.yaml``."""
     run_dir = Path(config.trainer.default_local_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    stop_file(run_dir).unlink(missing_ok=True)  # a stop asked of an earlier launch
     start_step = record_start(config, run_dir)
     metrics = metrics_file(run_dir)
     with open_dict(verl_config):

@@ -46,6 +46,8 @@ AGENT_LOOPS = {"single_turn_agent": "single_turn_agent"}
 SPEECH_AGENT_LOOP = "omni_speech_agent"
 """The verl agent loop of a speech stage (``actor_rollout_ref.model.stage=talker``):
 :class:`~omni_trainer.engines.verl.agent_loop.OmniSpeechAgentLoop`."""
+TRAINER_MODE = "omni_sync"
+"""verl's ``trainer.v1.trainer_mode`` of a synchronous run: our trainer (``engines/verl/trainer.py``)."""
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from omni_trainer.engines.verl.settings import (
     ROLLOUT_NAME,
     SETTINGS_ENV,
     SPEECH_AGENT_LOOP,
+    TRAINER_MODE,
     VerlSettings,
     external_modules,
 )
@@ -522,6 +523,8 @@ def _values(
         "trainer.nnodes": trainer.nnodes,
         "trainer.n_gpus_per_node": trainer.n_gpus_per_node,
         "trainer.device": "cuda",
+        # verl's sync trainer, stopping at a step's end on Ctrl-C and on skipped updates
+        "trainer.v1.trainer_mode": TRAINER_MODE,
         "ray_kwargs.ray_init.num_cpus": ray_init.num_cpus,
         "ray_kwargs.ray_init.runtime_env.env_vars": env_vars,
         "ray_kwargs.timeline_json_file": config.ray_kwargs.timeline_json_file,
