@@ -60,3 +60,63 @@ def test_silencing_twice_installs_one_filter() -> None:
     silence_known_noise()
     filters = logging.getLogger(ROPE_LOGGER).filters
     assert sum(isinstance(f, TalkerMropeKeysFilter) for f in filters) == 1
+
+
+def run_python(code: str) -> str:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    return done.stderr
+
+
+def test_verl_still_warns_about_each_engine_we_do_not_install_and_the_silencer_drops_exactly_those() -> None:
+    """Canary for the ``UNUSED_VERL_ENGINES`` filter: a plain import of verl's engine package
+    warns for each; with :func:`silence_known_noise` none of them (and nothing else) is dropped."""
+    from omni_trainer.library_noise import UNUSED_VERL_ENGINES, VERL_CRITIC_NOTE
+
+    pytest.importorskip("verl", reason="needs the distributed extra")
+    said = run_python("import verl.workers.engine")
+    for name in UNUSED_VERL_ENGINES:
+        assert f"UserWarning: {name} engine is not available: ModuleNotFoundError" in said, (
+            f"verl no longer warns about {name}: drop it from UNUSED_VERL_ENGINES")
+    quiet = run_python(
+        "from omni_trainer.library_noise import silence_known_noise; silence_known_noise(); import warnings; "
+        "import verl.workers.engine; warnings.warn('fsdp engine is not available: something else'); "
+        "from verl.trainer.ppo.utils import need_critic; from omegaconf import OmegaConf; "
+        "need_critic(OmegaConf.create({'critic': {'enable': None}, 'algorithm': {'adv_estimator': 'grpo'}}))"
+    )
+    assert "engine is not available: ModuleNotFoundError" not in quiet and VERL_CRITIC_NOTE not in quiet
+    assert "fsdp engine is not available: something else" in quiet  # another warning still shows
+    loud = run_python(
+        "from verl.trainer.ppo.utils import need_critic; from omegaconf import OmegaConf; "
+        "need_critic(OmegaConf.create({'critic': {'enable': None}, 'algorithm': {'adv_estimator': 'grpo'}}))"
+    )
+    assert VERL_CRITIC_NOTE in loud, "verl no longer warns that the critic is disabled: drop VERL_CRITIC_NOTE"
+
+
+def test_a_cpu_runs_platform_warnings_are_dropped_and_only_those() -> None:
+    """Canary: verl's platform manager still says the three messages, word for word."""
+    from pathlib import Path
+
+    from omni_trainer.library_noise import CPU_PLATFORM_MESSAGES, VERL_PLATFORM_LOGGER, CpuPlatformFilter
+
+    pytest.importorskip("verl", reason="needs the distributed extra")
+    import verl.plugin.platform.platform_manager as manager
+
+    source = Path(manager.__file__).read_text()
+    for text in ("No supported accelerator detected. Registered: %s. Falling back to 'nvidia'.",
+                 "Platform '%s' (%s) is registered but not available. ",
+                 "Replacing already-initialised platform '%s' with '%s'"):
+        assert text in source, f"verl's platform manager no longer says {text!r}: update CPU_PLATFORM_MESSAGES"
+    keep = CpuPlatformFilter().filter
+
+    def said(message: str) -> logging.LogRecord:
+        return logging.LogRecord(VERL_PLATFORM_LOGGER, logging.WARNING, __file__, 1, message, None, None)
+
+    assert not keep(said("No supported accelerator detected. Registered: ('nvidia', 'cpu'). Falling back to 'nvidia'."))
+    assert not keep(said("Replacing already-initialised platform 'cuda' with 'cpu'"))
+    assert not keep(said("Platform 'nvidia' (PlatformCUDA) is registered but not available. This may be due to this "
+                         "ray actor being a CPU-only actor."))
+    assert keep(said("Replacing already-initialised platform 'cuda' with 'npu'"))
+    assert len(CPU_PLATFORM_MESSAGES) == 3

@@ -21,6 +21,24 @@ def test_the_step_line_shows_pearson_or_why_there_is_none() -> None:
     verl_row = {**STEP, "training/rollout_actor_probs_pearson_corr": float("nan")}  # no token count to tell why
     assert "| pearson n/a |" in step_line(3, 10, verl_row)
     assert "nan" not in step_line(3, 10, flat)
+    # bypass mode: no old log-prob pass, so no Pearson metric at all
+    assert "| pearson n/a (not measured: no separate old log-prob pass, as in rollout-correction bypass mode) |" in (
+        step_line(3, 10, STEP))
+
+
+def test_the_step_line_shows_what_the_optional_features_did() -> None:
+    """It hid rollout correction's weights and ESS, skipped updates, distillation's KL and
+    staleness under async; each shows only where its metrics are."""
+    measured = {**STEP, "training/rollout_actor_probs_pearson_corr": 0.99951}
+    assert step_line(3, 10, measured) == "step    3/10 | reward 0.500 | acc 0.250 | pearson 0.9995 | grad 0.125 | 1.5 s"
+    features = {**measured, "rollout_corr/rollout_is_mean": 0.98, "rollout_corr/rollout_is_eff_sample_size": 0.91,
+                "rollout_corr/rollout_rs_masked_fraction": 0.125, "actor/skipped_step": 0.5, "distill/kl_mean": 0.0312,
+                "async/staleness_mean": 1.5, "async/staleness_max": 3.0}
+    assert step_line(3, 10, features).endswith(
+        "| 1.5 s | IS w 0.980 ESS 0.910 | RS masked 12.5% | skipped 50% of updates | distill KL 0.0312 | staleness 1.5 (max 3)"
+    )
+    verl_row = {**measured, "actor/grad_norm": float("nan"), "distillation/loss": 0.25}  # verl's names
+    assert step_line(3, 10, verl_row).endswith("| update skipped (grad not finite) | distill loss 0.2500")
 
 
 def test_the_summary_trend_names_the_steps_it_averages() -> None:

@@ -171,3 +171,23 @@ def test_the_trainer_command_refuses_before_ray_starts(
     assert code == 2, err
     assert "already holds later steps (checkpoints global_step_5)" in err
     assert (run / "global_step_5" / "actor").is_dir()
+
+
+def test_a_save_that_runs_out_of_disk_in_a_worker_says_so(tmp_path: Path) -> None:
+    """verl's workers fail a save on a full disk with torch's "PytorchStreamWriter failed
+    writing file" inside a Ray traceback; the run stops with the space it lacks (exit 2)."""
+    from omni_trainer.engines.verl.launch import checkpoint_space_error
+    from omni_training.checkpoint import CheckpointSpaceError
+
+    run = tmp_path / "run"
+    folder = save_step(run, 2)
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    traceback = RuntimeError("ray::WorkerDict.actor_rollout_save_checkpoint() ...\nRuntimeError: [enforce fail at "
+                             "inline_container.cc:664] . unexpected pos 128 vs 0\nPytorchStreamWriter failed writing file "
+                             "data/3: file write failed")
+    error = checkpoint_space_error(traceback, run)
+    assert isinstance(error, CheckpointSpaceError)
+    assert str(error).startswith(f"no space left on {run}: ")
+    assert f"MB free, a checkpoint needs about {size / 2**20:.0f} MB (the size of global_step_2); the save failed " \
+           "(global_step_2 is intact)" in str(error)
+    assert checkpoint_space_error(RuntimeError("CUDA out of memory"), run) is None

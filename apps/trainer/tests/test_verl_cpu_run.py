@@ -35,7 +35,7 @@ DISTILL_MIN, DISTILL_MAX = "actor/distillation/loss_min", "actor/distillation/lo
 SYNC_LINE = re.compile(r"omni_local replica (\d+): weights of step (\d+) loaded \(\d+ tensors, sha256 ([0-9a-f]{16})\)")
 
 
-RUN_ENV = {**os.environ, "RAY_DEDUP_LOGS": "0"}
+RUN_ENV = {**os.environ, "RAY_DEDUP_LOGS": "0", "OMNI_RL_VERL_LOG": "console"}  # the workers' output is read
 """Ray folds log lines that differ only in numbers across processes; each replica's sync line is read."""
 
 

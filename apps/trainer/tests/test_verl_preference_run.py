@@ -25,7 +25,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-RUN_ENV = {**os.environ, "RAY_DEDUP_LOGS": "0"}
+RUN_ENV = {**os.environ, "RAY_DEDUP_LOGS": "0", "OMNI_RL_VERL_LOG": "console"}  # the workers' output is read
 
 
 @pytest.fixture(scope="module")

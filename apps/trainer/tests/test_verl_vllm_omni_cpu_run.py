@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow
 PEARSON = "training/rollout_actor_probs_pearson_corr"
 LOG_PPL_DIFF = "rollout_corr/log_ppl_diff"
 DISTILL_MIN, DISTILL_MAX = "actor/distillation/loss_min", "actor/distillation/loss_max"
-RUN_ENV = {**os.environ, "RAY_DEDUP_LOGS": "0"}
+RUN_ENV = {**os.environ, "RAY_DEDUP_LOGS": "0", "OMNI_RL_VERL_LOG": "console"}  # the workers' output is read
 RETRY_LINE = "vLLM-Omni returned a retryable error"
 """What the driver logs when the engine ends a request with its retryable error (the cache drift)."""
 

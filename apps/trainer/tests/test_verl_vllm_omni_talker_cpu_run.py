@@ -56,7 +56,7 @@ def test_vllm_omni_trains_the_talker_with_the_actors_weights(tmp_path: Path) -> 
     log_path = tmp_path / "run.log"
     with log_path.open("w") as log:
         done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=900,
-                              env={**os.environ, "RAY_DEDUP_LOGS": "0"}, check=False)
+                              env={**os.environ, "RAY_DEDUP_LOGS": "0", "OMNI_RL_VERL_LOG": "console"}, check=False)
     assert done.returncode == 0, tail(log_path)
     (steps,) = launches(run_dir)
     assert [row["step"] for row in steps] == [1, 2, 3]

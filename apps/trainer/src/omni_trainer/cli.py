@@ -133,6 +133,10 @@ def _check_and_train(args: argparse.Namespace, stop: StopRequest) -> int:
             except ValueError as exc:
                 raise ConfigError(str(exc)) from exc
             use_builtin_files(config)  # verl reads files: the embedded default's, written once
+            if config.trainer.device == "cpu":
+                from omni_trainer.library_noise import silence_cpu_platform_noise
+
+                silence_cpu_platform_noise()  # before the pre-flight imports verl
         run = resolve_run(config)  # the config is final: its files are read once, here
         warnings = preflight(run)  # before any model, tokenizer or dataset loads
     except ConfigError as exc:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import IO
 
 from omni_trainer.config import Config, uses_embedded_default
 from omni_trainer.run_dir import MetricsLog, draw_curve
@@ -27,23 +29,54 @@ def step_line(step: int, total: int, m: Mapping[str, float]) -> str:
     else:
         acc = f"acc {m['critic/acc/mean']:.3f} | " if "critic/acc/mean" in m else ""  # verl's training has none
         line = f"step {step:>4}/{total} | reward {m['critic/score/mean']:.3f} | {acc}{pearson_text(m)} | {grad}"
+    line += "".join(f" | {part}" for part in feature_parts(m))
     if m.get(DROPPED_KEY):
         line += f" | dropped rows {int(m[DROPPED_KEY])}"
     return line
 
 
+def feature_parts(m: Mapping[str, float]) -> list[str]:
+    """What the step's optional features did, each only where its metrics are present:
+    rollout correction's importance weights and their effective sample size (and the share
+    rejection sampling masked), skipped policy updates, distillation's KL (verl: its loss),
+    and the samples' staleness under asynchronous training."""
+    parts = []
+    if "rollout_corr/rollout_is_mean" in m:
+        ess = m.get("rollout_corr/rollout_is_eff_sample_size")
+        parts.append(f"IS w {m['rollout_corr/rollout_is_mean']:.3f}" + (f" ESS {ess:.3f}" if ess is not None else ""))
+    if "rollout_corr/rollout_rs_masked_fraction" in m:
+        parts.append(f"RS masked {m['rollout_corr/rollout_rs_masked_fraction']:.1%}")
+    skipped = m.get("actor/skipped_step")
+    if skipped:
+        parts.append(f"skipped {skipped:.0%} of updates")
+    elif skipped is None and not math.isfinite(m.get("actor/grad_norm", 0.0)):
+        parts.append("update skipped (grad not finite)")
+    if "distill/kl_mean" in m:
+        parts.append(f"distill KL {m['distill/kl_mean']:.4f}")
+    elif "distillation/loss" in m:
+        parts.append(f"distill loss {m['distillation/loss']:.4f}")
+    if "async/staleness_mean" in m:
+        parts.append(f"staleness {m['async/staleness_mean']:.1f} (max {m.get('async/staleness_max', float('nan')):.0f})")
+    return parts
+
+
 def pearson_text(m: Mapping[str, float]) -> str:
-    """``pearson 0.9990``, or ``pearson n/a (why)`` where it is undefined; the metric itself
-    stays NaN (verl's too)."""
-    value = m.get(PEARSON, float("nan"))
+    """``pearson 0.9990``, or ``pearson n/a (why)`` where it is undefined or not measured; the
+    metric itself stays NaN (verl's too)."""
+    if PEARSON not in m:
+        return "pearson n/a (not measured: no separate old log-prob pass, as in rollout-correction bypass mode)"
+    value = m[PEARSON]
     if not math.isnan(value):
         return f"pearson {value:.4f}"
     reason = pearson_undefined_reason(m)
     return f"pearson n/a ({reason})" if reason else "pearson n/a"
 
 
-def report_step(run_dir: Path, log: MetricsLog, config: Config, step: int, total: int, m: Mapping[str, float]) -> None:
-    print(step_line(step, total, m), flush=True)
+def report_step(
+    run_dir: Path, log: MetricsLog, config: Config, step: int, total: int, m: Mapping[str, float], out: IO[str] | None = None
+) -> None:
+    """Print the step line (to ``out``, default stdout) and redraw ``curve.png``."""
+    print(step_line(step, total, m), file=out or sys.stdout, flush=True)
     if "critic/score/mean" not in m and PREFERENCE_ACCURACY in m:
         series = {"preference accuracy": log.series(PREFERENCE_ACCURACY), "loss": log.series("loss")}
         title = "preference accuracy and loss per step"

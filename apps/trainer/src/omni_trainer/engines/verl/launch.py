@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import io
 import os
 import sys
 from datetime import datetime, timezone
@@ -32,7 +33,15 @@ from omni_trainer.engines.verl.async_training import fully_async_total_steps, is
 from omni_trainer.engines.verl.distillation import check_teacher_tokenizer, validate_with_verl
 from omni_trainer.engines.verl.errors import GpuRequiredError, require_extras
 from omni_trainer.engines.verl.batch_split import BatchPlan, batch_split_problems
-from omni_trainer.engines.verl.checkpoints import STEP_PREFIX, auto_resume_point, checkpoint_problem, later_steps, tracked_step
+from omni_trainer.engines.verl.console import QuietConsole
+from omni_trainer.engines.verl.checkpoints import (
+    STEP_PREFIX,
+    auto_resume_point,
+    checkpoint_problem,
+    later_steps,
+    step_dirs,
+    tracked_step,
+)
 from omni_trainer.engines.verl.progress import StepReporter
 from omni_trainer.engines.verl.stop import stop_file
 from omni_trainer.engines.verl.settings import (
@@ -223,6 +232,33 @@ def unwrap_reward_failure(exc: BaseException) -> RewardFailureError | None:
     return RewardFailureError(str(cause)) if isinstance(cause, RewardFailureError) else None
 
 
+DISK_FULL_SIGNS = ("No space left on device", "PytorchStreamWriter failed writing file")
+"""How a save that ran out of disk fails in verl's workers: Python's ENOSPC, torch's writer."""
+
+
+def checkpoint_space_error(exc: BaseException, run_dir: Path) -> Exception | None:
+    """The plain message for a verl run whose save ran out of disk space (the workers' error
+    arrives as a Ray traceback), with what is free and what a checkpoint takes (the newest
+    saved step's size); ``None`` for any other error."""
+    text = str(exc)
+    if not any(sign in text for sign in DISK_FULL_SIGNS):
+        return None
+    import shutil
+
+    from omni_training.checkpoint import CheckpointSpaceError
+
+    steps = step_dirs(run_dir)
+    newest = steps[-1][1] if steps else None
+    needed = sum(p.stat().st_size for p in newest.rglob("*") if p.is_file()) if newest else 0
+    size = f"a checkpoint needs about {needed / 2**20:.0f} MB (the size of {newest.name})" if newest else (
+        "a checkpoint's size is not known yet (none was saved)")
+    return CheckpointSpaceError(
+        f"no space left on {run_dir}: {shutil.disk_usage(run_dir).free / 2**20:.0f} MB free, {size}; the save failed"
+        + (f" ({newest.name} is intact)" if newest else "") + ". Free space there (trainer.max_checkpoints_to_keep "
+        "keeps fewer) or point trainer.default_local_dir at a larger disk, then rerun the same command to resume"
+    )
+
+
 def run(resolved: ResolvedRun, *, checked: bool = False, stop: StopRequest | None = None) -> int:
     """Run ``resolved`` on verl; returns the process exit code.
 
@@ -268,36 +304,43 @@ def run(resolved: ResolvedRun, *, checked: bool = False, stop: StopRequest | Non
         checked_config = copy.deepcopy(verl_config)
         with open_dict(checked_config):
             checked_config.data.train_batch_size = prompts_per_step(config)
-    validate_config(
-        config=checked_config, use_reference_policy=need_reference_policy(verl_config),
-        use_critic=need_critic(verl_config),
-    )
+    said = io.StringIO()  # verl's validate_config prints its verdict and deprecation notes
+    try:
+        with contextlib.redirect_stdout(said):
+            validate_config(
+                config=checked_config, use_reference_policy=need_reference_policy(verl_config),
+                use_critic=need_critic(verl_config),
+            )
+    except BaseException:
+        print(said.getvalue(), end="")
+        raise
     run_dir, start_step, metrics = prepare_run_dir(config, verl_config)
     train_rows = check_data(verl_config)
     if not on_cpu:
         require_gpu(run_dir)
     runner = task_runner(config, TaskRunnerV1)
     stops_at_step_end = stop is not None and runner is TaskRunnerV1  # our omni_sync trainer runs in it
-    if not ray.is_initialized():
-        with workers_ignore_sigint() if stops_at_step_end else contextlib.nullcontext():
-            ray.init(**ray_init_kwargs(verl_config))
-    reporter = StepReporter(
-        run_dir, metrics, config, total_steps(config, train_rows),
-        start_step=start_step if config.trainer.resume_mode == "resume_path" else None,
-    ).start()
-    if stop is not None and stops_at_step_end:
-        stop.on_request.append(lambda: stop_file(run_dir).touch())
-        stop.begin_training()
-    try:
-        run_ppo(verl_config, task_runner_class=runner)
-    except RayTaskError as exc:  # raised in verl's task runner (by our agent-loop manager)
-        failure = unwrap_reward_failure(exc)
-        if failure is None:
-            raise
-        raise failure from None
-    finally:
-        ray.shutdown()
-        stop_file(run_dir).unlink(missing_ok=True)
+    with QuietConsole(run_dir) as console:
+        if not ray.is_initialized():
+            with workers_ignore_sigint() if stops_at_step_end else contextlib.nullcontext():
+                ray.init(**ray_init_kwargs(verl_config))
+        reporter = StepReporter(
+            run_dir, metrics, config, total_steps(config, train_rows),
+            start_step=start_step if config.trainer.resume_mode == "resume_path" else None, out=console,
+        ).start()
+        if stop is not None and stops_at_step_end:
+            stop.on_request.append(lambda: stop_file(run_dir).touch())
+            stop.begin_training()
+        try:
+            run_ppo(verl_config, task_runner_class=runner)
+        except RayTaskError as exc:  # raised in verl's task runner (by our agent-loop manager, or a save)
+            failure = unwrap_reward_failure(exc) or checkpoint_space_error(exc, run_dir)
+            if failure is None:
+                raise
+            raise failure from None
+        finally:
+            ray.shutdown()
+            stop_file(run_dir).unlink(missing_ok=True)
     print(reporter.finish(uses_lora=config.actor_rollout_ref.model.lora_rank > 0))
     if stop is not None and stop.requested:
         if reporter.last_step <= start_step:

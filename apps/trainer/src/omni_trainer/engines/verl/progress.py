@@ -11,10 +11,11 @@ the step to ``metrics.jsonl`` and redraws ``curve.png``; at the end :meth:`finis
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from omni_trainer.config import Config
 from omni_trainer.engines.verl.checkpoints import STEP_PREFIX, tracked_step
@@ -34,9 +35,11 @@ class StepReporter:
     """
 
     def __init__(
-        self, run_dir: Path, metrics_path: Path, config: Config, total_steps: int, start_step: int | None = None
+        self, run_dir: Path, metrics_path: Path, config: Config, total_steps: int, start_step: int | None = None,
+        out: IO[str] | None = None,
     ) -> None:
         self.run_dir, self.metrics_path, self.config, self.total = run_dir, metrics_path, config, total_steps
+        self.out = out  # the terminal (None: stdout), where the step lines go
         self.start_step = tracked_step(run_dir) if start_step is None else start_step
         self.log = MetricsLog(run_dir / "metrics.jsonl", resume_after=self.start_step)
         self.validation: dict[str, float] = {}
@@ -86,9 +89,9 @@ class StepReporter:
         validation = {k: v for k, v in numbers.items() if k.startswith(VALIDATION_PREFIXES)}
         if validation:
             self.validation = validation
-            print(validation_line(step, validation), flush=True)
+            print(validation_line(step, validation), file=self.out or sys.stdout, flush=True)
         if STEP_KEY in data:
             self.last_step = step
             row = {"step": float(step), **numbers}
             self.log.append(row)
-            report_step(self.run_dir, self.log, self.config, step, self.total, row)
+            report_step(self.run_dir, self.log, self.config, step, self.total, row, out=self.out)
