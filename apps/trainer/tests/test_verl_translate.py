@@ -25,7 +25,8 @@ from omni_trainer.engines.verl.translate import to_verl_config, verl_config_dir
 
 ROOT = Path(__file__).resolve().parents[3]
 GOLDEN = Path(__file__).parent / "golden" / "verl"
-RECIPES = ("gsm8k_gspo_lora.sh", "mmk12_gspo_lora.sh", "avqa_gspo_lora.sh")
+RECIPES = ("gsm8k_gspo_lora.sh", "mmk12_gspo_lora.sh", "avqa_gspo_lora.sh", "gsm8k_gspo_lora_fully_async.sh",
+           "gsm8k_gspo_lora_one_step_off.sh", "qwen25_avqa_gspo_lora.sh", "qwen25_mmk12_gspo_lora.sh")
 QWEN3_LORA = (["q_proj", "k_proj", "v_proj", "o_proj"], r".*(visual|audio_tower|lm_head|talker|code2wav).*")
 
 if importlib.util.find_spec("verl") is None or not verl_config_dir().is_dir():  # pragma: no cover
