@@ -64,11 +64,11 @@ def use_builtin_files(config: Any) -> bool:
     if model.path is not None or data.train_files is not None or model.stage != "thinker":
         return False
     from omni_model_kit.tiny import default_cache_dir
-    from omni_qwen3.tiny import build_tiny_qwen3_omni
 
+    from omni_trainer.embedded_model import EMBEDDED_MODEL, embedded_model_path
     from omni_trainer.tasks import PREFERENCE, task_name
 
-    model.path = str(build_tiny_qwen3_omni())
+    model.path = embedded_model_path()
     if task_name(config) == PREFERENCE:  # the built-in pairs, as the local engine trains on
         from omni_trainer.builtin_preference import builtin_preference_files
 
@@ -80,6 +80,6 @@ def use_builtin_files(config: Any) -> bool:
         )
         data.train_files, data.val_files = [str(train)], [str(val)]
         task = "built-in task"
-    print(f"model: tiny Qwen3-Omni built offline at {model.path}; {task}: "
+    print(f"model: {EMBEDDED_MODEL} built offline at {model.path}; {task}: "
           f"{Path(data.train_files[0]).parent}", file=sys.stderr)
     return True

@@ -59,9 +59,9 @@ def output_overlaps_input(input_dir: Path, output_dir: Path) -> str | None:
 
 
 def _tiny(argv: Sequence[str]) -> int:
-    from omni_qwen3.tiny.__main__ import main
+    from omni_trainer.embedded_model import build_tiny_command
 
-    return main(list(argv))
+    return build_tiny_command(argv)
 
 
 def _plan_memory(argv: Sequence[str]) -> int:
@@ -174,9 +174,9 @@ def _doctor_plan(overrides: Sequence[str]) -> int:
         return 2
     run = resolve_run(cfg)
     if run.model is None:
-        from omni_qwen3.tiny import build_tiny_qwen3_omni
+        from omni_trainer.embedded_model import embedded_model_path
 
-        run = run.with_model(str(build_tiny_qwen3_omni()))
+        run = run.with_model(embedded_model_path())
     assert run.model is not None
     model_path = run.model.path
     try:

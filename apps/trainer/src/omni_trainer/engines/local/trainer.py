@@ -75,11 +75,11 @@ class LocalTrainer:
 
         cfg = self.config
         if self.resolved.model is None:
-            from omni_qwen3.tiny import build_tiny_qwen3_omni
+            from omni_trainer.embedded_model import EMBEDDED_MODEL, embedded_model_path
 
-            tiny = str(build_tiny_qwen3_omni())
+            tiny = embedded_model_path()
             self.resolved = self.resolved.with_model(tiny)
-            print(f"model: tiny Qwen3-Omni built offline at {tiny}")
+            print(f"model: {EMBEDDED_MODEL} built offline at {tiny}")
         assert self.resolved.model is not None
         model_path = self.model_path = self.resolved.model.path
         hf_config = AutoConfig.from_pretrained(model_path)
