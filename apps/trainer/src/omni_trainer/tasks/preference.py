@@ -75,7 +75,6 @@ class PairSource:
         self.cache: dict[int, Pair] = {}
         self.truncated = 0
         self.dropped = int(sum(dataset.report.dropped.values()))
-        print(dataset.report.format())  # each reason counted, as for RL prompts (overlong_prompt=...)
 
     @property
     def modalities(self) -> list[str]:
@@ -180,9 +179,11 @@ def load_pairs(config: Config, processor: Any, tokenizer: Any) -> tuple[PairSour
     else:
         train_files, val_files = config.data.train_files, config.data.val_files or []
     train = PairSource(PreferenceDataset(train_files, processor, data), tokenizer, config=config)
+    print(train.dataset.report.format())  # each reason counted, as for RL prompts (overlong_prompt=...)
     val = None
     if val_files:
         val = PairSource(PreferenceDataset(val_files, processor, data), tokenizer, offset=len(train), config=config)
+        print(val.dataset.report.format())
     return train, val
 
 
