@@ -62,37 +62,46 @@ def test_silencing_twice_installs_one_filter() -> None:
     assert sum(isinstance(f, TalkerMropeKeysFilter) for f in filters) == 1
 
 
-def run_python(code: str) -> str:
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
-    return done.stderr
+PROBE = """
+import json, warnings
+from omegaconf import OmegaConf
+with warnings.catch_warnings(record=True) as loud:
+    warnings.simplefilter("always")
+    import verl.workers.engine
+    from verl.trainer.ppo.utils import need_critic
+    need_critic(OmegaConf.create({"critic": {"enable": None}, "algorithm": {"adv_estimator": "grpo"}}))
+from omni_trainer.library_noise import silence_known_noise
+silence_known_noise()
+with warnings.catch_warnings(record=True) as quiet:
+    warnings.simplefilter("always", append=True)  # after the silencers: what they do not drop shows
+    for w in loud:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, module="verl.workers.engine"
+                               if w.filename.endswith("engine/__init__.py") else None)
+    warnings.warn_explicit(UserWarning("fsdp engine is not available: something else"), UserWarning, "x.py", 1,
+                           module="verl.workers.engine")
+print(json.dumps({"loud": [str(w.message) for w in loud], "quiet": [str(w.message) for w in quiet]}))
+"""
 
 
 def test_verl_still_warns_about_each_engine_we_do_not_install_and_the_silencer_drops_exactly_those() -> None:
-    """Canary for the ``UNUSED_VERL_ENGINES`` filter: a plain import of verl's engine package
-    warns for each; with :func:`silence_known_noise` none of them (and nothing else) is dropped."""
+    """Canary for the ``UNUSED_VERL_ENGINES`` and ``VERL_CRITIC_NOTE`` filters: a fresh process
+    importing verl's engine package warns for each unused engine, and verl's ``need_critic``
+    notes the disabled critic; with :func:`silence_known_noise` those (and nothing else) go."""
+    import json
+    import subprocess
+    import sys
+
     from omni_trainer.library_noise import UNUSED_VERL_ENGINES, VERL_CRITIC_NOTE
 
     pytest.importorskip("verl", reason="needs the distributed extra")
-    said = run_python("import verl.workers.engine")
+    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=300, check=True)
+    said = json.loads(done.stdout.strip().splitlines()[-1])
     for name in UNUSED_VERL_ENGINES:
-        assert f"UserWarning: {name} engine is not available: ModuleNotFoundError" in said, (
+        assert any(m.startswith(f"{name} engine is not available: ModuleNotFoundError") for m in said["loud"]), (
             f"verl no longer warns about {name}: drop it from UNUSED_VERL_ENGINES")
-    quiet = run_python(
-        "from omni_trainer.library_noise import silence_known_noise; silence_known_noise(); import warnings; "
-        "import verl.workers.engine; warnings.warn('fsdp engine is not available: something else'); "
-        "from verl.trainer.ppo.utils import need_critic; from omegaconf import OmegaConf; "
-        "need_critic(OmegaConf.create({'critic': {'enable': None}, 'algorithm': {'adv_estimator': 'grpo'}}))"
-    )
-    assert "engine is not available: ModuleNotFoundError" not in quiet and VERL_CRITIC_NOTE not in quiet
-    assert "fsdp engine is not available: something else" in quiet  # another warning still shows
-    loud = run_python(
-        "from verl.trainer.ppo.utils import need_critic; from omegaconf import OmegaConf; "
-        "need_critic(OmegaConf.create({'critic': {'enable': None}, 'algorithm': {'adv_estimator': 'grpo'}}))"
-    )
-    assert VERL_CRITIC_NOTE in loud, "verl no longer warns that the critic is disabled: drop VERL_CRITIC_NOTE"
+    assert any(VERL_CRITIC_NOTE in m for m in said["loud"]), "verl no longer notes the disabled critic: drop VERL_CRITIC_NOTE"
+    assert not any("engine is not available: ModuleNotFoundError" in m or VERL_CRITIC_NOTE in m for m in said["quiet"])
+    assert "fsdp engine is not available: something else" in said["quiet"]  # another warning still shows
 
 
 def test_a_cpu_runs_platform_warnings_are_dropped_and_only_those() -> None:
