@@ -152,13 +152,9 @@ def save_checkpoint(
         needed, free = checkpoint_bytes(actor), shutil.disk_usage(root).free
         if _is_disk_full(exc) or (isinstance(exc, (OSError, RuntimeError)) and free < needed):
             newest = latest_checkpoint(root)
-            raise CheckpointSpaceError(
-                f"no space left on {root}: {free / 2**20:.0f} MB free, a checkpoint needs about "
-                f"{needed / 2**20:.0f} MB; step {step} was not saved"
-                + (f" ({newest.name} is intact)" if newest else "")
-                + ". Free space there (trainer.max_checkpoints_to_keep keeps fewer) or point "
-                "trainer.default_local_dir at a larger disk, then rerun the same command to resume"
-            ) from exc
+            raise CheckpointSpaceError(space_message(
+                root, free, f"a checkpoint needs about {needed / 2**20:.0f} MB", f"step {step} was not saved", newest
+            )) from exc
         raise
     if keep_last is not None:
         if keep_last < 1:
@@ -170,6 +166,17 @@ def save_checkpoint(
 
 class CheckpointSpaceError(OSError):
     """A checkpoint could not be written for lack of disk space (nothing else was lost)."""
+
+
+def space_message(root: Path, free: int, needed: str, lost: str, intact: Path | None) -> str:
+    """What a save that ran out of disk says (either engine): where, what is free, what a
+    checkpoint takes (``needed``), what was not saved (``lost``) and which one is intact."""
+    return (
+        f"no space left on {root}: {free / 2**20:.0f} MB free, {needed}; {lost}"
+        + (f" ({intact.name} is intact)" if intact else "")
+        + ". Free space there (trainer.max_checkpoints_to_keep keeps fewer) or point "
+        "trainer.default_local_dir at a larger disk, then rerun the same command to resume"
+    )
 
 
 def checkpoint_bytes(actor: Actor) -> int:

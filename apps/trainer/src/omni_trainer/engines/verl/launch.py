@@ -190,9 +190,8 @@ def resumed_step(config: Config, run_dir: Path) -> tuple[int, Path] | None:
     if trainer.resume_mode == "resume_path" and trainer.resume_from_path:
         path = Path(os.path.abspath(os.path.expanduser(trainer.resume_from_path)))
         return int(path.name.split(STEP_PREFIX)[-1]), path.parent
-    if trainer.resume_mode == "auto" and tracked_step(run_dir) > 0:
-        return tracked_step(run_dir), run_dir
-    return None
+    step = tracked_step(run_dir) if trainer.resume_mode == "auto" else 0
+    return (step, run_dir) if step > 0 else None
 
 
 def record_start(config: Config, run_dir: Path) -> int:
@@ -245,18 +244,14 @@ def checkpoint_space_error(exc: BaseException, run_dir: Path) -> Exception | Non
         return None
     import shutil
 
-    from omni_training.checkpoint import CheckpointSpaceError
+    from omni_training.checkpoint import CheckpointSpaceError, space_message
 
     steps = step_dirs(run_dir)
     newest = steps[-1][1] if steps else None
     needed = sum(p.stat().st_size for p in newest.rglob("*") if p.is_file()) if newest else 0
     size = f"a checkpoint needs about {needed / 2**20:.0f} MB (the size of {newest.name})" if newest else (
         "a checkpoint's size is not known yet (none was saved)")
-    return CheckpointSpaceError(
-        f"no space left on {run_dir}: {shutil.disk_usage(run_dir).free / 2**20:.0f} MB free, {size}; the save failed"
-        + (f" ({newest.name} is intact)" if newest else "") + ". Free space there (trainer.max_checkpoints_to_keep "
-        "keeps fewer) or point trainer.default_local_dir at a larger disk, then rerun the same command to resume"
-    )
+    return CheckpointSpaceError(space_message(run_dir, shutil.disk_usage(run_dir).free, size, "the save failed", newest))
 
 
 def run(resolved: ResolvedRun, *, checked: bool = False, stop: StopRequest | None = None) -> int:
