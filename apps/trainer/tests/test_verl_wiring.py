@@ -409,9 +409,29 @@ def test_deploy_options_round_the_lora_rank_as_verl_does() -> None:
     )
     options = deploy_options(rollout, lora_rank=4, seed=0)
     assert options.enable_lora and options.max_lora_rank == 8  # vLLM takes only its MaxLoRARanks
+    assert not options.all_stages_eager  # off verl's CPU platform: upstream's stages keep their graphs
     assert not deploy_options(rollout, lora_rank=0, seed=0).enable_lora
     assert _lora_rank(SimpleNamespace(lora={"rank": 16, "merge": True}, lora_rank=0)) == 0  # merged: no adapter
     assert _lora_rank(SimpleNamespace(lora={}, lora_rank=32)) == 32
+
+
+@needs_extras
+def test_on_verls_cpu_platform_every_stage_runs_eager(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's CPU build compiles each stage not run eager with inductor at start-up (77 s for
+    the tiny thinker in front of a talker, on 2 cores), and has no CUDA graphs to gain."""
+    from omni_trainer.engines.verl.rollout import deploy_options
+    from omni_trainer.engines.verl.settings import CPU_PLATFORM, CPU_PLATFORM_ENV
+
+    rollout = SimpleNamespace(
+        cudagraph_capture_sizes=None, gpu_memory_utilization=0.5, max_num_seqs=8, max_model_len=1024,
+        enforce_eager=False, free_cache_engine=False, enable_prefix_caching=False, dtype="float32",
+        logprobs_mode="processed_logprobs", load_format="dummy", max_num_batched_tokens=8192,
+        enable_chunked_prefill=True,
+    )
+    monkeypatch.setenv(CPU_PLATFORM_ENV, CPU_PLATFORM)
+    assert deploy_options(rollout, lora_rank=0, seed=0).all_stages_eager
+    monkeypatch.setenv(CPU_PLATFORM_ENV, "cuda")
+    assert not deploy_options(rollout, lora_rank=0, seed=0).all_stages_eager
 
 
 @needs_extras

@@ -179,6 +179,19 @@ def test_only_the_policy_stage_gets_the_engine_knobs_and_extras_merge_last() -> 
                        "enable_sleep_mode": True}
 
 
+def test_all_stages_eager_turns_every_stage_eager_and_only_that() -> None:
+    """On the CPU every stage runs eager (vLLM's CPU build would compile each at start-up);
+    ``enforce_eager`` alone touches the policy stage only."""
+    adapter = FakeAdapter()
+    policy_only = build_deploy_config(adapter, "chain", ReplicaLayout(gpus_per_replica=2), DeployOptions(enforce_eager=True))
+    assert [stage.get("enforce_eager") for stage in policy_only["stages"]] == [True, None, None]
+    everywhere = build_deploy_config(adapter, "chain", ReplicaLayout(gpus_per_replica=2),
+                                     DeployOptions(all_stages_eager=True))
+    assert [stage.get("enforce_eager") for stage in everywhere["stages"]] == [True, True, True]
+    without = {key: value for key, value in everywhere["stages"][1].items() if key != "enforce_eager"}
+    assert without == policy_only["stages"][1]  # nothing else changes
+
+
 def test_memory_shares_split_each_device_by_weight_and_a_stage_takes_its_tightest_device() -> None:
     # The policy at TP 2 spans devices 0 and 1; talker and vocoder share device 1 with it.
     # Device 1 weighs 0.9 + 0.6 + 0.1 = 1.6: of the rollout's 0.8 the policy may take

@@ -109,6 +109,9 @@ class DeployOptions:
             vLLM's default (largest = min(2 x max_num_seqs, 512)).
         enforce_eager: disable CUDA graphs on the policy stage (debugging, tiny models); a
             stage vLLM-Omni's file runs eager stays eager either way.
+        all_stages_eager: every stage eager, the policy and the stages around it: on the CPU,
+            where there are no CUDA graphs to capture and vLLM would compile each stage with
+            inductor at start-up instead (about a minute per stage of the tiny model on 2 cores).
         enable_sleep_mode: every stage; required for colocated training (sleep/wake
             between steps, the whole pipeline).
         enable_prefix_caching: every stage; off by default, as vLLM-Omni's deploy files for
@@ -129,6 +132,7 @@ class DeployOptions:
     max_model_len: int | None = None
     cudagraph_capture_sizes: tuple[int, ...] | None = None
     enforce_eager: bool = False
+    all_stages_eager: bool = False
     enable_sleep_mode: bool = True
     enable_prefix_caching: bool = False
     dtype: str = "bfloat16"
@@ -159,7 +163,8 @@ class DeployOptions:
 def _policy_stage_args(options: DeployOptions, upstream: Mapping[str, Any]) -> dict[str, Any]:
     args: dict[str, Any] = {
         "max_num_seqs": options.max_num_seqs,
-        "enforce_eager": options.enforce_eager or bool(upstream.get("enforce_eager", False)),
+        "enforce_eager": (options.enforce_eager or options.all_stages_eager
+                          or bool(upstream.get("enforce_eager", False))),
     }
     if options.max_model_len is not None:
         args["max_model_len"] = options.max_model_len
@@ -305,6 +310,8 @@ def build_deploy_config(
         }
         if sid == policy_id:
             entry = _merged(entry, _policy_stage_args(options, base))
+        elif options.all_stages_eager:
+            entry["enforce_eager"] = True
         if hf_overrides:
             entry = _merged(entry, {"hf_overrides": dict(hf_overrides)})
         extras = adapter.get_stage_engine_extras(sid, mode)

@@ -23,7 +23,8 @@ from typing import Any
 import torch
 from verl.plugin.platform import PlatformBase, PlatformRegistry
 
-CPU_PLATFORM = "cpu"
+from omni_trainer.engines.verl.settings import CPU_PLATFORM
+
 RANK_SLOT_RESOURCE = "GPU"
 """The Ray resource verl's placement groups reserve per rank (a logical count on the CPU)."""
 NOSET_VISIBLE_DEVICES = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"

@@ -34,8 +34,7 @@ from omni_trainer.engines.verl.compat import (
     gloo_process_group_on_cpu,
     register_worker_rollout,
 )
-from omni_trainer.engines.verl.cpu_platform import CPU_PLATFORM
-from omni_trainer.engines.verl.settings import CPU_PLATFORM_ENV, LOCAL_ROLLOUT_NAME, ROLLOUT_NAME
+from omni_trainer.engines.verl.settings import CPU_PLATFORM, CPU_PLATFORM_ENV, LOCAL_ROLLOUT_NAME, ROLLOUT_NAME
 
 WORKER_ROLLOUT = "verl.workers.rollout.vllm_rollout.ServerAdapter"
 """verl's vLLM worker-side adapter; it addresses the server as ``<rollout.name>_server_...``."""

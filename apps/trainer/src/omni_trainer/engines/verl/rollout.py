@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,7 @@ from omni_trainer.placeholders import policy_logit_mask
 from omni_trainer.engines.verl.adapters import rollout_adapter, training_adapter
 from omni_trainer.engines.verl.compat import reserve_server_port
 from omni_trainer.engines.verl.processor import adapter_processor
-from omni_trainer.engines.verl.settings import ROLLOUT_NAME, VerlSettings
+from omni_trainer.engines.verl.settings import CPU_PLATFORM, CPU_PLATFORM_ENV, ROLLOUT_NAME, VerlSettings
 from omni_trainer.engines.verl.speech_sample import SPEECH_SAMPLE, speech_sample
 
 WORKER_EXTENSION = "verl.workers.rollout.vllm_rollout.utils.vLLMColocateWorkerExtension"
@@ -68,7 +69,8 @@ logger = logging.getLogger(__name__)
 def deploy_options(rollout: Any, *, lora_rank: int, seed: int) -> DeployOptions:
     """verl's rollout config (``RolloutConfig``-shaped) -> the replica's deploy options: the policy
     stage's knobs, and the memory share (split over the stages on a GPU), sleep mode
-    (``free_cache_engine``) and prefix caching of every stage."""
+    (``free_cache_engine``) and prefix caching of every stage; on verl's CPU platform, every
+    stage eager (vLLM's CPU build would compile each with inductor at start-up)."""
     sizes = rollout.cudagraph_capture_sizes
     return DeployOptions(
         gpu_memory_utilization=rollout.gpu_memory_utilization,
@@ -76,6 +78,7 @@ def deploy_options(rollout: Any, *, lora_rank: int, seed: int) -> DeployOptions:
         max_model_len=rollout.max_model_len,
         cudagraph_capture_sizes=tuple(sizes) if sizes else None,
         enforce_eager=rollout.enforce_eager,
+        all_stages_eager=os.environ.get(CPU_PLATFORM_ENV) == CPU_PLATFORM,
         enable_sleep_mode=rollout.free_cache_engine,
         enable_prefix_caching=rollout.enable_prefix_caching,
         dtype=rollout.dtype,

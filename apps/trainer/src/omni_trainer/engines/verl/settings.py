@@ -24,6 +24,8 @@ OMNI_MODEL_TYPE = "omni_language_model"
 ROLLOUT_NAME = "vllm_omni"
 CPU_PLATFORM_ENV = "VERL_PLATFORM"
 """verl reads its platform's name from this variable (``cpu``: :mod:`cpu_platform`)."""
+CPU_PLATFORM = "cpu"
+"""The name :mod:`cpu_platform` registers in verl's platform registry."""
 LOCAL_ROLLOUT_NAME = "omni_local"
 """The CPU rollout backend (:mod:`omni_trainer.engines.verl.local_rollout`): the local engine's
 sampler behind verl's server interface."""
