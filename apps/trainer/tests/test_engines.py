@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from omni_trainer.config import CHOICES, ConfigError, load_config
+from omni_trainer.config import Config, ConfigError, load_config
 from omni_trainer.engines import ENGINE_MODULES, engine_for
+from omni_trainer.keys import declared_keys
 
 
 def test_each_engine_the_config_accepts_exists_under_its_name() -> None:
-    assert set(CHOICES["trainer.engine"]) == set(ENGINE_MODULES)
+    (engine_key,) = [declared for declared in declared_keys(Config) if declared.name == "trainer.engine"]
+    assert set(engine_key.doc.choices) == set(ENGINE_MODULES)
     for name in ENGINE_MODULES:
         engine = engine_for(name)
         assert engine.name == name and engine.checks and callable(engine.run)

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from omni_trainer.config import all_keys, load_config
-from omni_trainer.engines.verl.local_keys import LOCAL_KEYS, verl_refusals
+from omni_trainer.config import Config, all_keys, load_config
+from omni_trainer.engines.verl.local_keys import verl_refusals
+from omni_trainer.keys import declared_keys
 from omni_trainer.engines.verl.translate import config_problems, verl_defaults
 from omni_trainer.verl_keys import local_refusals
 
@@ -33,7 +34,7 @@ REFUSED = {
 
 READ_BY_THE_VERL_ENGINE = {
     "data.builtin_task_size": "builtin_files.py",
-    "data.on_bad_row": "engines/verl/translate.py",
+    "data.on_bad_row": "engines/verl/dataset.py",  # passed through (declared), read by our dataset class
     "data.spoken_text": "engines/verl/translate.py",
     "data.max_spoken_tokens": "engines/verl/translate.py",
     "data.train_sampler.class_path": "config.py",  # both engines: the sampler is chosen by class_name (SamplerConfig)
@@ -90,6 +91,8 @@ READ_BY_THE_VERL_ENGINE = {
 }
 """Every key of ours that verl's own config lacks, and where the verl engine (or the pre-flight
 on its behalf) reads it."""
+LOCAL_ONLY = {declared.name for declared in declared_keys(Config) if declared.doc.engines == "local"}
+"""The keys declared as read by the local engine only (``engines="local"``)."""
 
 
 def test_every_key_verl_lacks_is_read_by_the_verl_engine_or_refused_there() -> None:
@@ -97,13 +100,13 @@ def test_every_key_verl_lacks_is_read_by_the_verl_engine_or_refused_there() -> N
     refuse it (engines.verl.local_keys); otherwise verl would drop it in silence."""
     defaults = verl_defaults()
     ours = {key for key in all_keys() if OmegaConf.select(defaults, key, default=KeyError) is KeyError}
-    classified = set(READ_BY_THE_VERL_ENGINE) | {spec.key for spec in LOCAL_KEYS}
-    assert not READ_BY_THE_VERL_ENGINE.keys() & {spec.key for spec in LOCAL_KEYS}
-    assert ours - classified == set(), "classify these: read by the verl engine (where), or refused (LOCAL_KEYS)"
+    classified = set(READ_BY_THE_VERL_ENGINE) | LOCAL_ONLY
+    assert not READ_BY_THE_VERL_ENGINE.keys() & LOCAL_ONLY
+    assert ours - classified == set(), "classify these: read by the verl engine (where), or declared engines='local'"
     assert classified - ours == set(), "verl's config has these now: drop them here"
     for key, module in READ_BY_THE_VERL_ENGINE.items():
         assert key.split(".")[-1] in (SRC / module).read_text(), f"{key} is not read in {module}"
-    assert set(REFUSED) == {spec.key for spec in LOCAL_KEYS}
+    assert set(REFUSED) == LOCAL_ONLY
 
 
 @pytest.mark.parametrize("key", sorted(REFUSED))

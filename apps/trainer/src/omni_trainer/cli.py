@@ -53,7 +53,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="import the installed model packages and list their registered adapters",
     )
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    parser.add_argument(
+        "--help-config", metavar="KEY",
+        help="print what KEY means: its type, default, range or choices, the engines that read it, how verl gets it",
+    )
     return parser
+
+
+def help_config(name: str) -> int:
+    from omni_trainer.config import Config, closest_keys
+    from omni_trainer.keys import help_text
+
+    text = help_text(Config, name)
+    if text is not None:
+        print(text)
+        return 0
+    close = closest_keys(name)
+    known = f"; did you mean {' or '.join(close)}?" if close and name not in close else ""
+    print(f"{name}: no declaration yet (`uv run trainer --print-config` prints every key){known}", file=sys.stderr)
+    return 2
 
 
 def list_models(loader: ModelPackageLoader) -> int:
@@ -103,6 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.list_models:
         return list_models(training_adapters.loader)
+    if args.help_config:
+        return help_config(args.help_config)
     from omni_trainer.interrupts import StopRequest
 
     stop = StopRequest()  # Ctrl-C from here on: start-up stops at once, training at a step's end

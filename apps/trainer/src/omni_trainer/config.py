@@ -25,6 +25,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
+from omni_trainer.keys import MAPPED, NOT_SENT, choice_problems, key
 from omni_trainer.loggers import LOGGERS
 from omni_trainer.model_folder import model_fingerprint
 
@@ -53,19 +54,24 @@ class SamplerConfig:
 class DataConfig:
     train_files: list[str] | None = None  # None: the built-in task; a single path is accepted (as in verl)
     val_files: list[str] | None = None
-    train_batch_size: int = 8  # prompts per step
-    val_batch_size: int = 16
-    max_prompt_length: int = 1024  # longer prompts are filtered, counted and reported
-    max_response_length: int = 64
-    shuffle: bool = True
-    seed: int = 0
-    builtin_task_size: int = 256  # rows of the built-in task
-    on_bad_row: str = "raise"  # raise | skip (counted in the step output and summary.txt)
-    # stage=talker with train files: what each row's speech says. extra_info: the row's
-    # extra_info.spoken_text; thinker: the thinker's greedy answer to the prompt (at most
-    # max_spoken_tokens tokens), as a thinker -> talker pipeline would speak it.
-    spoken_text: str = "extra_info"
-    max_spoken_tokens: int = 64
+    # at least 1, or 0 with verl's fully-async streaming (async_training.max_staleness >= 2),
+    # where a step is ppo_mini_batch_size x require_batches (the pre-flight checks the pair)
+    train_batch_size: int = key(8, "prompts per step", at_least=0)
+    val_batch_size: int = key(16, "prompts per validation batch", at_least=1)
+    max_prompt_length: int = key(1024, "prompt tokens at most; longer prompts are filtered, counted and reported",
+                                 at_least=1)
+    max_response_length: int = key(64, "response tokens at most per sample", at_least=1)
+    shuffle: bool = key(True, "shuffle the train rows each epoch")
+    seed: int = key(0, "the seed of the data order (both engines)")
+    builtin_task_size: int = key(256, "rows of the built-in task (no data.train_files)", at_least=1, verl=NOT_SENT)
+    on_bad_row: str = key("raise", "a row that cannot be loaded: raise, or skip it (counted in the step output "
+                          "and summary.txt; read by our dataset class under verl)", choices=("raise", "skip"))
+    spoken_text: str = key("extra_info", "stage=talker with train files, what each row's speech says: the row's "
+                           "extra_info.spoken_text, or the thinker's greedy answer to the prompt (at most "
+                           "max_spoken_tokens tokens), as a thinker -> talker pipeline would speak it",
+                           choices=("extra_info", "thinker"), verl=NOT_SENT)
+    max_spoken_tokens: int = key(64, "stage=talker, data.spoken_text=thinker: the thinker's answer's tokens at most",
+                                 at_least=1, verl=NOT_SENT)
     mm_processor_kwargs: dict[str, Any] = field(default_factory=dict)  # extra processor kwargs
     custom_cls: CustomClassConfig = field(default_factory=CustomClassConfig)
     # verl's dataset keys, passed to verl as given (None: verl's default, or ours where noted);
@@ -95,9 +101,11 @@ class LoraSection:
 class ModelConfig:
     path: str | None = None  # None: the tiny Qwen3-Omni, built offline
     stage: str = "thinker"
-    lora_rank: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0
+    lora_rank: int = key(16, "LoRA rank; 0: full fine-tuning", at_least=0)
+    lora_alpha: int = key(32, "LoRA alpha (the update is scaled by alpha / rank)", above=0)
+    lora_dropout: float = key(0.0, "dropout on the LoRA path", engines="local",
+                              other_engine="builds its FSDP LoRA (verl 0.9.1) without dropout (honours 0)",
+                              honoured=(0.0,), verl=NOT_SENT)
     target_modules: list[str] | None = None  # None: the adapter's defaults
     exclude_modules: str | None = None
     # LoRA on nn.Parameters by name (PEFT's target_parameters): a MoE's fused experts
@@ -129,10 +137,10 @@ class PolicyLossSection:
 
 @dataclass
 class OptimConfig:
-    lr: float = 3e-6
-    weight_decay: float = 0.01
-    lr_warmup_steps: int = 0
-    lr_scheduler_type: str = "constant"  # constant | cosine
+    lr: float = key(3e-6, "AdamW's learning rate", above=0)
+    weight_decay: float = key(0.01, "AdamW's weight decay")
+    lr_warmup_steps: int = key(0, "steps of linear warm-up; 0: none (verl's -1)", at_least=0, verl=MAPPED)
+    lr_scheduler_type: str = key("constant", "the learning-rate schedule after warm-up", choices=("constant", "cosine"))
     min_lr_ratio: float = 0.0
     clip_grad: float | None = None  # verl's spelling of actor_rollout_ref.actor.grad_clip (folded into it)
 
@@ -186,7 +194,7 @@ class OmniLossConfig:
 
 @dataclass
 class ActorConfig:
-    strategy: str = "fsdp2"  # verl engine: fsdp | fsdp2
+    strategy: str = key("fsdp2", "the FSDP version verl shards the actor with", choices=("fsdp", "fsdp2"))
     fsdp_config: FsdpConfig = field(default_factory=FsdpConfig)
     # verl's spelling of actor_rollout_ref.model.freeze_vision_tower (folded into it).
     freeze_vision_tower: bool | None = None
@@ -195,30 +203,36 @@ class ActorConfig:
     entropy_from_logits_with_chunking: bool | None = None
     entropy_from_logits_chunk_size: int | None = None
     policy_loss: PolicyLossSection = field(default_factory=PolicyLossSection)
-    clip_ratio: float = 0.2
-    clip_ratio_low: float | None = None
-    clip_ratio_high: float | None = None
+    clip_ratio: float = key(0.2, "PPO's clip range around a ratio of 1", at_least=0)
+    clip_ratio_low: float | None = key(None, "the clip range below 1; null: clip_ratio", at_least=0, verl=MAPPED)
+    clip_ratio_high: float | None = key(None, "the clip range above 1; null: clip_ratio", at_least=0, verl=MAPPED)
     clip_ratio_c: float = 3.0
     loss_agg_mode: str = "seq-mean-token-mean"
     # seq-mean-token-sum-norm (Dr.GRPO) divides by this constant; None: data.max_response_length.
     loss_scale_factor: int | None = None
-    ppo_mini_batch_size: int = 8  # prompts per optimizer step
-    ppo_micro_batch_size_per_gpu: int = 16  # samples per forward/backward
+    ppo_mini_batch_size: int = key(8, "prompts per optimizer step", at_least=1)
+    ppo_micro_batch_size_per_gpu: int = key(16, "samples per forward/backward", at_least=1, verl=MAPPED)
     use_dynamic_bsz: bool = False
-    ppo_max_token_len_per_gpu: int = 16384
-    ppo_epochs: int = 1
+    ppo_max_token_len_per_gpu: int = key(16384, "tokens per forward with use_dynamic_bsz", at_least=1)
+    ppo_epochs: int = key(1, "passes over each step's samples", at_least=1)
     use_kl_loss: bool = False
     kl_loss_coef: float = 0.001
     kl_loss_type: str = "low_var_kl"
     entropy_coeff: float = 0.0
     grad_clip: float = 1.0
-    # local engine, the compute dtype: auto (bfloat16 on a GPU, float32 on the CPU) | float32 | bfloat16;
     # trained weights and AdamW state stay float32 (omni_training.model_loading.precision)
-    dtype: str = "auto"
-    # Local engine. auto: when the step is on-policy (one epoch, one mini-batch, no KL reward,
-    # no teacher) the update's own forward gives the old log-probs (detached), one actor
-    # pass fewer with the same loss and gradients; recompute: always a separate pass first.
-    old_log_prob: str = "auto"  # auto | recompute
+    dtype: str = key("auto", "the actor's compute dtype, auto: bfloat16 on a GPU and float32 on the CPU",
+                     choices=("auto", "float32", "bfloat16"), engines="local",
+                     other_engine="holds the actor in actor_rollout_ref.actor.fsdp_config.model_dtype and computes "
+                                  "under FSDP's mixed precision (honours auto)", honoured=("auto",), verl=NOT_SENT)
+    # auto: when the step is on-policy (one epoch, one mini-batch, no KL reward, no teacher) the
+    # update's own forward gives the old log-probs (detached), one actor pass fewer with the same
+    # loss and gradients; recompute: always a separate pass first.
+    old_log_prob: str = key("auto", "auto: an on-policy step takes its old log-probs from the update's own forward",
+                            choices=("auto", "recompute"), engines="local",
+                            other_engine="computes the old log-probs in a pass of their own, or takes the rollout's "
+                                         "with algorithm.rollout_correction.bypass_mode=true (honours recompute)",
+                            honoured=("recompute",), verl=NOT_SENT)
     # Local engine, with trainer.talker_drift=true: adds coef x talker/drift_kl (on the probes,
     # differentiable in the thinker) to every update's loss, to keep the talker's behaviour.
     talker_drift_coef: float = 0.0
@@ -256,11 +270,11 @@ class EngineKwargsConfig:
 class ValKwargsConfig:
     """verl's ``rollout.val_kwargs``: how validation samples (default greedy, one response)."""
 
-    n: int = 1
-    do_sample: bool = False
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = -1
+    n: int = key(1, "responses per validation prompt", at_least=1)
+    do_sample: bool = key(False, "sample validation responses; false: greedy")
+    temperature: float = key(0.0, "validation sampling temperature", at_least=0, note=" (0: greedy)")
+    top_p: float = key(1.0, "validation nucleus sampling mass", above=0, at_most=1)
+    top_k: int = key(-1, "validation top-k sampling", at_least=1, allowed=(-1,), note=" (-1: off)")
 
 
 @dataclass
@@ -276,10 +290,10 @@ class CheckpointEngineConfig:
 
 @dataclass
 class RolloutConfig:
-    n: int = 8
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
+    n: int = key(8, "samples per prompt (the GRPO group)", at_least=1)
+    temperature: float = key(1.0, "sampling temperature", at_least=0, note=" (0: greedy)")
+    top_p: float = key(1.0, "nucleus sampling mass", above=0, at_most=1)
+    top_k: int = key(-1, "top-k sampling", at_least=1, allowed=(-1,), note=" (-1: off)")
     # None: the pipeline the model's training adapter declares (``rollout_pipeline``),
     # filled in by load_config from the checkpoint's config.json.
     pipeline_name: str | None = None
@@ -294,8 +308,8 @@ class RolloutConfig:
     # parallel size whose weights per GPU leave no KV cache in gpu_memory_utilization).
     # On trainer.device=cpu the rollout is omni_local unless this key names vllm_omni (the real
     # engine on vLLM's CPU build, the cpu-rollout extra): a named rollout is never swapped.
-    name: str = "vllm_omni"
-    mode: str = "async"
+    name: str = key("vllm_omni", "the rollout backend under verl", choices=("vllm_omni", "omni_local"))
+    mode: str = key("async", "verl's rollout mode", choices=("async",))
     # The rollout engine's dtype (verl's key). None: verl's bfloat16 on GPUs; on the CPU the
     # actor's (fp32 unless fsdp_config.model_dtype says otherwise), so log-probs can agree.
     dtype: str | None = None
@@ -414,7 +428,7 @@ class RolloutPoolConfig:
 class AlgorithmConfig:
     adv_estimator: str = "grpo"
     norm_adv_by_std_in_grpo: bool = True
-    gamma: float = 1.0
+    gamma: float = key(1.0, "the discount over a response's tokens", at_least=0, at_most=1)
     use_kl_in_reward: bool = False
     kl_penalty: str = "kl"
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
@@ -448,9 +462,11 @@ class RewardManagerSection:
 class RewardConfig:
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
     reward_manager: RewardManagerSection = field(default_factory=RewardManagerSection)
-    num_workers: int | None = None  # None: one per CPU
-    timeout_s: float = 30.0
-    on_unknown_data_source: str = "raise"
+    num_workers: int | None = key(None, "scorer processes; null: one per CPU", at_least=1,
+                                  note=", or null (one per CPU)", verl=MAPPED)
+    timeout_s: float = key(30.0, "seconds a scorer may take per sample", above=0, verl=MAPPED)
+    on_unknown_data_source: str = key("raise", "a row whose data_source no scorer knows: raise, or skip it",
+                                      choices=("raise", "skip"), verl=MAPPED)
     # Both engines: stop the run when a training step's scorer fails (error or timeout) on more
     # than this share of its samples; they would score 0 and be trained on. 1.0: never stop.
     # omni-rl's key (verl has none).
@@ -463,26 +479,29 @@ class RewardConfig:
 
 @dataclass
 class TrainerConfig:
-    engine: str = "local"  # local | verl
-    total_epochs: int = 1
-    total_training_steps: int | None = None  # None: total_epochs x steps per epoch
-    save_freq: int = 20  # -1 (verl's default) or 0: only at the end
-    test_freq: int = -1  # -1 or 0: no periodic validation
+    engine: str = key("local", "the engine that runs the job", choices=("local", "verl"), verl=NOT_SENT)
+    total_epochs: int = key(1, "passes over the train rows", at_least=1, verl=MAPPED)
+    total_training_steps: int | None = key(None, "steps of the run; null: total_epochs x steps per epoch",
+                                           at_least=1, note=", or null (total_epochs x steps per epoch)")
+    save_freq: int = key(20, "steps between checkpoints; -1 (verl's default) or 0: only at the end", at_least=-1,
+                         verl=MAPPED)
+    test_freq: int = key(-1, "steps between validations; -1 or 0: none", at_least=-1, verl=MAPPED)
     val_before_train: bool = True  # validate before the first step (as verl does)
     # verl's: at each validation, this many samples (prompt, response, score; verl's fixed-seed
     # choice) to <run_dir>/val_generations/step_<N>.jsonl (local engine) and to the TensorBoard /
     # W&B loggers as val/generations. 0: none.
-    log_val_generations: int = 0
+    log_val_generations: int = key(0, "validation samples logged per validation", at_least=0)
     # Local engine, thinker runs of a checkpoint that speaks: report talker/drift_kl with each
     # validation (a frozen copy of the checkpoint speaks fixed probes; twice the weights' memory).
     talker_drift: bool = False
     # With talker_drift: audio rewards (reward.audio_rewards' format) of the probes spoken anew
     # from the thinker being trained, reported as talker/probe/<metric>; never paid.
     talker_drift_rewards: list[dict[str, Any]] = field(default_factory=list)
-    max_checkpoints_to_keep: int = 2
+    max_checkpoints_to_keep: int = key(2, "checkpoints kept (verl's max_actor_ckpt_to_keep)", at_least=1,
+                                       verl=MAPPED)
     # auto: resume from the newest checkpoint in the run dir | disable: start over (the local engine
     # moves an earlier run aside) | resume_path: resume from trainer.resume_from_path (verl's meaning).
-    resume_mode: str = "auto"
+    resume_mode: str = key("auto", "where a run resumes from", choices=("auto", "disable", "resume_path"))
     # resume_mode=resume_path: the checkpoint to resume from (local engine: a run's checkpoints/step_<N>;
     # verl: a global_step_<N> folder); relative paths are from the current directory.
     resume_from_path: str | None = None
@@ -493,8 +512,11 @@ class TrainerConfig:
     project_name: str = "omni-rl"
     experiment_name: str | None = None  # None: derived from the model and the train files
     logger: list[str] = field(default_factory=lambda: ["console"])
-    seed: int = 0
-    device: str = "auto"  # auto | cpu | cuda | npu (local engine: auto = cuda when visible, else cpu; verl: cuda)
+    seed: int = key(0, "seeds torch and Python's random: LoRA's initial weights, sampling", engines="local",
+                    other_engine="seeds its workers with verl's own seeds (42); data.seed shuffles the data on both "
+                                 "engines", verl=NOT_SENT)
+    # local engine: auto = cuda when visible, else cpu; verl: cuda, or cpu (verl's loop on the CPU)
+    device: str = key("auto", "the device the run trains on", choices=("auto", "cpu", "cuda", "npu"), verl=MAPPED)
     nnodes: int = 1  # verl engine: Ray nodes
     n_gpus_per_node: int = 8  # verl engine: GPUs used on each node
     balance_batch: bool | None = None  # verl engine: equal tokens per data-parallel rank (verl's default: true)
@@ -551,8 +573,14 @@ class TeacherInferenceConfig:
 class TeacherModelConfig:
     model_path: str | None = None
     # Local engine only (under verl the teacher is a vLLM-Omni server sized by `inference`):
-    log_prob_micro_batch_size_per_gpu: int = 16  # samples per teacher forward
-    param_offload: bool = False  # teacher weights stay on the CPU between uses
+    log_prob_micro_batch_size_per_gpu: int = key(
+        16, "samples per forward of the in-process teacher", at_least=1, engines="local",
+        other_engine="serves the teacher from rollout servers sized by "
+                     "distillation.teacher_models.teacher_model.inference.*", verl=NOT_SENT)
+    param_offload: bool = key(False, "keeps the in-process teacher's weights on the CPU between uses",
+                              engines="local", other_engine="serves the teacher from rollout servers on GPUs of "
+                                                            "their own (honours false)",
+                              honoured=(False,), verl=NOT_SENT)
     inference: TeacherInferenceConfig = field(default_factory=TeacherInferenceConfig)
 
 
@@ -598,22 +626,6 @@ class ConfigError(ValueError):
         lines = str(self).splitlines()
         items = [line.strip()[2:] for line in lines if line.strip().startswith("- ")]
         return items or [str(self)]
-
-
-CHOICES = {
-    "trainer.engine": ("local", "verl"),
-    "trainer.resume_mode": ("auto", "disable", "resume_path"),
-    "trainer.device": ("auto", "cpu", "cuda", "npu"),
-    "data.on_bad_row": ("raise", "skip"),
-    "data.spoken_text": ("extra_info", "thinker"),
-    "actor_rollout_ref.actor.dtype": ("auto", "float32", "bfloat16"),
-    "actor_rollout_ref.actor.old_log_prob": ("auto", "recompute"),
-    "actor_rollout_ref.actor.optim.lr_scheduler_type": ("constant", "cosine"),
-    "reward.on_unknown_data_source": ("raise", "skip"),
-    "actor_rollout_ref.actor.strategy": ("fsdp", "fsdp2"),
-    "actor_rollout_ref.rollout.name": ("vllm_omni", "omni_local"),
-    "actor_rollout_ref.rollout.mode": ("async",),
-}
 
 
 RECORDED_KEYS = ("given_keys",)
@@ -942,11 +954,7 @@ def _first_line(exc: Exception) -> str:
 
 
 def _check_choices(config: Config) -> None:
-    problems = []
-    for key, valid in CHOICES.items():
-        value = OmegaConf.select(OmegaConf.structured(config), key)
-        if value not in valid:
-            problems.append(f"{key}={value!r}; valid: {', '.join(valid)}")
+    problems = choice_problems(config)
     unknown_loggers = [name for name in config.trainer.logger if name not in LOGGERS]
     if unknown_loggers:
         problems.append(f"trainer.logger has {unknown_loggers}; valid: {', '.join(LOGGERS)}")

@@ -18,6 +18,7 @@ from typing import Any
 from omni_trainer.config import Config, ConfigError, uses_embedded_default
 from omni_trainer.engines import engine_for
 from omni_trainer.findings import Check, Findings, one_line, one_of
+from omni_trainer.keys import range_problems
 from omni_trainer.resolved import Checkpoint, ResolvedRun
 
 GROUPED_ESTIMATORS = ("grpo", "grpo_passk", "rloo", "reinforce_plus_plus_baseline")
@@ -236,68 +237,11 @@ def _ranges(run: ResolvedRun, found: Findings) -> None:
             f"actor_rollout_ref.model.lora_dropout={model.lora_dropout} with target_parameters: PEFT's LoRA on "
             "parameters (the experts' fused weights) takes no dropout; set actor_rollout_ref.model.lora_dropout=0"
         )
+    found.problems.extend(range_problems(config))  # the declared ranges (omni_trainer.keys)
     # verl's fully-async scripts set 0 and count a step as ppo_mini_batch_size x require_batches.
     streamed = trainer.engine == "verl" and config.async_training.max_staleness >= 2
-    at_least = {
-        "data.train_batch_size": (data.train_batch_size, 0 if streamed else 1),
-        "data.val_batch_size": (data.val_batch_size, 1),
-        "data.max_prompt_length": (data.max_prompt_length, 1),
-        "data.max_response_length": (data.max_response_length, 1),
-        "data.builtin_task_size": (data.builtin_task_size, 1),
-        "data.max_spoken_tokens": (data.max_spoken_tokens, 1),
-        "actor_rollout_ref.rollout.n": (rollout.n, 1),
-        "actor_rollout_ref.rollout.val_kwargs.n": (rollout.val_kwargs.n, 1),
-        "actor_rollout_ref.actor.ppo_mini_batch_size": (actor.ppo_mini_batch_size, 1),
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": (actor.ppo_micro_batch_size_per_gpu, 1),
-        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": (actor.ppo_max_token_len_per_gpu, 1),
-        "actor_rollout_ref.actor.ppo_epochs": (actor.ppo_epochs, 1),
-        "actor_rollout_ref.model.lora_rank": (model.lora_rank, 0),
-        "actor_rollout_ref.actor.optim.lr_warmup_steps": (actor.optim.lr_warmup_steps, 0),
-        "trainer.total_epochs": (trainer.total_epochs, 1),
-        "trainer.max_checkpoints_to_keep": (trainer.max_checkpoints_to_keep, 1),
-        "trainer.save_freq": (trainer.save_freq, -1),
-        "trainer.test_freq": (trainer.test_freq, -1),
-        "trainer.log_val_generations": (trainer.log_val_generations, 0),
-        "distillation.teacher_models.teacher_model.log_prob_micro_batch_size_per_gpu": (
-            config.distillation.teacher_models.teacher_model.log_prob_micro_batch_size_per_gpu, 1),
-    }
-    for key, (value, low) in at_least.items():
-        if value < low:
-            found.problems.append(f"{key}={value} must be >= {low}")
-    if trainer.total_training_steps is not None and trainer.total_training_steps < 1:
-        found.problems.append(
-            f"trainer.total_training_steps={trainer.total_training_steps} must be >= 1, or null "
-            "(total_epochs x steps per epoch)"
-        )
-    if config.reward.num_workers is not None and config.reward.num_workers < 1:
-        found.problems.append(f"reward.num_workers={config.reward.num_workers} must be >= 1, or null (one per CPU)")
-    positive: dict[str, float] = {
-        "actor_rollout_ref.actor.optim.lr": actor.optim.lr,
-        "reward.timeout_s": config.reward.timeout_s,
-        "actor_rollout_ref.model.lora_alpha": model.lora_alpha,
-    }
-    for key, amount in positive.items():
-        if not amount > 0:
-            found.problems.append(f"{key}={amount} must be > 0")
-    for key, temperature in (("actor_rollout_ref.rollout.temperature", rollout.temperature),
-                             ("actor_rollout_ref.rollout.val_kwargs.temperature", rollout.val_kwargs.temperature)):
-        if temperature < 0:
-            found.problems.append(f"{key}={temperature} must be >= 0 (0: greedy)")
-    for key, top_p in (("actor_rollout_ref.rollout.top_p", rollout.top_p),
-                       ("actor_rollout_ref.rollout.val_kwargs.top_p", rollout.val_kwargs.top_p)):
-        if not 0 < top_p <= 1:
-            found.problems.append(f"{key}={top_p} must be in (0, 1]")
-    for key, value in (("actor_rollout_ref.rollout.top_k", rollout.top_k),
-                       ("actor_rollout_ref.rollout.val_kwargs.top_k", rollout.val_kwargs.top_k)):
-        if value == 0 or value < -1:
-            found.problems.append(f"{key}={value} must be -1 (off) or >= 1")
-    if not 0 <= config.algorithm.gamma <= 1:
-        found.problems.append(f"algorithm.gamma={config.algorithm.gamma} must be in [0, 1]")
-    for key, ratio in (("actor_rollout_ref.actor.clip_ratio", actor.clip_ratio),
-                       ("actor_rollout_ref.actor.clip_ratio_low", actor.clip_ratio_low),
-                       ("actor_rollout_ref.actor.clip_ratio_high", actor.clip_ratio_high)):
-        if ratio is not None and ratio < 0:
-            found.problems.append(f"{key}={ratio} must be >= 0")
+    if not streamed and data.train_batch_size == 0:
+        found.problems.append("data.train_batch_size=0 must be >= 1")
     if 1 <= actor.ppo_mini_batch_size and 1 <= data.train_batch_size:
         if actor.ppo_mini_batch_size > data.train_batch_size:
             found.problems.append(

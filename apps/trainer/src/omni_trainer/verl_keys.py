@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from omni_trainer.config import Config
+from omni_trainer.keys import engine_refusals
 
 Honoured = Callable[[Any, Config], bool]
 
@@ -216,7 +217,7 @@ def verl_key(key: str) -> VerlKey | None:
 def local_refusals(config: Config) -> list[str]:
     """One problem per verl-engine key the overrides gave whose value the local engine does
     not honour, each naming the key, what verl does with it and what the local engine does."""
-    problems = []
+    problems = engine_refusals(config, "local", set(config.given_keys))  # the declared ones (omni_trainer.keys)
     for key in config.given_keys:
         spec = verl_key(key)
         if spec is None:

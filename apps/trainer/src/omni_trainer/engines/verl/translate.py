@@ -25,6 +25,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from omni_trainer.config import Config, ConfigError
+from omni_trainer.keys import passthrough_values
 from omni_trainer.tasks import PREFERENCE, SPEECH_RL, task_name
 from omni_trainer.engines.verl.distillation import distillation_problems, distillation_values
 from omni_trainer.engines.verl.errors import EXTRAS_COMMAND, MissingExtrasError
@@ -382,26 +383,18 @@ def _values(
     # engine casts the adapter back, engines.verl.engine) -- the pre-flight warns.
     model_dtype = actor.fsdp_config.model_dtype or "fp32"
     values: dict[str, Any] = {
+        **passthrough_values(config),  # the declared keys verl takes as they are (omni_trainer.keys)
         "data.train_files": list(data.train_files or []),
         # verl builds a validation dataset whatever test_freq says: without val files it gets the
         # train files, and validation is switched off below (never train rows as val-core/*).
         "data.val_files": list(data.val_files or data.train_files or []),
-        "data.train_batch_size": data.train_batch_size,
-        "data.val_batch_size": data.val_batch_size,
-        "data.max_prompt_length": data.max_prompt_length,
-        "data.max_response_length": data.max_response_length,
-        "data.shuffle": data.shuffle,
-        "data.seed": data.seed,
         # Ours is on (the local engine always filters); verl's default is off.
         "data.filter_overlong_prompts": _or(data.filter_overlong_prompts, True),
-        "data.on_bad_row": data.on_bad_row,  # read by our dataset class (counted drops)
         "data.mm_processor_kwargs": dict(data.mm_processor_kwargs),
         "data.custom_cls.path": DATASET_CLASS[0],
         "data.custom_cls.name": DATASET_CLASS[1],
         "actor_rollout_ref.model.path": model_path,
         "actor_rollout_ref.model.model_type": OMNI_MODEL_TYPE,
-        "actor_rollout_ref.model.lora_rank": model.lora_rank,
-        "actor_rollout_ref.model.lora_alpha": model.lora_alpha,
         # vLLM-Omni's policy stage (Qwen3OmniMoeForConditionalGeneration) cannot serve LoRA:
         # verl merges the adapter and syncs full weights instead (false is refused).
         "actor_rollout_ref.model.lora.merge": _or(model.lora.merge, lora),
@@ -414,14 +407,12 @@ def _values(
         # The user's overrides win (with flash-attn installed: attn_implementation=flash_attention_2).
         "actor_rollout_ref.model.override_config": {"attn_implementation": "sdpa", **model.override_config},
         "actor_rollout_ref.model.enable_gradient_checkpointing": model.enable_gradient_checkpointing,
-        "actor_rollout_ref.actor.strategy": actor.strategy,
         "actor_rollout_ref.actor.fsdp_config.model_dtype": model_dtype,
         "actor_rollout_ref.ref.fsdp_config.model_dtype": ref.fsdp_config.model_dtype or model_dtype,
         "actor_rollout_ref.actor.fsdp_config.param_offload": actor.fsdp_config.param_offload,
         "actor_rollout_ref.actor.fsdp_config.optimizer_offload": actor.fsdp_config.optimizer_offload,
         "actor_rollout_ref.actor.freeze_vision_tower": model.freeze_vision_tower,
         "actor_rollout_ref.actor.policy_loss.loss_mode": actor.policy_loss.loss_mode,
-        "actor_rollout_ref.actor.clip_ratio": actor.clip_ratio,
         "actor_rollout_ref.actor.clip_ratio_low": _or(actor.clip_ratio_low, actor.clip_ratio),
         "actor_rollout_ref.actor.clip_ratio_high": _or(actor.clip_ratio_high, actor.clip_ratio),
         "actor_rollout_ref.actor.clip_ratio_c": actor.clip_ratio_c,
@@ -429,34 +420,17 @@ def _values(
         # Dr.GRPO's constant: the response limit on both engines (verl's default is the padded
         # width of whatever rows reach its loss, which its V1 trainer does not pad).
         "actor_rollout_ref.actor.loss_scale_factor": actor.loss_scale_factor or data.max_response_length,
-        "actor_rollout_ref.actor.ppo_mini_batch_size": actor.ppo_mini_batch_size,
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": micro,
         "actor_rollout_ref.actor.use_dynamic_bsz": actor.use_dynamic_bsz,
-        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": actor.ppo_max_token_len_per_gpu,
-        "actor_rollout_ref.actor.ppo_epochs": actor.ppo_epochs,
         "actor_rollout_ref.actor.use_kl_loss": actor.use_kl_loss,
         "actor_rollout_ref.actor.kl_loss_coef": actor.kl_loss_coef,
         "actor_rollout_ref.actor.kl_loss_type": actor.kl_loss_type,
         "actor_rollout_ref.actor.entropy_coeff": actor.entropy_coeff,
         # verl 0.9.1's FSDP engine clips with optim.clip_grad; actor.grad_clip is read nowhere.
         "actor_rollout_ref.actor.optim.clip_grad": actor.grad_clip,
-        "actor_rollout_ref.actor.optim.lr": actor.optim.lr,
-        "actor_rollout_ref.actor.optim.weight_decay": actor.optim.weight_decay,
         "actor_rollout_ref.actor.optim.lr_warmup_steps": actor.optim.lr_warmup_steps or -1,
-        "actor_rollout_ref.actor.optim.lr_scheduler_type": actor.optim.lr_scheduler_type,
         "actor_rollout_ref.actor.optim.min_lr_ratio": actor.optim.min_lr_ratio,
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": _or(ref.log_prob_micro_batch_size_per_gpu, micro),
-        "actor_rollout_ref.rollout.name": rollout.name,
-        "actor_rollout_ref.rollout.mode": rollout.mode,
-        "actor_rollout_ref.rollout.n": rollout.n,
-        "actor_rollout_ref.rollout.temperature": rollout.temperature,
-        "actor_rollout_ref.rollout.top_p": rollout.top_p,
-        "actor_rollout_ref.rollout.top_k": rollout.top_k,
-        "actor_rollout_ref.rollout.val_kwargs.n": rollout.val_kwargs.n,
-        "actor_rollout_ref.rollout.val_kwargs.do_sample": rollout.val_kwargs.do_sample,
-        "actor_rollout_ref.rollout.val_kwargs.temperature": rollout.val_kwargs.temperature,
-        "actor_rollout_ref.rollout.val_kwargs.top_p": rollout.val_kwargs.top_p,
-        "actor_rollout_ref.rollout.val_kwargs.top_k": rollout.val_kwargs.top_k,
         "actor_rollout_ref.rollout.tensor_model_parallel_size": rollout.tensor_model_parallel_size,
         "actor_rollout_ref.rollout.gpu_memory_utilization": rollout.gpu_memory_utilization,
         "actor_rollout_ref.rollout.max_num_seqs": rollout.max_num_seqs,
@@ -482,7 +456,6 @@ def _values(
         },
         "algorithm.adv_estimator": algorithm.adv_estimator,
         "algorithm.norm_adv_by_std_in_grpo": algorithm.norm_adv_by_std_in_grpo,
-        "algorithm.gamma": algorithm.gamma,
         "algorithm.use_kl_in_reward": algorithm.use_kl_in_reward,
         "algorithm.kl_penalty": algorithm.kl_penalty,
         "algorithm.kl_ctrl.kl_coef": algorithm.kl_ctrl.kl_coef,
@@ -502,14 +475,10 @@ def _values(
             trainer.total_epochs if trainer.total_training_steps is None
             else max(trainer.total_epochs, trainer.total_training_steps)
         ),
-        "trainer.total_training_steps": trainer.total_training_steps,
         "trainer.save_freq": trainer.save_freq or -1,
         "trainer.test_freq": (trainer.test_freq or -1) if data.val_files else -1,
         "trainer.val_before_train": trainer.val_before_train and bool(data.val_files),
-        # verl logs them itself (ValidationGenerationsLogger) to its wandb/tensorboard/... loggers.
-        "trainer.log_val_generations": trainer.log_val_generations,
         "trainer.max_actor_ckpt_to_keep": trainer.max_checkpoints_to_keep,
-        "trainer.resume_mode": trainer.resume_mode,
         # verl resolves a relative path from its task runner's directory, which need not be ours.
         "trainer.resume_from_path": (
             os.path.abspath(os.path.expanduser(trainer.resume_from_path)) if trainer.resume_from_path else None

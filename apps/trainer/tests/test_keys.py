@@ -1,0 +1,125 @@
+"""Each key declared once (``omni_trainer.keys``): the range checks, the choices, both engines'
+refusals and verl's pass-through values come from the declaration on the schema field."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import pytest
+
+from omni_trainer.config import Config, TrainerConfig, load_config
+from omni_trainer.findings import Findings
+from omni_trainer.keys import choice_problems, declared_keys, help_text, key, range_problems
+
+
+@dataclass
+class ExampleTrainer(TrainerConfig):
+    example_budget: int = key(4, "an example verl-only key, declared here and nowhere else", engines="verl",
+                              other_engine="has nothing to budget", at_least=1)
+
+
+@dataclass
+class ExampleConfig(Config):
+    trainer: TrainerConfig = field(default_factory=ExampleTrainer)
+
+
+def example(budget: int, *given: str) -> ExampleConfig:
+    config = ExampleConfig()
+    config.data.train_files = ["/d.parquet"]
+    config.actor_rollout_ref.model.path = "/m"
+    config.actor_rollout_ref.rollout.pipeline_name = "qwen3_omni_moe"
+    assert isinstance(config.trainer, ExampleTrainer)
+    config.trainer.example_budget = budget
+    config.given_keys = list(given)
+    return config
+
+
+def test_a_key_declared_once_is_range_checked_by_the_preflight() -> None:
+    from omni_trainer.preflight import _ranges
+
+    found = Findings()
+    _ranges(SimpleNamespace(config=example(0)), found)  # type: ignore[arg-type]
+    assert found.problems == ["trainer.example_budget=0 must be >= 1"]
+    found = Findings()
+    _ranges(SimpleNamespace(config=example(3)), found)  # type: ignore[arg-type]
+    assert found.problems == []
+
+
+def test_a_key_declared_once_is_refused_by_the_engine_that_does_not_read_it() -> None:
+    from omni_trainer.engines.verl.local_keys import verl_refusals
+    from omni_trainer.verl_keys import local_refusals
+
+    (problem,) = local_refusals(example(3, "trainer.example_budget"))
+    assert problem == (
+        "trainer.example_budget=3 is a verl-engine setting (an example verl-only key, declared here and nowhere "
+        "else); the local engine has nothing to budget. Drop it, or use trainer.engine=verl"
+    )
+    assert local_refusals(example(3)) == []  # the default is not the user's
+    assert verl_refusals(example(3, "trainer.example_budget")) == []  # verl reads it
+
+
+def test_a_key_declared_once_reaches_verl_at_its_own_path() -> None:
+    pytest.importorskip("verl", reason="needs the distributed extra (uv sync --extra distributed)")
+    from omni_trainer.engines.verl.translate import to_verl_config
+
+    config = example(3, "trainer.example_budget")
+    config.trainer.engine = "verl"
+    verl = to_verl_config(config, lora_target_modules=None, lora_exclude_modules=None)
+    assert verl.trainer.example_budget == 3
+    assert verl.trainer.total_training_steps is None  # an unset key leaves verl's default
+
+
+def test_help_config_prints_the_declaration() -> None:
+    assert help_text(ExampleConfig, "trainer.example_budget") == (
+        "trainer.example_budget: int = 4\n"
+        "  an example verl-only key, declared here and nowhere else\n"
+        "  range: >= 1\n"
+        "  read by: the verl engine (the local engine has nothing to budget)\n"
+        "  verl: as trainer.example_budget"
+    )
+    assert help_text(Config, "trainer.example_budget") is None
+
+
+def test_the_cli_prints_a_keys_help_and_names_the_closest_key_of_a_typo(capsys: pytest.CaptureFixture[str]) -> None:
+    from omni_trainer.cli import main
+
+    assert main(["--help-config", "actor_rollout_ref.rollout.top_p"]) == 0
+    assert capsys.readouterr().out.splitlines()[:3] == [
+        "actor_rollout_ref.rollout.top_p: float = 1.0", "  nucleus sampling mass", "  range: > 0 and <= 1",
+    ]
+    assert main(["--help-config", "actor_rollout_ref.rollout.top_pp"]) == 2
+    assert "did you mean actor_rollout_ref.rollout.top_p?" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("override", "problem"), [
+    ("actor_rollout_ref.rollout.top_p=0", "actor_rollout_ref.rollout.top_p=0.0 must be in (0, 1]"),
+    ("actor_rollout_ref.rollout.top_k=0", "actor_rollout_ref.rollout.top_k=0 must be -1 or >= 1 (-1: off)"),
+    ("actor_rollout_ref.rollout.temperature=-1", "actor_rollout_ref.rollout.temperature=-1.0 must be >= 0 (0: greedy)"),
+    ("algorithm.gamma=1.5", "algorithm.gamma=1.5 must be in [0, 1]"),
+    ("actor_rollout_ref.actor.optim.lr=0", "actor_rollout_ref.actor.optim.lr=0.0 must be > 0"),
+    ("trainer.save_freq=-2", "trainer.save_freq=-2 must be >= -1"),
+    ("reward.num_workers=0", "reward.num_workers=0 must be >= 1, or null (one per CPU)"),
+])
+def test_a_value_out_of_its_declared_range_names_the_key_and_the_range(override: str, problem: str) -> None:
+    assert range_problems(load_config([override])) == [problem]
+
+
+def test_every_declared_default_is_in_its_own_range_and_choices() -> None:
+    """A declaration contradicting its default would refuse every run that leaves the key alone."""
+    config = Config()
+    assert range_problems(config) == []
+    assert choice_problems(config) == []
+    for declared in declared_keys(Config):
+        assert declared.doc.help, declared.name
+        assert (declared.doc.engines == "both") != bool(declared.doc.other_engine), declared.name
+        if declared.doc.honoured:
+            assert declared.doc.engines != "both", declared.name
+
+
+def test_a_subclassed_section_is_walked_as_its_own_class() -> None:
+    names = [declared.name for declared in declared_keys(example(4))]
+    assert "trainer.example_budget" in names and "trainer.example_budget" not in [
+        declared.name for declared in declared_keys(Config)]
+    assert dataclasses.is_dataclass(ExampleConfig)
