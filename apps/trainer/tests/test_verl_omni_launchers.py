@@ -33,7 +33,8 @@ from omni_trainer.config import LIST_KEYS, Config, load_config
 from omni_trainer.engines import engine_for
 from omni_trainer.findings import Findings
 from omni_trainer.preflight import COMMON_CHECKS, preflight
-from omni_trainer.verl_keys import select, verl_key
+from omni_trainer.keys import value_at
+from omni_trainer.verl_keys import verl_key
 
 if importlib.util.find_spec("verl") is None:  # pragma: no cover
     pytest.skip("needs the distributed extra (uv sync --extra distributed --extra gpu)", allow_module_level=True)
@@ -186,7 +187,7 @@ def test_the_local_engine_honours_each_key_or_refuses_it_by_name(launcher: Path,
         refusals = [p for p in problems if p.startswith(f"{key}=")]
         spec = verl_key(key)
         owner = spec.key.removesuffix(".*") if spec else key
-        refused = key in REFUSED_ON_BOTH or (spec is not None and not spec.honoured(select(config, owner), config))
+        refused = key in REFUSED_ON_BOTH or (spec is not None and not spec.honoured(value_at(config, owner), config))
         assert len(refusals) == (1 if refused else 0), (key, refusals)
         if spec is not None and refused:
             (refusal,) = refusals

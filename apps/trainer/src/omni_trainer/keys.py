@@ -71,8 +71,8 @@ class KeyDoc:
             assert high is not None
             bound = f"must be {'<=' if high[-1] == ']' else '<'} {high[:-1]}"
         if self.allowed:
-            bound = f"must be {' or '.join(_shown(v) for v in self.allowed)} or {bound.removeprefix('must be ')}"
-        return f"{name}={_shown(value)} {bound}{self.note}"
+            bound = f"must be {' or '.join(shown(v) for v in self.allowed)} or {bound.removeprefix('must be ')}"
+        return f"{name}={shown(value)} {bound}{self.note}"
 
     def honours(self, value: Any) -> bool:
         return any(value == item and isinstance(value, bool) == isinstance(item, bool) for item in self.honoured)
@@ -122,7 +122,7 @@ def _walk(cls: type, instance: Any, prefix: str) -> Iterator[DeclaredKey]:
 
 
 def value_at(config: Any, name: str) -> Any:
-    """The value at dotted ``name`` of the config dataclasses."""
+    """The value at dotted ``name`` of the config dataclasses (dict fields included)."""
     value = config
     for part in name.split("."):
         value = value[part] if isinstance(value, dict) else getattr(value, part)
@@ -160,7 +160,7 @@ def engine_refusals(config: Any, engine: str, given: set[str]) -> list[str]:
         if doc.honours(value):
             continue
         problems.append(
-            f"{declared.name}={_shown(value)} is a {doc.engines}-engine setting ({doc.help}); the {engine} engine "
+            f"{declared.name}={shown(value)} is a {doc.engines}-engine setting ({doc.help}); the {engine} engine "
             f"{doc.other_engine}. Drop it, or use trainer.engine={doc.engines}"
         )
     return problems
@@ -185,12 +185,12 @@ def help_text(schema: Any, name: str) -> str | None:
         if declared.name != name:
             continue
         doc = declared.doc
-        lines = [f"{name}: {_type_name(declared.type)} = {_shown(declared.default)}", f"  {doc.help}"]
+        lines = [f"{name}: {_type_name(declared.type)} = {shown(declared.default)}", f"  {doc.help}"]
         bounds = [f"{op} {_number(v)}" for op, v in ((">=", doc.at_least), (">", doc.above), ("<=", doc.at_most),
                                                      ("<", doc.below)) if v is not None]
         if bounds:
             lines.append("  range: " + " and ".join(bounds)
-                         + (f" (or {', '.join(_shown(v) for v in doc.allowed)})" if doc.allowed else ""))
+                         + (f" (or {', '.join(shown(v) for v in doc.allowed)})" if doc.allowed else ""))
         if doc.choices:
             lines.append(f"  choices: {', '.join(doc.choices)}")
         read = {"both": "both engines", "local": "the local engine", "verl": "the verl engine"}[doc.engines]
@@ -207,7 +207,7 @@ def _number(value: float | None) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     """A value as an override spells it (true, null, 3)."""
     if isinstance(value, bool):
         return str(value).lower()

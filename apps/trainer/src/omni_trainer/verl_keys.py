@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from omni_trainer.config import Config
-from omni_trainer.keys import engine_refusals
+from omni_trainer.keys import engine_refusals, shown, value_at
 
 Honoured = Callable[[Any, Config], bool]
 
@@ -223,27 +223,10 @@ def local_refusals(config: Config) -> list[str]:
         if spec is None:
             continue
         owner = spec.key[:-2] if spec.key.endswith(".*") else spec.key
-        if spec.honoured(select(config, owner), config):
+        if spec.honoured(value_at(config, owner), config):
             continue
         problems.append(
-            f"{key}={show(select(config, key))} is a verl-engine setting ({spec.verl}); the local engine "
+            f"{key}={shown(value_at(config, key))} is a verl-engine setting ({spec.verl}); the local engine "
             f"{spec.local}. Drop it, or use trainer.engine=verl"
         )
     return problems
-
-
-def select(config: Any, key: str) -> Any:
-    """The value at dotted ``key`` of the config dataclasses (dict fields included)."""
-    value = config
-    for part in key.split("."):
-        value = value[part] if isinstance(value, dict) else getattr(value, part)
-    return value
-
-
-def show(value: Any) -> str:
-    """A value as an override spells it (true, null, 3)."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if value is None:
-        return "null"
-    return str(value)
