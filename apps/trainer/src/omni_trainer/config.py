@@ -25,7 +25,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from omni_trainer.keys import MAPPED, NOT_SENT, choice_problems, key
+from omni_trainer.keys import ALWAYS, MAPPED, NOT_SENT, actor_value, choice_problems, key, section
 from omni_trainer.loggers import LOGGERS
 from omni_trainer.model_folder import model_fingerprint
 
@@ -58,29 +58,54 @@ class DataConfig:
     # where a step is ppo_mini_batch_size x require_batches (the pre-flight checks the pair)
     train_batch_size: int = key(8, "prompts per step", at_least=0)
     val_batch_size: int = key(16, "prompts per validation batch", at_least=1)
-    max_prompt_length: int = key(1024, "prompt tokens at most; longer prompts are filtered, counted and reported",
-                                 at_least=1)
+    max_prompt_length: int = key(
+        1024, "prompt tokens at most; longer prompts are filtered, counted and reported", at_least=1)
     max_response_length: int = key(64, "response tokens at most per sample", at_least=1)
     shuffle: bool = key(True, "shuffle the train rows each epoch")
     seed: int = key(0, "the seed of the data order (both engines)")
     builtin_task_size: int = key(256, "rows of the built-in task (no data.train_files)", at_least=1, verl=NOT_SENT)
-    on_bad_row: str = key("raise", "a row that cannot be loaded: raise, or skip it (counted in the step output "
-                          "and summary.txt; read by our dataset class under verl)", choices=("raise", "skip"))
-    spoken_text: str = key("extra_info", "stage=talker with train files, what each row's speech says: the row's "
-                           "extra_info.spoken_text, or the thinker's greedy answer to the prompt (at most "
-                           "max_spoken_tokens tokens), as a thinker -> talker pipeline would speak it",
-                           choices=("extra_info", "thinker"), verl=NOT_SENT)
-    max_spoken_tokens: int = key(64, "stage=talker, data.spoken_text=thinker: the thinker's answer's tokens at most",
-                                 at_least=1, verl=NOT_SENT)
+    on_bad_row: str = key(
+        "raise",
+        "a row that cannot be loaded: raise, or skip it (counted in the step output and summary.txt; read by our "
+        "dataset class under verl)",
+        choices=("raise", "skip"))
+    spoken_text: str = key(
+        "extra_info",
+        "stage=talker with train files, what each row's speech says: the row's extra_info.spoken_text, or the "
+        "thinker's greedy answer to the prompt (at most max_spoken_tokens tokens), as a thinker -> talker pipeline "
+        "would speak it",
+        choices=("extra_info", "thinker"), verl=NOT_SENT)
+    max_spoken_tokens: int = key(
+        64, "stage=talker, data.spoken_text=thinker: the thinker's answer's tokens at most", at_least=1, verl=NOT_SENT)
     mm_processor_kwargs: dict[str, Any] = field(default_factory=dict)  # extra processor kwargs
     custom_cls: CustomClassConfig = field(default_factory=CustomClassConfig)
     # verl's dataset keys, passed to verl as given (None: verl's default, or ours where noted);
     # the local engine honours or refuses each by name (omni_trainer.verl_keys).
-    truncation: str | None = None  # verl 0.9.1 reads it and applies nothing (overlong prompts are filtered)
-    filter_overlong_prompts: bool | None = None  # None: true on both engines (verl's default is false)
-    filter_overlong_prompts_workers: int | None = None
-    val_max_samples: int | None = None  # verl: validation rows used (-1: all)
-    validation_shuffle: bool | None = None
+    # verl 0.9.1 reads it and applies nothing (overlong prompts are filtered)
+    truncation: str | None = key(
+        None, "what verl's dataset does with an overlong prompt; verl 0.9.1 reads it and applies nothing",
+        engines="verl",
+        other_engine="drops overlong prompts and truncates none (honours error; offline preference runs honour every "
+                     "value: how a long answer is cut)",
+        honoured=lambda value, config: (value == "error" or config.algorithm.sample_source == "offline"))
+    # None: true on both engines (verl's default is false)
+    filter_overlong_prompts: bool | None = key(
+        None, "drop prompts over data.max_prompt_length", engines="verl",
+        other_engine="always drops them, counted in the step line (honours true)",
+        honoured=(True,), verl=MAPPED)
+    filter_overlong_prompts_workers: int | None = key(
+        None, "processes verl's dataset filters with", engines="verl",
+        other_engine="filters in its one process (honours 1)",
+        honoured=(1,))
+    # verl: validation rows used (-1: all)
+    val_max_samples: int | None = key(
+        None, "how many validation rows verl uses, -1 for all", engines="verl",
+        other_engine="validates the first data.val_batch_size rows; set data.val_batch_size instead (offline "
+                     "preference runs honour it: validation pairs, split over the modalities)",
+        honoured=lambda value, config: config.algorithm.sample_source == "offline")
+    validation_shuffle: bool | None = key(
+        None, "shuffle the validation rows", engines="verl", other_engine="validates in file order (honours false)",
+        honoured=(False,))
     # Offline preference runs (algorithm.sample_source=offline), verl-omni's keys: every batch
     # holds one modality (the sampler), and data.val_max_samples is split evenly over them.
     train_sampler: SamplerConfig = field(default_factory=SamplerConfig)
@@ -94,7 +119,11 @@ class LoraSection:
 
     # verl: merge the adapter into the base weights before each weight sync to the rollout.
     # None: true when LoRA is on (vLLM-Omni cannot serve an adapter for the policy stage).
-    merge: bool | None = None
+    merge: bool | None = key(
+        None, "merge the adapter into the base weights before each sync to the rollout", engines="verl",
+        other_engine="samples from the training model with its adapter applied, which either setting gives verl's "
+                     "rollout",
+        honoured=ALWAYS, verl=MAPPED)
 
 
 @dataclass
@@ -103,9 +132,10 @@ class ModelConfig:
     stage: str = "thinker"
     lora_rank: int = key(16, "LoRA rank; 0: full fine-tuning", at_least=0)
     lora_alpha: int = key(32, "LoRA alpha (the update is scaled by alpha / rank)", above=0)
-    lora_dropout: float = key(0.0, "dropout on the LoRA path", engines="local",
-                              other_engine="builds its FSDP LoRA (verl 0.9.1) without dropout (honours 0)",
-                              honoured=(0.0,), verl=NOT_SENT)
+    lora_dropout: float = key(
+        0.0, "dropout on the LoRA path", engines="local",
+        other_engine="builds its FSDP LoRA (verl 0.9.1) without dropout (honours 0)",
+        honoured=(0.0,), verl=NOT_SENT)
     target_modules: list[str] | None = None  # None: the adapter's defaults
     exclude_modules: str | None = None
     # LoRA on nn.Parameters by name (PEFT's target_parameters): a MoE's fused experts
@@ -115,19 +145,31 @@ class ModelConfig:
     freeze_audio_tower: bool = True
     # verl engine only: packed (padding-free) forward needs flash-attn 2, which is not in the
     # lock.
-    use_remove_padding: bool = False
+    use_remove_padding: bool = key(
+        False, "packed, padding-free forward, which needs flash-attn 2", engines="verl",
+        other_engine="pads its micro-batches (honours false)",
+        honoured=(False,))
     # Both engines: decoder layers recompute their forward in the backward pass instead of
     # keeping activations (verl's default; see `trainer doctor` for what it saves).
     enable_gradient_checkpointing: bool = True
     # verl engine: a module verl imports in every worker before building the model.
-    external_lib: str | None = None
+    external_lib: str | None = key(
+        None, "a module verl imports in every worker before building the model", engines="verl",
+        other_engine="finds model code through the omni_rl.models entry points; install the package instead")
     # verl-omni's key: the dtype the LoRA parameters are cast to once built (None: the base's,
     # fp32 unless fsdp_config.model_dtype says otherwise).
-    lora_dtype: str | None = None
+    lora_dtype: str | None = key(
+        None, "verl-omni: the dtype the LoRA parameters are cast to once built", engines="verl",
+        other_engine="keeps LoRA parameters in float32 (honours float32)",
+        honoured=('float32', 'fp32'), verl=MAPPED)
     lora: LoraSection = field(default_factory=LoraSection)
     # verl: HF config overrides at load; ours under verl is {attn_implementation: sdpa} (flash-attn
     # 2 is not in the lock); given keys win.
-    override_config: dict[str, Any] = field(default_factory=dict)
+    override_config: dict[str, Any] = key(
+        {}, "overrides of the checkpoint's HF config at load", engines="verl",
+        other_engine="loads the checkpoint's config as it is, with transformers' sdpa attention (honours "
+                     "attn_implementation=sdpa)",
+        honoured=lambda value, config: dict(value) in ({}, {"attn_implementation": "sdpa"}), verl=MAPPED)
 
 
 @dataclass
@@ -152,18 +194,42 @@ class FsdpConfig:
     the rollout, they free the GPU for vLLM's memory share (verl-omni's Qwen3-Omni recipes set
     both on 80 GB GPUs)."""
 
-    param_offload: bool = False  # parameters (and gradients) on the CPU while the actor is idle
-    optimizer_offload: bool = False  # optimizer state on the CPU outside the optimizer step
+    # parameters (and gradients) on the CPU while the actor is idle
+    param_offload: bool = key(
+        False, "the FSDP actor's parameters and gradients wait on the CPU while it is idle", engines="verl",
+        other_engine="keeps its actor on its one device (honours false)",
+        honoured=(False,))
+    # optimizer state on the CPU outside the optimizer step
+    optimizer_offload: bool = key(
+        False, "the optimizer state waits on the CPU outside the optimizer step", engines="verl",
+        other_engine="keeps its actor on its one device, optimizer state included (honours false)",
+        honoured=(False,))
     # None: fp32 under verl (verl's default too; a bf16 base gives a bf16 LoRA adapter, see lora_dtype).
-    model_dtype: str | None = None
-    use_orig_params: bool | None = None  # FSDP1 only
-    use_torch_compile: bool | None = None  # verl's default: true (compiles the entropy kernel)
+    model_dtype: str | None = key(
+        None, "the dtype FSDP holds the actor's parameters in", engines="verl",
+        other_engine="sets precision with actor_rollout_ref.actor.dtype",
+        verl=MAPPED)
+    # FSDP1 only
+    use_orig_params: bool | None = key(
+        None, "FSDP1's original-parameter switch", engines="verl", other_engine="has no FSDP")
+    # verl's default: true (compiles the entropy kernel)
+    use_torch_compile: bool | None = key(
+        None, "torch.compile of the FSDP engine's entropy kernel", engines="verl",
+        other_engine="runs eagerly (honours false)",
+        honoured=(False,))
 
 
 @dataclass
 class RefFsdpConfig:
-    param_offload: bool | None = None
-    model_dtype: str | None = None  # None: fp32, as the actor's
+    param_offload: bool | None = key(
+        None, "the reference model's parameters wait on the CPU", engines="verl",
+        other_engine="keeps the reference on its one device (honours false)",
+        honoured=(False,))
+    # None: fp32, as the actor's
+    model_dtype: str | None = key(
+        None, "the dtype FSDP holds the reference's parameters in", engines="verl",
+        other_engine="sets precision with actor_rollout_ref.actor.dtype",
+        verl=MAPPED)
 
 
 @dataclass
@@ -172,11 +238,25 @@ class RefConfig:
     sizing keys default to the actor's (``ppo_micro_batch_size_per_gpu``, ``use_dynamic_bsz``,
     ``ppo_max_token_len_per_gpu``), which is how the local engine sizes every forward."""
 
-    strategy: str | None = None  # None: the actor's
+    # None: the actor's
+    strategy: str | None = key(
+        None, "the FSDP version of the reference model", engines="verl", other_engine="has no FSDP")
     fsdp_config: RefFsdpConfig = field(default_factory=RefFsdpConfig)
-    log_prob_micro_batch_size_per_gpu: int | None = None
-    log_prob_use_dynamic_bsz: bool | None = None
-    log_prob_max_token_len_per_gpu: int | None = None
+    log_prob_micro_batch_size_per_gpu: int | None = key(
+        None, "sizing of verl's reference log-prob pass", engines="verl",
+        other_engine="computes reference log-prob on the update's micro-batches (honours "
+                     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu)",
+        honoured=actor_value("ppo_micro_batch_size_per_gpu"), verl=MAPPED)
+    log_prob_use_dynamic_bsz: bool | None = key(
+        None, "sizing of verl's reference log-prob pass", engines="verl",
+        other_engine="computes reference log-prob on the update's micro-batches (honours "
+                     "actor_rollout_ref.actor.use_dynamic_bsz)",
+        honoured=actor_value("use_dynamic_bsz"))
+    log_prob_max_token_len_per_gpu: int | None = key(
+        None, "sizing of verl's reference log-prob pass", engines="verl",
+        other_engine="computes reference log-prob on the update's micro-batches (honours "
+                     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu)",
+        honoured=actor_value("ppo_max_token_len_per_gpu"))
 
 
 @dataclass
@@ -194,14 +274,20 @@ class OmniLossConfig:
 
 @dataclass
 class ActorConfig:
-    strategy: str = key("fsdp2", "the FSDP version verl shards the actor with", choices=("fsdp", "fsdp2"))
+    strategy: str = key(
+        "fsdp2", "the FSDP version that shards the actor, fsdp or fsdp2", choices=("fsdp", "fsdp2"), engines="verl",
+        other_engine="trains one unsharded model")
     fsdp_config: FsdpConfig = field(default_factory=FsdpConfig)
     # verl's spelling of actor_rollout_ref.model.freeze_vision_tower (folded into it).
     freeze_vision_tower: bool | None = None
     # verl: entropy over vocabulary chunks (memory); verl 0.9.1's FSDP engine reads the
     # fsdp_config copies, which the translation sets too.
-    entropy_from_logits_with_chunking: bool | None = None
-    entropy_from_logits_chunk_size: int | None = None
+    entropy_from_logits_with_chunking: bool | None = key(
+        None, "entropy over vocabulary chunks, to save memory", engines="verl",
+        other_engine="computes entropy in one piece (honours false)",
+        honoured=(False,))
+    entropy_from_logits_chunk_size: int | None = key(
+        None, "the chunk size of chunked entropy", engines="verl", other_engine="does not chunk entropy")
     policy_loss: PolicyLossSection = field(default_factory=PolicyLossSection)
     clip_ratio: float = key(0.2, "PPO's clip range around a ratio of 1", at_least=0)
     clip_ratio_low: float | None = key(None, "the clip range below 1; null: clip_ratio", at_least=0, verl=MAPPED)
@@ -221,18 +307,21 @@ class ActorConfig:
     entropy_coeff: float = 0.0
     grad_clip: float = 1.0
     # trained weights and AdamW state stay float32 (omni_training.model_loading.precision)
-    dtype: str = key("auto", "the actor's compute dtype, auto: bfloat16 on a GPU and float32 on the CPU",
-                     choices=("auto", "float32", "bfloat16"), engines="local",
-                     other_engine="holds the actor in actor_rollout_ref.actor.fsdp_config.model_dtype and computes "
-                                  "under FSDP's mixed precision (honours auto)", honoured=("auto",), verl=NOT_SENT)
+    dtype: str = key(
+        "auto", "the actor's compute dtype, auto: bfloat16 on a GPU and float32 on the CPU",
+        choices=("auto", "float32", "bfloat16"), engines="local",
+        other_engine="holds the actor in actor_rollout_ref.actor.fsdp_config.model_dtype and computes under FSDP's "
+                     "mixed precision (honours auto)",
+        honoured=("auto",), verl=NOT_SENT)
     # auto: when the step is on-policy (one epoch, one mini-batch, no KL reward, no teacher) the
     # update's own forward gives the old log-probs (detached), one actor pass fewer with the same
     # loss and gradients; recompute: always a separate pass first.
-    old_log_prob: str = key("auto", "auto: an on-policy step takes its old log-probs from the update's own forward",
-                            choices=("auto", "recompute"), engines="local",
-                            other_engine="computes the old log-probs in a pass of their own, or takes the rollout's "
-                                         "with algorithm.rollout_correction.bypass_mode=true (honours recompute)",
-                            honoured=("recompute",), verl=NOT_SENT)
+    old_log_prob: str = key(
+        "auto", "auto: an on-policy step takes its old log-probs from the update's own forward",
+        choices=("auto", "recompute"), engines="local",
+        other_engine="computes the old log-probs in a pass of their own, or takes the rollout's with "
+                     "algorithm.rollout_correction.bypass_mode=true (honours recompute)",
+        honoured=("recompute",), verl=NOT_SENT)
     # Local engine, with trainer.talker_drift=true: adds coef x talker/drift_kl (on the probes,
     # differentiable in the thinker) to every update's loss, to keep the talker's behaviour.
     talker_drift_coef: float = 0.0
@@ -244,7 +333,10 @@ class ActorConfig:
 @dataclass
 class AgentConfig:
     default_agent_loop: str = "single_turn_agent"
-    num_workers: int | None = None  # verl engine: agent-loop worker processes (verl's default: 8)
+    # verl engine: agent-loop worker processes (verl's default: 8)
+    num_workers: int | None = key(
+        None, "verl's agent-loop worker processes", engines="verl",
+        other_engine="runs the agent loop in its one process")
 
 
 @dataclass
@@ -254,8 +346,14 @@ class VllmOmniKwargs:
     ``rollout.max_num_seqs``); ``output_mode`` must be ``ar`` (text out)."""
 
     pipeline_name: str | None = None
-    output_mode: str | None = None
-    max_num_seqs: int | None = None
+    output_mode: str | None = key(
+        None, "verl-omni: the server's output mode, ar for autoregressive tokens", engines="verl",
+        other_engine="samples token by token (honours ar, the one mode the loader accepts)",
+        honoured=ALWAYS, verl=MAPPED)
+    max_num_seqs: int | None = key(
+        None, "vLLM-Omni's concurrent sequences", engines="verl",
+        other_engine="generates a step's samples with the model's generate",
+        verl=NOT_SENT)
     # verl-omni's older launchers: a hand-written deploy file; refused (ours is generated from
     # the pipeline, with the weight-sync and sleep settings the run needs).
     stage_configs_path: str | None = None
@@ -308,32 +406,79 @@ class RolloutConfig:
     # parallel size whose weights per GPU leave no KV cache in gpu_memory_utilization).
     # On trainer.device=cpu the rollout is omni_local unless this key names vllm_omni (the real
     # engine on vLLM's CPU build, the cpu-rollout extra): a named rollout is never swapped.
-    name: str = key("vllm_omni", "the rollout backend under verl", choices=("vllm_omni", "omni_local"))
-    mode: str = key("async", "verl's rollout mode", choices=("async",))
+    name: str = key(
+        "vllm_omni", "verl's rollout server, vllm_omni", choices=("vllm_omni", "omni_local"), engines="verl",
+        other_engine="samples with the model's generate")
+    mode: str = key(
+        "async", "verl's rollout mode, async servers", choices=("async",), engines="verl",
+        other_engine="samples with the model's generate")
     # The rollout engine's dtype (verl's key). None: verl's bfloat16 on GPUs; on the CPU the
     # actor's (fp32 unless fsdp_config.model_dtype says otherwise), so log-probs can agree.
-    dtype: str | None = None
-    tensor_model_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.5
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    cudagraph_capture_sizes: list[int] | None = None
-    enforce_eager: bool = False
-    free_cache_engine: bool = True  # sleep the engine while the colocated actor trains
+    dtype: str | None = key(
+        None, "the rollout engine's dtype", engines="verl",
+        other_engine="samples with the training model itself, in the actor's dtype")
+    tensor_model_parallel_size: int = key(
+        1, "GPUs per vLLM-Omni rollout replica", engines="verl",
+        other_engine="trains and samples in one process on one device (honours 1)",
+        honoured=(1,))
+    gpu_memory_utilization: float = key(
+        0.5, "vLLM-Omni's share of each GPU for weights and KV cache", engines="verl",
+        other_engine="reserves no share: generate allocates as it goes")
+    max_num_seqs: int = key(
+        256, "vLLM-Omni's concurrent sequences", engines="verl",
+        other_engine="generates a step's samples with the model's generate")
+    max_num_batched_tokens: int = key(
+        8192, "vLLM-Omni's tokens per scheduler step", engines="verl",
+        other_engine="generates a step's samples with the model's generate")
+    cudagraph_capture_sizes: list[int] | None = key(
+        None, "batch sizes vLLM-Omni captures CUDA graphs for", engines="verl", other_engine="captures no CUDA graphs")
+    enforce_eager: bool = key(
+        False, "vLLM-Omni without CUDA graphs", engines="verl", other_engine="runs eagerly (honours true)",
+        honoured=(True,))
+    # sleep the engine while the colocated actor trains
+    free_cache_engine: bool = key(
+        True, "vLLM-Omni sleeps while the actor trains", engines="verl", other_engine="has no separate rollout engine")
     # Off, as vLLM-Omni's deploy files for Qwen3-/Qwen2.5-Omni set every stage (and verl-omni):
     # RL log-probs must not depend on cache state. verl's own default is on.
-    enable_prefix_caching: bool = False
-    load_format: str | None = None  # None: verl's "dummy" (random, then the actor's weights synced in)
+    enable_prefix_caching: bool = key(
+        False, "vLLM's prefix cache", engines="verl", other_engine="has no prefix cache (honours false)",
+        honoured=(False,))
+    # None: verl's "dummy" (random, then the actor's weights synced in)
+    load_format: str | None = key(
+        None, "how vLLM-Omni loads its first weights; dummy: random, then the actor's synced in", engines="verl",
+        other_engine="samples from the training model itself")
     # None: data.max_prompt_length (verl's default); more leaves room for media expansion.
-    prompt_length: int | None = None
+    prompt_length: int | None = key(
+        None, "the rollout's prompt budget: a longer multimodal prompt fails, a text one is left-truncated",
+        engines="verl",
+        other_engine="drops prompts over data.max_prompt_length before sampling (honours a budget of at least that)",
+        honoured=lambda value, config: value >= config.data.max_prompt_length)
     # The old-log-prob pass's sizing; None: the actor's (as verl's defaults, and the local engine).
-    log_prob_micro_batch_size_per_gpu: int | None = None
-    log_prob_use_dynamic_bsz: bool | None = None
-    log_prob_max_token_len_per_gpu: int | None = None
+    log_prob_micro_batch_size_per_gpu: int | None = key(
+        None, "sizing of verl's old log-prob pass", engines="verl",
+        other_engine="computes old log-prob on the update's micro-batches (honours "
+                     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu)",
+        honoured=actor_value("ppo_micro_batch_size_per_gpu"), verl=MAPPED)
+    log_prob_use_dynamic_bsz: bool | None = key(
+        None, "sizing of verl's old log-prob pass", engines="verl",
+        other_engine="computes old log-prob on the update's micro-batches (honours "
+                     "actor_rollout_ref.actor.use_dynamic_bsz)",
+        honoured=actor_value("use_dynamic_bsz"))
+    log_prob_max_token_len_per_gpu: int | None = key(
+        None, "sizing of verl's old log-prob pass", engines="verl",
+        other_engine="computes old log-prob on the update's micro-batches (honours "
+                     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu)",
+        honoured=actor_value("ppo_max_token_len_per_gpu"))
     # verl's rollout routing replay (R3) for mixture-of-experts models: the rollout records each
     # token's experts and the actor replays them. Refused on both engines (verl_keys, translate).
-    enable_rollout_routing_replay: bool = False
-    checkpoint_engine: CheckpointEngineConfig = field(default_factory=CheckpointEngineConfig)
+    enable_rollout_routing_replay: bool = key(
+        False, "records each token's experts in the rollout for the actor to replay (MoE models)", engines="verl",
+        other_engine="samples with the actor's own module, so its routing is the actor's: nothing to replay (honours "
+                     "false)",
+        honoured=(False,), verl=MAPPED)
+    checkpoint_engine: CheckpointEngineConfig = section(
+        CheckpointEngineConfig, "how the actor's weights reach rollout replicas on ranks of their own", engines="verl",
+        other_engine="hands its sampling thread the trainable weights in memory")
 
     def pipeline(self) -> str:
         """``pipeline_name``, which the pre-flight guarantees is set.
@@ -402,13 +547,33 @@ class AsyncTrainingConfig:
     weights: such a sample's first tokens can be older than the bound."""
 
     max_staleness: int = 0
-    staleness_threshold: float | None = None
-    trigger_parameter_sync_step: int | None = None
-    require_batches: int | None = None
-    partial_rollout: bool = False
-    concurrent_samples_per_replica: int = 16
-    use_trainer_do_validate: bool = False
-    use_dynamic_resource_scheduling: bool = False
+    staleness_threshold: float | None = key(
+        None, "how far verl's fully-async rollout runs ahead", engines="verl",
+        other_engine="samples at most max_staleness steps ahead",
+        verl=MAPPED)
+    trigger_parameter_sync_step: int | None = key(
+        None, "steps between verl's weight syncs", engines="verl",
+        other_engine="hands its sampling thread every update (honours 1)",
+        honoured=(1,), verl=MAPPED)
+    require_batches: int | None = key(
+        None, "mini-batches a fully-async step collects", engines="verl",
+        other_engine="trains on data.train_batch_size prompts a step",
+        verl=MAPPED)
+    partial_rollout: bool = key(
+        False, "verl aborts requests at a weight sync and resumes them", engines="verl",
+        other_engine="finishes every sample with the weights it started with (honours false)",
+        honoured=(False,), verl=MAPPED)
+    concurrent_samples_per_replica: int = key(
+        16, "requests in flight per verl rollout replica", engines="verl",
+        other_engine="samples a step's prompts in one batch",
+        verl=MAPPED)
+    use_trainer_do_validate: bool = key(
+        False, "validation on the trainer's GPUs", engines="verl",
+        other_engine="validates in its one process (honours false)",
+        honoured=(False,), verl=MAPPED)
+    use_dynamic_resource_scheduling: bool = key(
+        False, "trainer GPUs lent to the rollout", engines="verl", other_engine="shares its one device (honours false)",
+        honoured=(False,), verl=MAPPED)
 
 
 @dataclass
@@ -419,9 +584,18 @@ class RolloutPoolConfig:
     key; unset, ``trainer.total_training_steps`` sets it). Read with
     ``async_training.max_staleness >= 1`` on the verl engine only."""
 
-    nnodes: int = 1
-    n_gpus_per_node: int = 8
-    total_rollout_steps: int | None = None
+    nnodes: int = key(
+        1, "nodes of the asynchronous rollout's own GPU pool", engines="verl",
+        other_engine="samples asynchronously in a thread of its one process",
+        verl=MAPPED)
+    n_gpus_per_node: int = key(
+        8, "GPUs per node of the asynchronous rollout's pool", engines="verl",
+        other_engine="samples asynchronously in a thread of its one process",
+        verl=MAPPED)
+    total_rollout_steps: int | None = key(
+        None, "prompts verl's fully-async rollout draws in all", engines="verl",
+        other_engine="runs trainer.total_training_steps steps of data.train_batch_size prompts",
+        verl=MAPPED)
 
 
 @dataclass
@@ -454,19 +628,29 @@ class CustomRewardFunctionConfig:
 class RewardManagerSection:
     """verl's ``reward.reward_manager``: the class that calls the reward function per sample."""
 
-    source: str | None = None  # verl's default: register
-    name: str | None = None  # verl's default: naive
+    # verl's default: register
+    source: str | None = key(
+        None, "where verl finds its reward manager class", engines="verl",
+        other_engine="scores each response with its data source's scorer, as verl's registered naive manager does "
+                     "(honours register)",
+        honoured=('register',))
+    # verl's default: naive
+    name: str | None = key(
+        None, "verl's reward manager class", engines="verl",
+        other_engine="scores each response with its data source's scorer, as verl's naive manager does (honours "
+                     "naive)",
+        honoured=('naive',))
 
 
 @dataclass
 class RewardConfig:
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
     reward_manager: RewardManagerSection = field(default_factory=RewardManagerSection)
-    num_workers: int | None = key(None, "scorer processes; null: one per CPU", at_least=1,
-                                  note=", or null (one per CPU)", verl=MAPPED)
+    num_workers: int | None = key(
+        None, "scorer processes; null: one per CPU", at_least=1, note=", or null (one per CPU)", verl=MAPPED)
     timeout_s: float = key(30.0, "seconds a scorer may take per sample", above=0, verl=MAPPED)
-    on_unknown_data_source: str = key("raise", "a row whose data_source no scorer knows: raise, or skip it",
-                                      choices=("raise", "skip"), verl=MAPPED)
+    on_unknown_data_source: str = key(
+        "raise", "a row whose data_source no scorer knows: raise, or skip it", choices=("raise", "skip"), verl=MAPPED)
     # Both engines: stop the run when a training step's scorer fails (error or timeout) on more
     # than this share of its samples; they would score 0 and be trained on. 1.0: never stop.
     # omni-rl's key (verl has none).
@@ -481,10 +665,11 @@ class RewardConfig:
 class TrainerConfig:
     engine: str = key("local", "the engine that runs the job", choices=("local", "verl"), verl=NOT_SENT)
     total_epochs: int = key(1, "passes over the train rows", at_least=1, verl=MAPPED)
-    total_training_steps: int | None = key(None, "steps of the run; null: total_epochs x steps per epoch",
-                                           at_least=1, note=", or null (total_epochs x steps per epoch)")
-    save_freq: int = key(20, "steps between checkpoints; -1 (verl's default) or 0: only at the end", at_least=-1,
-                         verl=MAPPED)
+    total_training_steps: int | None = key(
+        None, "steps of the run; null: total_epochs x steps per epoch", at_least=1,
+        note=", or null (total_epochs x steps per epoch)")
+    save_freq: int = key(
+        20, "steps between checkpoints; -1 (verl's default) or 0: only at the end", at_least=-1, verl=MAPPED)
     test_freq: int = key(-1, "steps between validations; -1 or 0: none", at_least=-1, verl=MAPPED)
     val_before_train: bool = True  # validate before the first step (as verl does)
     # verl's: at each validation, this many samples (prompt, response, score; verl's fixed-seed
@@ -497,8 +682,7 @@ class TrainerConfig:
     # With talker_drift: audio rewards (reward.audio_rewards' format) of the probes spoken anew
     # from the thinker being trained, reported as talker/probe/<metric>; never paid.
     talker_drift_rewards: list[dict[str, Any]] = field(default_factory=list)
-    max_checkpoints_to_keep: int = key(2, "checkpoints kept (verl's max_actor_ckpt_to_keep)", at_least=1,
-                                       verl=MAPPED)
+    max_checkpoints_to_keep: int = key(2, "checkpoints kept (verl's max_actor_ckpt_to_keep)", at_least=1, verl=MAPPED)
     # auto: resume from the newest checkpoint in the run dir | disable: start over (the local engine
     # moves an earlier run aside) | resume_path: resume from trainer.resume_from_path (verl's meaning).
     resume_mode: str = key("auto", "where a run resumes from", choices=("auto", "disable", "resume_path"))
@@ -512,15 +696,31 @@ class TrainerConfig:
     project_name: str = "omni-rl"
     experiment_name: str | None = None  # None: derived from the model and the train files
     logger: list[str] = field(default_factory=lambda: ["console"])
-    seed: int = key(0, "seeds torch and Python's random: LoRA's initial weights, sampling", engines="local",
-                    other_engine="seeds its workers with verl's own seeds (42); data.seed shuffles the data on both "
-                                 "engines", verl=NOT_SENT)
+    seed: int = key(
+        0, "seeds torch and Python's random: LoRA's initial weights, sampling", engines="local",
+        other_engine="seeds its workers with verl's own seeds (42); data.seed shuffles the data on both engines",
+        verl=NOT_SENT)
     # local engine: auto = cuda when visible, else cpu; verl: cuda, or cpu (verl's loop on the CPU)
     device: str = key("auto", "the device the run trains on", choices=("auto", "cpu", "cuda", "npu"), verl=MAPPED)
-    nnodes: int = 1  # verl engine: Ray nodes
-    n_gpus_per_node: int = 8  # verl engine: GPUs used on each node
-    balance_batch: bool | None = None  # verl engine: equal tokens per data-parallel rank (verl's default: true)
-    critic_warmup: int | None = None  # verl engine: critic-only steps first (no critic here; verl's default: 0)
+    # verl engine: Ray nodes
+    nnodes: int = key(
+        1, "Ray nodes of the run", engines="verl",
+        other_engine="trains and samples in one process on one device (honours 1)",
+        honoured=(1,))
+    # verl engine: GPUs used on each node
+    n_gpus_per_node: int = key(
+        8, "GPUs verl uses on each node", engines="verl",
+        other_engine="trains and samples in one process on one device (honours 1)",
+        honoured=(1,))
+    # verl engine: equal tokens per data-parallel rank (verl's default: true)
+    balance_batch: bool | None = key(
+        None, "reorder each batch so verl's data-parallel ranks get equal token counts", engines="verl",
+        other_engine="has one rank (honours false)",
+        honoured=(False,))
+    # verl engine: critic-only steps first (no critic here; verl's default: 0)
+    critic_warmup: int | None = key(
+        None, "critic-only steps before the actor trains", engines="verl", other_engine="has no critic (honours 0)",
+        honoured=(0,))
 
 
 @dataclass
@@ -576,12 +776,15 @@ class TeacherModelConfig:
     log_prob_micro_batch_size_per_gpu: int = key(
         16, "samples per forward of the in-process teacher", at_least=1, engines="local",
         other_engine="serves the teacher from rollout servers sized by "
-                     "distillation.teacher_models.teacher_model.inference.*", verl=NOT_SENT)
-    param_offload: bool = key(False, "keeps the in-process teacher's weights on the CPU between uses",
-                              engines="local", other_engine="serves the teacher from rollout servers on GPUs of "
-                                                            "their own (honours false)",
-                              honoured=(False,), verl=NOT_SENT)
-    inference: TeacherInferenceConfig = field(default_factory=TeacherInferenceConfig)
+                     "distillation.teacher_models.teacher_model.inference.*",
+        verl=NOT_SENT)
+    param_offload: bool = key(
+        False, "keeps the in-process teacher's weights on the CPU between uses", engines="local",
+        other_engine="serves the teacher from rollout servers on GPUs of their own (honours false)",
+        honoured=(False,), verl=NOT_SENT)
+    inference: TeacherInferenceConfig = section(
+        TeacherInferenceConfig, "the teacher's vLLM-Omni server", engines="verl",
+        other_engine="runs the teacher with transformers in its own process")
 
 
 @dataclass
@@ -594,8 +797,12 @@ class DistillationConfig:
     enabled: bool = False
     # verl engine: the teacher's own GPU pool (nodes x GPUs), apart from trainer.nnodes x
     # trainer.n_gpus_per_node; Ray must offer both.
-    n_gpus_per_node: int = 8
-    nnodes: int = 1
+    n_gpus_per_node: int = key(
+        8, "GPUs per node of the teacher's pool", engines="verl", other_engine="runs the teacher in its own process",
+        verl=MAPPED)
+    nnodes: int = key(
+        1, "nodes of the teacher's GPU pool", engines="verl", other_engine="runs the teacher in its own process",
+        verl=MAPPED)
     distillation_loss: DistillationLossConfig = field(default_factory=DistillationLossConfig)
     teacher_models: TeacherModelsConfig = field(default_factory=TeacherModelsConfig)
 
@@ -608,7 +815,8 @@ class Config:
     reward: RewardConfig = field(default_factory=RewardConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     distillation: DistillationConfig = field(default_factory=DistillationConfig)
-    ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
+    ray_kwargs: RayKwargsConfig = section(
+        RayKwargsConfig, "arguments of ray.init", engines="verl", other_engine="starts no Ray")
     async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
     rollout: RolloutPoolConfig = field(default_factory=RolloutPoolConfig)
     # Recorded by load_config, never set by an override, left out of the written config: the

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
 Engines = Literal["both", "local", "verl"]
+Honours = Callable[[Any, Any], bool]
+"""``(value, config) -> bool``: the value of a one-engine key describes what the other engine does."""
 Route = Literal["pass", "mapped", "none"]
 PASS: Route = "pass"
 """Sent to verl at its own path when set (not ``None``); verl's default stays otherwise."""
@@ -41,7 +43,7 @@ class KeyDoc:
     help: str
     engines: Engines = "both"
     other_engine: str = ""
-    honoured: tuple[Any, ...] = ()
+    honoured: tuple[Any, ...] | Honours = ()
     at_least: float | None = None
     above: float | None = None
     at_most: float | None = None
@@ -74,8 +76,21 @@ class KeyDoc:
             bound = f"must be {' or '.join(shown(v) for v in self.allowed)} or {bound.removeprefix('must be ')}"
         return f"{name}={shown(value)} {bound}{self.note}"
 
-    def honours(self, value: Any) -> bool:
+    def honours(self, value: Any, config: Any) -> bool:
+        if callable(self.honoured):
+            return self.honoured(value, config)
         return any(value == item and isinstance(value, bool) == isinstance(item, bool) for item in self.honoured)
+
+
+def ALWAYS(value: Any, config: Any) -> bool:  # noqa: N802  (a constant's role: every value is honoured)
+    """Every value describes what the other engine does."""
+    return True
+
+
+def actor_value(attribute: str) -> Honours:
+    """Honoured when equal to the actor's own setting: the local engine sizes every forward
+    (old and reference log-probs too) as the update's micro-batches."""
+    return lambda value, config: bool(value == getattr(config.actor_rollout_ref.actor, attribute))
 
 
 def key(default: Any, help: str, **declaration: Any) -> Any:
@@ -87,12 +102,24 @@ def key(default: Any, help: str, **declaration: Any) -> Any:
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def section(factory: type, help: str, **declaration: Any) -> Any:
+    """A schema section (a config dataclass) declared as a whole: every key below it is one
+    engine's (``engines``), with the section's help and route."""
+    return dataclasses.field(default_factory=factory, metadata={METADATA: KeyDoc(help, **declaration)})
+
+
 @dataclass(frozen=True)
 class DeclaredKey:
     name: str
     type: Any
     default: Any
     doc: KeyDoc
+    section: bool = False
+    """The declaration covers every key below ``name``."""
+
+    def covers(self, given: str) -> bool:
+        """``given`` is this key, a key of its dict value, or a key of the section."""
+        return given == self.name or given.startswith(self.name + ".")
 
 
 def declared_keys(schema: Any) -> Iterator[DeclaredKey]:
@@ -112,10 +139,12 @@ def _walk(cls: type, instance: Any, prefix: str) -> Iterator[DeclaredKey]:
             section = factory  # a subclass the schema's default builds
         else:
             section = hints[field.name]
+        doc = field.metadata.get(METADATA)
         if dataclasses.is_dataclass(section) and isinstance(section, type):
+            if doc is not None:
+                yield DeclaredKey(f"{prefix}{field.name}", section, None, doc, section=True)
             yield from _walk(section, child, f"{prefix}{field.name}.")
             continue
-        doc = field.metadata.get(METADATA)
         if doc is not None:
             default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
             yield DeclaredKey(f"{prefix}{field.name}", hints[field.name], default, doc)
@@ -133,6 +162,8 @@ def range_problems(config: Any) -> list[str]:
     """One problem per declared key whose value is out of its range."""
     problems = []
     for declared in declared_keys(config):
+        if declared.section:
+            continue
         problem = declared.doc.range_problem(declared.name, value_at(config, declared.name))
         if problem:
             problems.append(problem)
@@ -148,20 +179,19 @@ def choice_problems(config: Any) -> list[str]:
     ]
 
 
-def engine_refusals(config: Any, engine: str, given: set[str]) -> list[str]:
-    """One problem per given key that only the other engine reads, with a value ``engine`` does
-    not honour: it would change nothing on ``engine``."""
+def engine_refusals(config: Any, engine: str, given: list[str]) -> list[str]:
+    """One problem per given key (in the order given) that only the other engine reads, with a
+    value ``engine`` does not honour: it would change nothing on ``engine``."""
+    declared = [d for d in declared_keys(config) if d.doc.engines not in ("both", engine)]
     problems = []
-    for declared in declared_keys(config):
-        doc = declared.doc
-        if doc.engines in ("both", engine) or declared.name not in given:
+    for name in given:
+        owner = max((d for d in declared if d.covers(name)), key=lambda d: len(d.name), default=None)
+        if owner is None or owner.doc.honours(value_at(config, owner.name), config):
             continue
-        value = value_at(config, declared.name)
-        if doc.honours(value):
-            continue
+        doc = owner.doc
         problems.append(
-            f"{declared.name}={shown(value)} is a {doc.engines}-engine setting ({doc.help}); the {engine} engine "
-            f"{doc.other_engine}. Drop it, or use trainer.engine={doc.engines}"
+            f"{name}={shown(value_at(config, name))} is a {doc.engines}-engine setting ({doc.help}); the {engine} "
+            f"engine {doc.other_engine}. Drop it, or use trainer.engine={doc.engines}"
         )
     return problems
 
@@ -170,7 +200,7 @@ def passthrough_values(config: Any) -> dict[str, Any]:
     """verl's values of the declared keys it takes unchanged at their own paths (set ones only)."""
     values = {}
     for declared in declared_keys(config):
-        if declared.doc.verl != PASS or declared.doc.engines == "local":
+        if declared.section or declared.doc.verl != PASS or declared.doc.engines == "local":
             continue
         value = value_at(config, declared.name)
         if value is not None:

@@ -20,4 +20,4 @@ from omni_trainer.keys import engine_refusals
 def verl_refusals(config: Config) -> list[str]:
     """One problem per local-engine key the overrides gave whose value the verl engine does
     not honour, each naming the key, what the local engine does with it and what verl does."""
-    return engine_refusals(config, "verl", set(config.given_keys))
+    return engine_refusals(config, "verl", config.given_keys)

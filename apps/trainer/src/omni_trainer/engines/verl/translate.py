@@ -401,16 +401,12 @@ def _values(
         "actor_rollout_ref.model.target_modules": list(model.target_modules or target_modules or []) or "all-linear",
         "actor_rollout_ref.model.exclude_modules": model.exclude_modules or exclude_modules,
         "actor_rollout_ref.model.target_parameters": list(model.target_parameters) if model.target_parameters else None,
-        "actor_rollout_ref.model.use_remove_padding": model.use_remove_padding,
-        # verl asks transformers for flash_attention_2 unless told otherwise; flash-attn 2 is not
         # in the lock (it builds from source), so the FSDP actor would fail to load with it.
         # The user's overrides win (with flash-attn installed: attn_implementation=flash_attention_2).
         "actor_rollout_ref.model.override_config": {"attn_implementation": "sdpa", **model.override_config},
         "actor_rollout_ref.model.enable_gradient_checkpointing": model.enable_gradient_checkpointing,
         "actor_rollout_ref.actor.fsdp_config.model_dtype": model_dtype,
         "actor_rollout_ref.ref.fsdp_config.model_dtype": ref.fsdp_config.model_dtype or model_dtype,
-        "actor_rollout_ref.actor.fsdp_config.param_offload": actor.fsdp_config.param_offload,
-        "actor_rollout_ref.actor.fsdp_config.optimizer_offload": actor.fsdp_config.optimizer_offload,
         "actor_rollout_ref.actor.freeze_vision_tower": model.freeze_vision_tower,
         "actor_rollout_ref.actor.policy_loss.loss_mode": actor.policy_loss.loss_mode,
         "actor_rollout_ref.actor.clip_ratio_low": _or(actor.clip_ratio_low, actor.clip_ratio),
@@ -431,15 +427,6 @@ def _values(
         "actor_rollout_ref.actor.optim.lr_warmup_steps": actor.optim.lr_warmup_steps or -1,
         "actor_rollout_ref.actor.optim.min_lr_ratio": actor.optim.min_lr_ratio,
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": _or(ref.log_prob_micro_batch_size_per_gpu, micro),
-        "actor_rollout_ref.rollout.tensor_model_parallel_size": rollout.tensor_model_parallel_size,
-        "actor_rollout_ref.rollout.gpu_memory_utilization": rollout.gpu_memory_utilization,
-        "actor_rollout_ref.rollout.max_num_seqs": rollout.max_num_seqs,
-        "actor_rollout_ref.rollout.max_num_batched_tokens": rollout.max_num_batched_tokens,
-        "actor_rollout_ref.rollout.cudagraph_capture_sizes": rollout.cudagraph_capture_sizes,
-        "actor_rollout_ref.rollout.enforce_eager": rollout.enforce_eager,
-        "actor_rollout_ref.rollout.free_cache_engine": rollout.free_cache_engine,
-        "actor_rollout_ref.rollout.enable_prefix_caching": rollout.enable_prefix_caching,
-        # Sized for this run: left empty, vLLM reserves the model's 65,536-token context and
         # leaves little KV cache at this gpu_memory_utilization.
         "actor_rollout_ref.rollout.max_model_len": (rollout.prompt_length or data.max_prompt_length) + data.max_response_length,
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": _or(rollout.log_prob_micro_batch_size_per_gpu, micro),
@@ -489,8 +476,6 @@ def _values(
         # verl's "file" logger too: each launch's metrics as JSON lines in the run directory
         # (the path is set per launch, launch.metrics_file).
         "trainer.logger": list(dict.fromkeys([*trainer.logger, "file"])),
-        "trainer.nnodes": trainer.nnodes,
-        "trainer.n_gpus_per_node": trainer.n_gpus_per_node,
         "trainer.device": "cuda",
         # verl's sync trainer, stopping at a step's end on Ctrl-C and on skipped updates
         "trainer.v1.trainer_mode": TRAINER_MODE,
@@ -511,36 +496,13 @@ def _values(
 
 
 def given_values(config: Config) -> dict[str, Any]:
-    """verl keys ours leave to verl's default unless set (``None``: unset), at verl's paths."""
-    data, model = config.data, config.actor_rollout_ref.model
-    actor, ref, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.ref, config.actor_rollout_ref.rollout
+    """verl keys ours leave to verl's default unless set (``None``: unset): verl 0.9.1's FSDP
+    engine reads the ``fsdp_config`` copies of the actor's entropy keys (the actor's own, verl's
+    documented keys, are passed through as declared)."""
+    actor = config.actor_rollout_ref.actor
     return {
-        "data.truncation": data.truncation,
-        "data.filter_overlong_prompts_workers": data.filter_overlong_prompts_workers,
-        "data.val_max_samples": data.val_max_samples,
-        "data.validation_shuffle": data.validation_shuffle,
-        "actor_rollout_ref.model.external_lib": model.external_lib,
-        "actor_rollout_ref.actor.fsdp_config.use_orig_params": actor.fsdp_config.use_orig_params,
-        "actor_rollout_ref.actor.fsdp_config.use_torch_compile": actor.fsdp_config.use_torch_compile,
-        # verl 0.9.1's FSDP engine reads the fsdp_config copies; the actor's are verl's documented keys.
-        "actor_rollout_ref.actor.entropy_from_logits_with_chunking": actor.entropy_from_logits_with_chunking,
         "actor_rollout_ref.actor.fsdp_config.entropy_from_logits_with_chunking": actor.entropy_from_logits_with_chunking,
-        "actor_rollout_ref.actor.entropy_from_logits_chunk_size": actor.entropy_from_logits_chunk_size,
         "actor_rollout_ref.actor.fsdp_config.entropy_from_logits_chunk_size": actor.entropy_from_logits_chunk_size,
-        "actor_rollout_ref.ref.strategy": ref.strategy,
-        "actor_rollout_ref.ref.fsdp_config.param_offload": ref.fsdp_config.param_offload,
-        "actor_rollout_ref.ref.log_prob_use_dynamic_bsz": ref.log_prob_use_dynamic_bsz,
-        "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": ref.log_prob_max_token_len_per_gpu,
-        "actor_rollout_ref.rollout.load_format": rollout.load_format,
-        "actor_rollout_ref.rollout.dtype": rollout.dtype,
-        "actor_rollout_ref.rollout.prompt_length": rollout.prompt_length,
-        "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": rollout.log_prob_use_dynamic_bsz,
-        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": rollout.log_prob_max_token_len_per_gpu,
-        "actor_rollout_ref.rollout.agent.num_workers": rollout.agent.num_workers,
-        "reward.reward_manager.source": config.reward.reward_manager.source,
-        "reward.reward_manager.name": config.reward.reward_manager.name,
-        "trainer.balance_batch": config.trainer.balance_batch,
-        "trainer.critic_warmup": config.trainer.critic_warmup,
     }
 
 
