@@ -30,6 +30,15 @@ from omni_trainer.loggers import LOGGERS
 from omni_trainer.model_folder import model_fingerprint
 
 
+def log_prob_sizing(what: str, actor_key: str, **declaration: Any) -> Any:
+    """A sizing key of verl's reference or old log-prob pass (``None``: the actor's, as verl's
+    defaults): verl-only, honoured by the local engine when equal to the actor's ``actor_key``."""
+    return key(None, f"sizing of verl's {what} log-prob pass", engines="verl",
+               other_engine=f"computes {what} log-prob on the update's micro-batches (honours "
+                            f"actor_rollout_ref.actor.{actor_key})",
+               honoured=actor_value(actor_key), **declaration)
+
+
 @dataclass
 class CustomClassConfig:
     """verl's ``data.custom_cls``: a dataset class by file path and name."""
@@ -242,21 +251,9 @@ class RefConfig:
     strategy: str | None = key(
         None, "the FSDP version of the reference model", engines="verl", other_engine="has no FSDP")
     fsdp_config: RefFsdpConfig = field(default_factory=RefFsdpConfig)
-    log_prob_micro_batch_size_per_gpu: int | None = key(
-        None, "sizing of verl's reference log-prob pass", engines="verl",
-        other_engine="computes reference log-prob on the update's micro-batches (honours "
-                     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu)",
-        honoured=actor_value("ppo_micro_batch_size_per_gpu"), verl=MAPPED)
-    log_prob_use_dynamic_bsz: bool | None = key(
-        None, "sizing of verl's reference log-prob pass", engines="verl",
-        other_engine="computes reference log-prob on the update's micro-batches (honours "
-                     "actor_rollout_ref.actor.use_dynamic_bsz)",
-        honoured=actor_value("use_dynamic_bsz"))
-    log_prob_max_token_len_per_gpu: int | None = key(
-        None, "sizing of verl's reference log-prob pass", engines="verl",
-        other_engine="computes reference log-prob on the update's micro-batches (honours "
-                     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu)",
-        honoured=actor_value("ppo_max_token_len_per_gpu"))
+    log_prob_micro_batch_size_per_gpu: int | None = log_prob_sizing("reference", "ppo_micro_batch_size_per_gpu", verl=MAPPED)
+    log_prob_use_dynamic_bsz: bool | None = log_prob_sizing("reference", "use_dynamic_bsz")
+    log_prob_max_token_len_per_gpu: int | None = log_prob_sizing("reference", "ppo_max_token_len_per_gpu")
 
 
 @dataclass
@@ -454,21 +451,9 @@ class RolloutConfig:
         other_engine="drops prompts over data.max_prompt_length before sampling (honours a budget of at least that)",
         honoured=lambda value, config: value >= config.data.max_prompt_length)
     # The old-log-prob pass's sizing; None: the actor's (as verl's defaults, and the local engine).
-    log_prob_micro_batch_size_per_gpu: int | None = key(
-        None, "sizing of verl's old log-prob pass", engines="verl",
-        other_engine="computes old log-prob on the update's micro-batches (honours "
-                     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu)",
-        honoured=actor_value("ppo_micro_batch_size_per_gpu"), verl=MAPPED)
-    log_prob_use_dynamic_bsz: bool | None = key(
-        None, "sizing of verl's old log-prob pass", engines="verl",
-        other_engine="computes old log-prob on the update's micro-batches (honours "
-                     "actor_rollout_ref.actor.use_dynamic_bsz)",
-        honoured=actor_value("use_dynamic_bsz"))
-    log_prob_max_token_len_per_gpu: int | None = key(
-        None, "sizing of verl's old log-prob pass", engines="verl",
-        other_engine="computes old log-prob on the update's micro-batches (honours "
-                     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu)",
-        honoured=actor_value("ppo_max_token_len_per_gpu"))
+    log_prob_micro_batch_size_per_gpu: int | None = log_prob_sizing("old", "ppo_micro_batch_size_per_gpu", verl=MAPPED)
+    log_prob_use_dynamic_bsz: bool | None = log_prob_sizing("old", "use_dynamic_bsz")
+    log_prob_max_token_len_per_gpu: int | None = log_prob_sizing("old", "ppo_max_token_len_per_gpu")
     # verl's rollout routing replay (R3) for mixture-of-experts models: the rollout records each
     # token's experts and the actor replays them. Refused on both engines (verl_keys, translate).
     enable_rollout_routing_replay: bool = key(
