@@ -160,7 +160,8 @@ class ModelConfig:
         honoured=(False,))
     # Both engines: decoder layers recompute their forward in the backward pass instead of
     # keeping activations (verl's default; see `trainer doctor` for what it saves).
-    enable_gradient_checkpointing: bool = True
+    enable_gradient_checkpointing: bool = key(
+        True, "decoder layers recompute their forward in the backward pass instead of keeping activations")
     # verl engine: a module verl imports in every worker before building the model.
     external_lib: str | None = key(
         None, "a module verl imports in every worker before building the model", engines="verl",
@@ -183,7 +184,7 @@ class ModelConfig:
 
 @dataclass
 class PolicyLossSection:
-    loss_mode: str = "gspo"
+    loss_mode: str = key("gspo", "the policy loss, by its registered name (gspo, cispo, ...)")
 
 
 @dataclass
@@ -192,7 +193,7 @@ class OptimConfig:
     weight_decay: float = key(0.01, "AdamW's weight decay")
     lr_warmup_steps: int = key(0, "steps of linear warm-up; 0: none (verl's -1)", at_least=0, verl=MAPPED)
     lr_scheduler_type: str = key("constant", "the learning-rate schedule after warm-up", choices=("constant", "cosine"))
-    min_lr_ratio: float = 0.0
+    min_lr_ratio: float = key(0.0, "the cosine schedule's last learning rate, as a share of lr", at_least=0, at_most=1)
     clip_grad: float | None = None  # verl's spelling of actor_rollout_ref.actor.grad_clip (folded into it)
 
 
@@ -251,7 +252,8 @@ class RefConfig:
     strategy: str | None = key(
         None, "the FSDP version of the reference model", engines="verl", other_engine="has no FSDP")
     fsdp_config: RefFsdpConfig = field(default_factory=RefFsdpConfig)
-    log_prob_micro_batch_size_per_gpu: int | None = log_prob_sizing("reference", "ppo_micro_batch_size_per_gpu", verl=MAPPED)
+    log_prob_micro_batch_size_per_gpu: int | None = log_prob_sizing(
+        "reference", "ppo_micro_batch_size_per_gpu", verl=MAPPED)
     log_prob_use_dynamic_bsz: bool | None = log_prob_sizing("reference", "use_dynamic_bsz")
     log_prob_max_token_len_per_gpu: int | None = log_prob_sizing("reference", "ppo_max_token_len_per_gpu")
 
@@ -289,19 +291,19 @@ class ActorConfig:
     clip_ratio: float = key(0.2, "PPO's clip range around a ratio of 1", at_least=0)
     clip_ratio_low: float | None = key(None, "the clip range below 1; null: clip_ratio", at_least=0, verl=MAPPED)
     clip_ratio_high: float | None = key(None, "the clip range above 1; null: clip_ratio", at_least=0, verl=MAPPED)
-    clip_ratio_c: float = 3.0
-    loss_agg_mode: str = "seq-mean-token-mean"
+    clip_ratio_c: float = key(3.0, "dual-clip PPO's bound on the ratio of a negative-advantage token")
+    loss_agg_mode: str = key("seq-mean-token-mean", "how token losses aggregate into a sample's and the step's loss")
     # seq-mean-token-sum-norm (Dr.GRPO) divides by this constant; None: data.max_response_length.
     loss_scale_factor: int | None = None
     ppo_mini_batch_size: int = key(8, "prompts per optimizer step", at_least=1)
     ppo_micro_batch_size_per_gpu: int = key(16, "samples per forward/backward", at_least=1, verl=MAPPED)
-    use_dynamic_bsz: bool = False
+    use_dynamic_bsz: bool = key(False, "size micro-batches by tokens (ppo_max_token_len_per_gpu), not samples")
     ppo_max_token_len_per_gpu: int = key(16384, "tokens per forward with use_dynamic_bsz", at_least=1)
     ppo_epochs: int = key(1, "passes over each step's samples", at_least=1)
-    use_kl_loss: bool = False
-    kl_loss_coef: float = 0.001
-    kl_loss_type: str = "low_var_kl"
-    entropy_coeff: float = 0.0
+    use_kl_loss: bool = key(False, "add a KL penalty to the reference policy to the loss")
+    kl_loss_coef: float = key(0.001, "the KL loss's weight", at_least=0)
+    kl_loss_type: str = key("low_var_kl", "the KL loss's estimator, by its registered name")
+    entropy_coeff: float = key(0.0, "the entropy bonus's weight")
     grad_clip: float = 1.0
     # trained weights and AdamW state stay float32 (omni_training.model_loading.precision)
     dtype: str = key(
@@ -489,7 +491,7 @@ class ActorRolloutRefConfig:
 
 @dataclass
 class KLControlConfig:
-    kl_coef: float = 0.001
+    kl_coef: float = key(0.001, "the reward's KL penalty weight", at_least=0)
 
 
 @dataclass
@@ -585,11 +587,11 @@ class RolloutPoolConfig:
 
 @dataclass
 class AlgorithmConfig:
-    adv_estimator: str = "grpo"
-    norm_adv_by_std_in_grpo: bool = True
+    adv_estimator: str = key("grpo", "the advantage estimator, by its registered name")
+    norm_adv_by_std_in_grpo: bool = key(True, "divide GRPO's group advantages by the group's standard deviation")
     gamma: float = key(1.0, "the discount over a response's tokens", at_least=0, at_most=1)
-    use_kl_in_reward: bool = False
-    kl_penalty: str = "kl"
+    use_kl_in_reward: bool = key(False, "subtract a KL penalty to the reference policy from the reward")
+    kl_penalty: str = key("kl", "the reward's KL estimator, by its registered name")
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     # verl-omni's: offline + direct_preference + paired_preference trains on preference pairs
     # (data.train_batch_size counts pairs); online is RL.
@@ -677,9 +679,11 @@ class TrainerConfig:
     # Resume although the settings or the data differ from the run's saved config.yaml (the
     # differences are listed; the earlier config is kept as config.before_step_<N>.yaml). omni-rl's key.
     resume_anyway: bool = False
-    default_local_dir: str = "runs/${trainer.experiment_name}"
-    project_name: str = "omni-rl"
-    experiment_name: str | None = None  # None: derived from the model and the train files
+    default_local_dir: str = key(
+        "runs/${trainer.experiment_name}", "the run directory: the config, checkpoints and metrics")
+    project_name: str = key("omni-rl", "the loggers' project")
+    # None: derived from the model and the train files
+    experiment_name: str | None = key(None, "the run's name; null: derived from the model and the train files")
     logger: list[str] = field(default_factory=lambda: ["console"])
     seed: int = key(
         0, "seeds torch and Python's random: LoRA's initial weights, sampling", engines="local",

@@ -401,32 +401,24 @@ def _values(
         "actor_rollout_ref.model.target_modules": list(model.target_modules or target_modules or []) or "all-linear",
         "actor_rollout_ref.model.exclude_modules": model.exclude_modules or exclude_modules,
         "actor_rollout_ref.model.target_parameters": list(model.target_parameters) if model.target_parameters else None,
+        # verl asks transformers for flash_attention_2 unless told otherwise; flash-attn 2 is not
         # in the lock (it builds from source), so the FSDP actor would fail to load with it.
         # The user's overrides win (with flash-attn installed: attn_implementation=flash_attention_2).
         "actor_rollout_ref.model.override_config": {"attn_implementation": "sdpa", **model.override_config},
-        "actor_rollout_ref.model.enable_gradient_checkpointing": model.enable_gradient_checkpointing,
         "actor_rollout_ref.actor.fsdp_config.model_dtype": model_dtype,
         "actor_rollout_ref.ref.fsdp_config.model_dtype": ref.fsdp_config.model_dtype or model_dtype,
         "actor_rollout_ref.actor.freeze_vision_tower": model.freeze_vision_tower,
-        "actor_rollout_ref.actor.policy_loss.loss_mode": actor.policy_loss.loss_mode,
         "actor_rollout_ref.actor.clip_ratio_low": _or(actor.clip_ratio_low, actor.clip_ratio),
         "actor_rollout_ref.actor.clip_ratio_high": _or(actor.clip_ratio_high, actor.clip_ratio),
-        "actor_rollout_ref.actor.clip_ratio_c": actor.clip_ratio_c,
-        "actor_rollout_ref.actor.loss_agg_mode": actor.loss_agg_mode,
         # Dr.GRPO's constant: the response limit on both engines (verl's default is the padded
         # width of whatever rows reach its loss, which its V1 trainer does not pad).
         "actor_rollout_ref.actor.loss_scale_factor": actor.loss_scale_factor or data.max_response_length,
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": micro,
-        "actor_rollout_ref.actor.use_dynamic_bsz": actor.use_dynamic_bsz,
-        "actor_rollout_ref.actor.use_kl_loss": actor.use_kl_loss,
-        "actor_rollout_ref.actor.kl_loss_coef": actor.kl_loss_coef,
-        "actor_rollout_ref.actor.kl_loss_type": actor.kl_loss_type,
-        "actor_rollout_ref.actor.entropy_coeff": actor.entropy_coeff,
         # verl 0.9.1's FSDP engine clips with optim.clip_grad; actor.grad_clip is read nowhere.
         "actor_rollout_ref.actor.optim.clip_grad": actor.grad_clip,
         "actor_rollout_ref.actor.optim.lr_warmup_steps": actor.optim.lr_warmup_steps or -1,
-        "actor_rollout_ref.actor.optim.min_lr_ratio": actor.optim.min_lr_ratio,
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": _or(ref.log_prob_micro_batch_size_per_gpu, micro),
+        # Sized for this run: left empty, vLLM reserves the model's 65,536-token context and
         # leaves little KV cache at this gpu_memory_utilization.
         "actor_rollout_ref.rollout.max_model_len": (rollout.prompt_length or data.max_prompt_length) + data.max_response_length,
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": _or(rollout.log_prob_micro_batch_size_per_gpu, micro),
@@ -441,11 +433,6 @@ def _values(
             **({"output_mode": rollout.engine_kwargs.vllm_omni.output_mode}
                if rollout.engine_kwargs.vllm_omni.output_mode is not None else {}),
         },
-        "algorithm.adv_estimator": algorithm.adv_estimator,
-        "algorithm.norm_adv_by_std_in_grpo": algorithm.norm_adv_by_std_in_grpo,
-        "algorithm.use_kl_in_reward": algorithm.use_kl_in_reward,
-        "algorithm.kl_penalty": algorithm.kl_penalty,
-        "algorithm.kl_ctrl.kl_coef": algorithm.kl_ctrl.kl_coef,
         **{f"algorithm.rollout_correction.{key}": value
            for key, value in dataclasses.asdict(algorithm.rollout_correction).items()},
         "reward.custom_reward_function.path": REWARD_FUNCTION[0],
@@ -470,9 +457,6 @@ def _values(
         "trainer.resume_from_path": (
             os.path.abspath(os.path.expanduser(trainer.resume_from_path)) if trainer.resume_from_path else None
         ),
-        "trainer.default_local_dir": trainer.default_local_dir,
-        "trainer.project_name": trainer.project_name,
-        "trainer.experiment_name": trainer.experiment_name,
         # verl's "file" logger too: each launch's metrics as JSON lines in the run directory
         # (the path is set per launch, launch.metrics_file).
         "trainer.logger": list(dict.fromkeys([*trainer.logger, "file"])),
