@@ -123,3 +123,15 @@ def test_a_subclassed_section_is_walked_as_its_own_class() -> None:
     assert "trainer.example_budget" in names and "trainer.example_budget" not in [
         declared.name for declared in declared_keys(Config)]
     assert dataclasses.is_dataclass(ExampleConfig)
+
+
+def test_the_schemas_rollout_correction_is_omni_trainings_settings_field_for_field() -> None:
+    """The schema declares verl's seven keys (help, route); the local engine hands them to
+    omni-training as they are (``settings_builders.correction_settings``): same names, same
+    defaults (verl 0.9.1's)."""
+    from omni_trainer.config import RolloutCorrectionConfig
+    from omni_training.rollout_correction import CorrectionSettings
+
+    schema = {f.name: f.default for f in dataclasses.fields(RolloutCorrectionConfig)}
+    settings = {f.name: f.default for f in dataclasses.fields(CorrectionSettings)}
+    assert schema == settings

@@ -504,13 +504,16 @@ class RolloutCorrectionConfig:
     verl engine hands it to verl; the local engine applies omni-training's implementation
     (:mod:`omni_training.rollout_correction`)."""
 
-    rollout_is: str | None = None
-    rollout_is_threshold: Any = 2.0  # a float, or "lower_upper"
-    rollout_is_batch_normalize: bool = False
-    rollout_rs: str | None = None  # comma-separated modes (token_k1, seq_mean_k3, ...)
-    rollout_rs_threshold: Any = None
-    bypass_mode: bool = False
-    loss_type: str = "ppo_clip"
+    rollout_is: str | None = key(None, "importance weights between the rollout and the actor: token or sequence; "
+                                 "null: none (the off-policy metrics are still measured)")
+    rollout_is_threshold: Any = key(2.0, "the weights' upper bound (truncated), or \"lower_upper\" bounds (a float, "
+                                    "or a string)")
+    rollout_is_batch_normalize: bool = key(False, "normalise the weights to mean 1 over the batch")
+    rollout_rs: str | None = key(None, "rejection of tokens or sequences off the rollout: comma-separated modes "
+                                 "(token_k1, seq_mean_k3, ...); null: none")
+    rollout_rs_threshold: Any = key(None, "each rejection mode's threshold (a float or \"lower_upper\")")
+    bypass_mode: bool = key(False, "train on the rollout's log-probs as the old ones (no recompute)")
+    loss_type: str = key("ppo_clip", "the loss in bypass mode: ppo_clip (the configured policy loss) or reinforce")
 
 
 @dataclass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any
 
 from omni_rewards import RewardManagerConfig
@@ -64,12 +66,7 @@ def actor_settings(
 
 def correction_settings(cfg: Config) -> CorrectionSettings:
     """``algorithm.rollout_correction`` as omni-training's settings (checked on creation)."""
-    rc = cfg.algorithm.rollout_correction
-    return CorrectionSettings(
-        rollout_is=rc.rollout_is, rollout_is_threshold=rc.rollout_is_threshold,
-        rollout_is_batch_normalize=rc.rollout_is_batch_normalize, rollout_rs=rc.rollout_rs,
-        rollout_rs_threshold=rc.rollout_rs_threshold, bypass_mode=rc.bypass_mode, loss_type=rc.loss_type,
-    )
+    return CorrectionSettings(**dataclasses.asdict(cfg.algorithm.rollout_correction))
 
 
 def lora_settings(cfg: Config) -> LoraSettings:

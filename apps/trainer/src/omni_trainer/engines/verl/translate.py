@@ -14,7 +14,6 @@ from its install.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
 import importlib.util
 import json
@@ -433,8 +432,6 @@ def _values(
             **({"output_mode": rollout.engine_kwargs.vllm_omni.output_mode}
                if rollout.engine_kwargs.vllm_omni.output_mode is not None else {}),
         },
-        **{f"algorithm.rollout_correction.{key}": value
-           for key, value in dataclasses.asdict(algorithm.rollout_correction).items()},
         "reward.custom_reward_function.path": REWARD_FUNCTION[0],
         "reward.custom_reward_function.name": REWARD_FUNCTION[1],
         "reward.custom_reward_function.reward_kwargs": {
