@@ -135,3 +135,14 @@ def test_the_schemas_rollout_correction_is_omni_trainings_settings_field_for_fie
     schema = {f.name: f.default for f in dataclasses.fields(RolloutCorrectionConfig)}
     settings = {f.name: f.default for f in dataclasses.fields(CorrectionSettings)}
     assert schema == settings
+
+
+def test_every_key_of_the_schema_is_declared() -> None:
+    """The schema is the one place a key is declared: a new field without its declaration
+    (help, engines, route to verl) fails here."""
+    from omni_trainer.config import RECORDED_KEYS, all_keys
+
+    declared = [d.name for d in declared_keys(Config)]
+    undeclared = [name for name in all_keys() if not any(name == d or name.startswith(d + ".") for d in declared)]
+    assert undeclared == []
+    assert not set(declared) & set(RECORDED_KEYS)

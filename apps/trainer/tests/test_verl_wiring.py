@@ -397,9 +397,11 @@ def test_verl_omnis_engine_kwargs_do_not_reach_vllms_arguments() -> None:
 
 
 @needs_extras
-def test_deploy_options_round_the_lora_rank_as_verl_does() -> None:
-
+def test_deploy_options_round_the_lora_rank_as_verl_does(monkeypatch: pytest.MonkeyPatch) -> None:
     from omni_trainer.engines.verl.rollout import _lora_rank, deploy_options
+    from omni_trainer.engines.verl.settings import CPU_PLATFORM_ENV
+
+    monkeypatch.delenv(CPU_PLATFORM_ENV, raising=False)  # an in-process CPU launch earlier in the session sets it
 
     rollout = SimpleNamespace(
         cudagraph_capture_sizes=None, gpu_memory_utilization=0.5, max_num_seqs=8, max_model_len=1024,

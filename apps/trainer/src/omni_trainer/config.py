@@ -25,7 +25,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from omni_trainer.keys import ALWAYS, MAPPED, NOT_SENT, actor_value, choice_problems, key, section
+from omni_trainer.keys import MAPPED, NOT_SENT, actor_value, any_value, choice_problems, key, section
 from omni_trainer.loggers import LOGGERS
 from omni_trainer.model_folder import model_fingerprint
 
@@ -43,8 +43,9 @@ def log_prob_sizing(what: str, actor_key: str, **declaration: Any) -> Any:
 class CustomClassConfig:
     """verl's ``data.custom_cls``: a dataset class by file path and name."""
 
-    path: str | None = None
-    name: str | None = None
+    path: str | None = key(
+        None, "verl's dataset class by file path (verl-omni's QwenOmniRLHFDataset is replaced by ours)", verl=MAPPED)
+    name: str | None = key(None, "the dataset class's name in data.custom_cls.path", verl=MAPPED)
 
 
 @dataclass
@@ -54,15 +55,18 @@ class SamplerConfig:
     ``ModalityGroupedBatchSampler`` (``sampler_kwargs``: ``batch_size``, ``drop_last``,
     ``num_batches``, ``modality_sample_weights``, ``replacement``, ``shuffle``, ``seed``)."""
 
-    class_path: str | None = None
-    class_name: str | None = None
-    sampler_kwargs: dict[str, Any] = field(default_factory=dict)
+    class_path: str | None = key(None, "a batch sampler by file path (offline preference runs)", verl=NOT_SENT)
+    class_name: str | None = key(
+        None, "the batch sampler's class name (verl-omni's ModalityGroupedBatchSampler)", verl=NOT_SENT)
+    sampler_kwargs: dict[str, Any] = key({}, "the batch sampler's keyword arguments", verl=NOT_SENT)
 
 
 @dataclass
 class DataConfig:
-    train_files: list[str] | None = None  # None: the built-in task; a single path is accepted (as in verl)
-    val_files: list[str] | None = None
+    # None: the built-in task; a single path is accepted (as in verl)
+    train_files: list[str] | None = key(
+        None, "parquet files of training rows (verl's RL schema); null: the built-in task", verl=MAPPED)
+    val_files: list[str] | None = key(None, "parquet files of validation rows; null: no validation", verl=MAPPED)
     # at least 1, or 0 with verl's fully-async streaming (async_training.max_staleness >= 2),
     # where a step is ppo_mini_batch_size x require_batches (the pre-flight checks the pair)
     train_batch_size: int = key(8, "prompts per step", at_least=0)
@@ -86,7 +90,9 @@ class DataConfig:
         choices=("extra_info", "thinker"), verl=NOT_SENT)
     max_spoken_tokens: int = key(
         64, "stage=talker, data.spoken_text=thinker: the thinker's answer's tokens at most", at_least=1, verl=NOT_SENT)
-    mm_processor_kwargs: dict[str, Any] = field(default_factory=dict)  # extra processor kwargs
+    # extra processor kwargs
+    mm_processor_kwargs: dict[str, Any] = key(
+        {}, "extra keyword arguments of the model's processor (use_audio_in_video, fps, ...)", verl=MAPPED)
     custom_cls: CustomClassConfig = field(default_factory=CustomClassConfig)
     # verl's dataset keys, passed to verl as given (None: verl's default, or ours where noted);
     # the local engine honours or refuses each by name (omni_trainer.verl_keys).
@@ -119,7 +125,8 @@ class DataConfig:
     # holds one modality (the sampler), and data.val_max_samples is split evenly over them.
     train_sampler: SamplerConfig = field(default_factory=SamplerConfig)
     val_sampler: SamplerConfig = field(default_factory=SamplerConfig)
-    balance_max_samples_by_modality: bool = False
+    balance_max_samples_by_modality: bool = key(
+        False, "offline preference runs: split data.val_max_samples evenly over the modalities", verl=NOT_SENT)
 
 
 @dataclass
@@ -132,26 +139,31 @@ class LoraSection:
         None, "merge the adapter into the base weights before each sync to the rollout", engines="verl",
         other_engine="samples from the training model with its adapter applied, which either setting gives verl's "
                      "rollout",
-        honoured=ALWAYS, verl=MAPPED)
+        honoured=any_value, verl=MAPPED)
 
 
 @dataclass
 class ModelConfig:
-    path: str | None = None  # None: the tiny Qwen3-Omni, built offline
-    stage: str = "thinker"
+    # None: the tiny Qwen3-Omni, built offline
+    path: str | None = key(
+        None, "the checkpoint to train (a Hugging Face folder); null: the tiny Qwen3-Omni, built offline", verl=MAPPED)
+    stage: str = key("thinker", "the trained stage: thinker (text out) or talker (speech codes out)", verl=NOT_SENT)
     lora_rank: int = key(16, "LoRA rank; 0: full fine-tuning", at_least=0)
     lora_alpha: int = key(32, "LoRA alpha (the update is scaled by alpha / rank)", above=0)
     lora_dropout: float = key(
         0.0, "dropout on the LoRA path", engines="local",
         other_engine="builds its FSDP LoRA (verl 0.9.1) without dropout (honours 0)",
         honoured=(0.0,), verl=NOT_SENT)
-    target_modules: list[str] | None = None  # None: the adapter's defaults
-    exclude_modules: str | None = None
+    # None: the adapter's defaults
+    target_modules: list[str] | None = key(
+        None, "LoRA's target modules; null: the model adapter's defaults", verl=MAPPED)
+    exclude_modules: str | None = key(None, "a regex of modules LoRA leaves out", verl=MAPPED)
     # LoRA on nn.Parameters by name (PEFT's target_parameters): a MoE's fused experts
     # (verl-omni's recipe: [gate_up_proj, down_proj]); exclude_modules applies to their modules.
-    target_parameters: list[str] | None = None
-    freeze_vision_tower: bool = True
-    freeze_audio_tower: bool = True
+    target_parameters: list[str] | None = key(
+        None, "LoRA on nn.Parameters by name (PEFT's target_parameters), e.g. a MoE's fused experts", verl=MAPPED)
+    freeze_vision_tower: bool = key(True, "keep the vision encoder frozen", verl=NOT_SENT)
+    freeze_audio_tower: bool = key(True, "keep the audio encoder frozen", verl=NOT_SENT)
     # verl engine only: packed (padding-free) forward needs flash-attn 2, which is not in the
     # lock.
     use_remove_padding: bool = key(
@@ -194,7 +206,8 @@ class OptimConfig:
     lr_warmup_steps: int = key(0, "steps of linear warm-up; 0: none (verl's -1)", at_least=0, verl=MAPPED)
     lr_scheduler_type: str = key("constant", "the learning-rate schedule after warm-up", choices=("constant", "cosine"))
     min_lr_ratio: float = key(0.0, "the cosine schedule's last learning rate, as a share of lr", at_least=0, at_most=1)
-    clip_grad: float | None = None  # verl's spelling of actor_rollout_ref.actor.grad_clip (folded into it)
+    clip_grad: float | None = key(
+        None, "verl's spelling of actor_rollout_ref.actor.grad_clip (folded into it)", verl=MAPPED)
 
 
 @dataclass
@@ -262,13 +275,16 @@ class RefConfig:
 class OmniLossConfig:
     """verl-omni's ``actor_rollout_ref.actor.omni_loss``: the offline preference loss."""
 
-    loss_mode: str = "dpo"
-    loss_type: str = "sigmoid"  # omni_training.preference.PREFERENCE_LOSSES
-    beta: float = 0.1
-    label_smoothing: float = 0.0  # sigmoid/simpo: conservative DPO; robust: the flip rate
-    average_log_prob: bool = False  # per-token mean log-probs instead of sums
-    simpo_gamma: float = 0.5  # simpo's target reward margin (TRL's name)
-    refer_model_precision: str | None = None  # verl-omni declares it and reads it nowhere; accepted as such
+    loss_mode: str = key("dpo", "verl-omni's offline preference loss family (dpo)", verl=NOT_SENT)
+    loss_type: str = key("sigmoid", "the preference loss (omni_training.preference.PREFERENCE_LOSSES)", verl=NOT_SENT)
+    beta: float = key(0.1, "the preference loss's temperature (DPO's beta)", verl=NOT_SENT)
+    # sigmoid/simpo: conservative DPO; robust: the flip rate
+    label_smoothing: float = key(
+        0.0, "sigmoid/simpo: conservative DPO's smoothing; robust: the flip rate", verl=NOT_SENT)
+    average_log_prob: bool = key(False, "per-token mean log-probs instead of sums", verl=NOT_SENT)
+    simpo_gamma: float = key(0.5, "simpo's target reward margin (TRL's name)", verl=NOT_SENT)
+    refer_model_precision: str | None = key(
+        None, "verl-omni declares it and reads it nowhere; accepted as such", verl=NOT_SENT)
 
 
 @dataclass
@@ -278,7 +294,8 @@ class ActorConfig:
         other_engine="trains one unsharded model")
     fsdp_config: FsdpConfig = field(default_factory=FsdpConfig)
     # verl's spelling of actor_rollout_ref.model.freeze_vision_tower (folded into it).
-    freeze_vision_tower: bool | None = None
+    freeze_vision_tower: bool | None = key(
+        None, "verl's spelling of actor_rollout_ref.model.freeze_vision_tower (folded into it)", verl=MAPPED)
     # verl: entropy over vocabulary chunks (memory); verl 0.9.1's FSDP engine reads the
     # fsdp_config copies, which the translation sets too.
     entropy_from_logits_with_chunking: bool | None = key(
@@ -294,7 +311,8 @@ class ActorConfig:
     clip_ratio_c: float = key(3.0, "dual-clip PPO's bound on the ratio of a negative-advantage token")
     loss_agg_mode: str = key("seq-mean-token-mean", "how token losses aggregate into a sample's and the step's loss")
     # seq-mean-token-sum-norm (Dr.GRPO) divides by this constant; None: data.max_response_length.
-    loss_scale_factor: int | None = None
+    loss_scale_factor: int | None = key(
+        None, "seq-mean-token-sum-norm (Dr.GRPO) divides by this constant; null: data.max_response_length", verl=MAPPED)
     ppo_mini_batch_size: int = key(8, "prompts per optimizer step", at_least=1)
     ppo_micro_batch_size_per_gpu: int = key(16, "samples per forward/backward", at_least=1, verl=MAPPED)
     use_dynamic_bsz: bool = key(False, "size micro-batches by tokens (ppo_max_token_len_per_gpu), not samples")
@@ -304,7 +322,7 @@ class ActorConfig:
     kl_loss_coef: float = key(0.001, "the KL loss's weight", at_least=0)
     kl_loss_type: str = key("low_var_kl", "the KL loss's estimator, by its registered name")
     entropy_coeff: float = key(0.0, "the entropy bonus's weight")
-    grad_clip: float = 1.0
+    grad_clip: float = key(1.0, "the gradients' global norm is clipped to this", verl=NOT_SENT)
     # trained weights and AdamW state stay float32 (omni_training.model_loading.precision)
     dtype: str = key(
         "auto", "the actor's compute dtype, auto: bfloat16 on a GPU and float32 on the CPU",
@@ -323,15 +341,18 @@ class ActorConfig:
         honoured=("recompute",), verl=NOT_SENT)
     # Local engine, with trainer.talker_drift=true: adds coef x talker/drift_kl (on the probes,
     # differentiable in the thinker) to every update's loss, to keep the talker's behaviour.
-    talker_drift_coef: float = 0.0
+    talker_drift_coef: float = key(
+        0.0, "with trainer.talker_drift: this x talker/drift_kl is added to every update's loss", engines="local",
+        other_engine="measures no talker drift (honours 0)",
+        honoured=(0.0,), verl=NOT_SENT)
     optim: OptimConfig = field(default_factory=OptimConfig)
-    trainer_type: str | None = None  # verl-omni's mirror of algorithm.trainer_type
+    trainer_type: str | None = key(None, "verl-omni's mirror of algorithm.trainer_type", verl=NOT_SENT)
     omni_loss: OmniLossConfig = field(default_factory=OmniLossConfig)
 
 
 @dataclass
 class AgentConfig:
-    default_agent_loop: str = "single_turn_agent"
+    default_agent_loop: str = key("single_turn_agent", "the agent loop each prompt is sampled with", verl=MAPPED)
     # verl engine: agent-loop worker processes (verl's default: 8)
     num_workers: int | None = key(
         None, "verl's agent-loop worker processes", engines="verl",
@@ -344,18 +365,20 @@ class VllmOmniKwargs:
     meaning (``pipeline_name`` -> ``rollout.pipeline_name``, ``max_num_seqs`` ->
     ``rollout.max_num_seqs``); ``output_mode`` must be ``ar`` (text out)."""
 
-    pipeline_name: str | None = None
+    pipeline_name: str | None = key(
+        None, "verl-omni's spelling of actor_rollout_ref.rollout.pipeline_name (folded into it)", verl=NOT_SENT)
     output_mode: str | None = key(
         None, "verl-omni: the server's output mode, ar for autoregressive tokens", engines="verl",
         other_engine="samples token by token (honours ar, the one mode the loader accepts)",
-        honoured=ALWAYS, verl=MAPPED)
+        honoured=any_value, verl=MAPPED)
     max_num_seqs: int | None = key(
         None, "vLLM-Omni's concurrent sequences", engines="verl",
         other_engine="generates a step's samples with the model's generate",
         verl=NOT_SENT)
     # verl-omni's older launchers: a hand-written deploy file; refused (ours is generated from
     # the pipeline, with the weight-sync and sleep settings the run needs).
-    stage_configs_path: str | None = None
+    stage_configs_path: str | None = key(
+        None, "verl-omni's hand-written deploy file; refused (ours is generated from the pipeline)", verl=NOT_SENT)
 
 
 @dataclass
@@ -393,10 +416,14 @@ class RolloutConfig:
     top_k: int = key(-1, "top-k sampling", at_least=1, allowed=(-1,), note=" (-1: off)")
     # None: the pipeline the model's training adapter declares (``rollout_pipeline``),
     # filled in by load_config from the checkpoint's config.json.
-    pipeline_name: str | None = None
-    pipeline_mode: str = "thinker_only"
+    pipeline_name: str | None = key(
+        None, "the rollout pipeline; null: the one the model's training adapter declares", verl=NOT_SENT)
+    pipeline_mode: str = key(
+        "thinker_only", "which stages the rollout runs and which one is the policy (thinker_only, talker, ...)",
+        verl=NOT_SENT)
     # stage=talker: the voice, one of the checkpoint's speakers; None: its first.
-    speaker: str | None = None
+    speaker: str | None = key(
+        None, "stage=talker: the voice, one of the checkpoint's speakers; null: its first", verl=NOT_SENT)
     agent: AgentConfig = field(default_factory=AgentConfig)
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
     engine_kwargs: EngineKwargsConfig = field(default_factory=EngineKwargsConfig)
@@ -504,13 +531,17 @@ class RolloutCorrectionConfig:
     verl engine hands it to verl; the local engine applies omni-training's implementation
     (:mod:`omni_training.rollout_correction`)."""
 
-    rollout_is: str | None = key(None, "importance weights between the rollout and the actor: token or sequence; "
-                                 "null: none (the off-policy metrics are still measured)")
-    rollout_is_threshold: Any = key(2.0, "the weights' upper bound (truncated), or \"lower_upper\" bounds (a float, "
-                                    "or a string)")
+    rollout_is: str | None = key(
+        None,
+        "importance weights between the rollout and the actor: token or sequence; null: none (the off-policy metrics "
+        "are still measured)")
+    rollout_is_threshold: Any = key(
+        2.0, "the weights' upper bound (truncated), or \"lower_upper\" bounds (a float, or a string)")
     rollout_is_batch_normalize: bool = key(False, "normalise the weights to mean 1 over the batch")
-    rollout_rs: str | None = key(None, "rejection of tokens or sequences off the rollout: comma-separated modes "
-                                 "(token_k1, seq_mean_k3, ...); null: none")
+    rollout_rs: str | None = key(
+        None,
+        "rejection of tokens or sequences off the rollout: comma-separated modes (token_k1, seq_mean_k3, ...); null: "
+        "none")
     rollout_rs_threshold: Any = key(None, "each rejection mode's threshold (a float or \"lower_upper\")")
     bypass_mode: bool = key(False, "train on the rollout's log-probs as the old ones (no recompute)")
     loss_type: str = key("ppo_clip", "the loss in bypass mode: ppo_clip (the configured policy loss) or reinforce")
@@ -536,7 +567,8 @@ class AsyncTrainingConfig:
     (verl's default true; ours false) lets a sync abort requests and resume them with the new
     weights: such a sample's first tokens can be older than the bound."""
 
-    max_staleness: int = 0
+    max_staleness: int = key(
+        0, "policy updates a sample may lag the actor that trains on it; 0: synchronous", verl=NOT_SENT)
     staleness_threshold: float | None = key(
         None, "how far verl's fully-async rollout runs ahead", engines="verl",
         other_engine="samples at most max_staleness steps ahead",
@@ -598,9 +630,12 @@ class AlgorithmConfig:
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     # verl-omni's: offline + direct_preference + paired_preference trains on preference pairs
     # (data.train_batch_size counts pairs); online is RL.
-    sample_source: str = "online"  # online | offline
-    trainer_type: str = "policy_gradient"  # policy_gradient | direct_preference
-    paired_preference: bool = False
+    # online | offline
+    sample_source: str = key(
+        "online", "online: RL on the rollout's samples; offline: preference pairs from the data", verl=NOT_SENT)
+    # policy_gradient | direct_preference
+    trainer_type: str = key("policy_gradient", "policy_gradient (RL) or direct_preference (offline DPO)", verl=NOT_SENT)
+    paired_preference: bool = key(False, "offline runs: train on chosen/rejected pairs", verl=NOT_SENT)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
 
 
@@ -609,9 +644,9 @@ class CustomRewardFunctionConfig:
     """verl's ``reward.custom_reward_function``: ``name`` in the Python file ``path`` scores
     every response as ``name(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)``."""
 
-    path: str | None = None
-    name: str = "compute_score"
-    reward_kwargs: dict[str, Any] = field(default_factory=dict)
+    path: str | None = key(None, "a Python file with the user's reward function", verl=MAPPED)
+    name: str = key("compute_score", "the reward function's name in reward.custom_reward_function.path", verl=MAPPED)
+    reward_kwargs: dict[str, Any] = key({}, "keyword arguments passed to the reward function", verl=MAPPED)
 
 
 @dataclass
@@ -644,11 +679,13 @@ class RewardConfig:
     # Both engines: stop the run when a training step's scorer fails (error or timeout) on more
     # than this share of its samples; they would score 0 and be trained on. 1.0: never stop.
     # omni-rl's key (verl has none).
-    max_error_rate: float = 0.5
+    max_error_rate: float = key(
+        0.5, "stop when a step's scorer fails on more than this share of its samples; 1.0: never", verl=NOT_SENT)
     # stage=talker: the speech rewards, summed with weights, each also a metric; e.g.
     # [{name: duration, weight: 1.0}, {name: http, label: asr, url: ..., weight: 1.0}]
     # (omni_rewards.audio: signal rewards need no model; "http" reaches a user's scorer).
-    audio_rewards: list[dict[str, Any]] = field(default_factory=list)
+    audio_rewards: list[dict[str, Any]] = key(
+        [], "stage=talker: the speech rewards, summed with weights, each also a metric", verl=NOT_SENT)
 
 
 @dataclass
@@ -661,33 +698,40 @@ class TrainerConfig:
     save_freq: int = key(
         20, "steps between checkpoints; -1 (verl's default) or 0: only at the end", at_least=-1, verl=MAPPED)
     test_freq: int = key(-1, "steps between validations; -1 or 0: none", at_least=-1, verl=MAPPED)
-    val_before_train: bool = True  # validate before the first step (as verl does)
+    val_before_train: bool = key(True, "validate before the first step (as verl does)", verl=MAPPED)
     # verl's: at each validation, this many samples (prompt, response, score; verl's fixed-seed
     # choice) to <run_dir>/val_generations/step_<N>.jsonl (local engine) and to the TensorBoard /
     # W&B loggers as val/generations. 0: none.
     log_val_generations: int = key(0, "validation samples logged per validation", at_least=0)
     # Local engine, thinker runs of a checkpoint that speaks: report talker/drift_kl with each
     # validation (a frozen copy of the checkpoint speaks fixed probes; twice the weights' memory).
-    talker_drift: bool = False
+    talker_drift: bool = key(
+        False, "thinker runs of a checkpoint that speaks: report talker/drift_kl with each validation", engines="local",
+        other_engine="measures no talker drift (honours false)",
+        honoured=(False,), verl=NOT_SENT)
     # With talker_drift: audio rewards (reward.audio_rewards' format) of the probes spoken anew
     # from the thinker being trained, reported as talker/probe/<metric>; never paid.
-    talker_drift_rewards: list[dict[str, Any]] = field(default_factory=list)
+    talker_drift_rewards: list[dict[str, Any]] = key(
+        [], "with trainer.talker_drift: audio rewards of the drift probes' speech, reported, never paid",
+        engines="local",
+        other_engine="measures no talker drift (honours [])", honoured=([],), verl=NOT_SENT)
     max_checkpoints_to_keep: int = key(2, "checkpoints kept (verl's max_actor_ckpt_to_keep)", at_least=1, verl=MAPPED)
     # auto: resume from the newest checkpoint in the run dir | disable: start over (the local engine
     # moves an earlier run aside) | resume_path: resume from trainer.resume_from_path (verl's meaning).
     resume_mode: str = key("auto", "where a run resumes from", choices=("auto", "disable", "resume_path"))
     # resume_mode=resume_path: the checkpoint to resume from (local engine: a run's checkpoints/step_<N>;
     # verl: a global_step_<N> folder); relative paths are from the current directory.
-    resume_from_path: str | None = None
+    resume_from_path: str | None = key(None, "resume_mode=resume_path: the checkpoint to resume from", verl=MAPPED)
     # Resume although the settings or the data differ from the run's saved config.yaml (the
     # differences are listed; the earlier config is kept as config.before_step_<N>.yaml). omni-rl's key.
-    resume_anyway: bool = False
+    resume_anyway: bool = key(
+        False, "resume although the settings or the data differ from the run's saved config.yaml", verl=NOT_SENT)
     default_local_dir: str = key(
         "runs/${trainer.experiment_name}", "the run directory: the config, checkpoints and metrics")
     project_name: str = key("omni-rl", "the loggers' project")
     # None: derived from the model and the train files
     experiment_name: str | None = key(None, "the run's name; null: derived from the model and the train files")
-    logger: list[str] = field(default_factory=lambda: ["console"])
+    logger: list[str] = key(["console"], "where metrics go: console, tensorboard, wandb", verl=MAPPED)
     seed: int = key(
         0, "seeds torch and Python's random: LoRA's initial weights, sampling", engines="local",
         other_engine="seeds its workers with verl's own seeds (42); data.seed shuffles the data on both engines",
@@ -738,16 +782,24 @@ class RayKwargsConfig:
 
 @dataclass
 class DistillationLossConfig:
-    loss_mode: str = "kl"  # kl|k1 (reverse KL on sampled tokens) | k3|low_var_kl | forward_kl_topk | ...
-    topk: int = 32  # forward_kl_topk only
-    use_task_rewards: bool = True  # false: pure distillation (rewards are still reported)
-    distillation_loss_coef: float = 1.0  # weight of the distillation loss next to the task loss
-    loss_max_clamp: float | None = None
-    log_prob_min_clamp: float | None = None
-    use_policy_gradient: bool = True  # -divergence as a per-token advantage; false: direct loss
-    clip_ratio: float = 0.2
-    clip_ratio_low: float | None = None
-    clip_ratio_high: float | None = None
+    # kl|k1 (reverse KL on sampled tokens) | k3|low_var_kl | forward_kl_topk | ...
+    loss_mode: str = key(
+        "kl", "the divergence: kl|k1 (reverse KL on sampled tokens), k3|low_var_kl, forward_kl_topk, ...",
+        verl=NOT_SENT)
+    # forward_kl_topk only
+    topk: int = key(32, "forward_kl_topk: the teacher's top-k tokens compared", verl=NOT_SENT)
+    use_task_rewards: bool = key(
+        True, "train on the task's rewards too; false: pure distillation (rewards are still reported)", verl=NOT_SENT)
+    # weight of the distillation loss next to the task loss
+    distillation_loss_coef: float = key(1.0, "the distillation loss's weight next to the task loss", verl=NOT_SENT)
+    loss_max_clamp: float | None = key(
+        None, "an upper bound of the per-token distillation loss; null: none", verl=NOT_SENT)
+    log_prob_min_clamp: float | None = key(None, "a lower bound of the log-probs compared; null: none", verl=NOT_SENT)
+    # -divergence as a per-token advantage; false: direct loss
+    use_policy_gradient: bool = key(True, "-divergence as a per-token advantage; false: a direct loss", verl=NOT_SENT)
+    clip_ratio: float = key(0.2, "the distillation policy gradient's clip range", verl=NOT_SENT)
+    clip_ratio_low: float | None = key(None, "its clip range below 1; null: clip_ratio", verl=NOT_SENT)
+    clip_ratio_high: float | None = key(None, "its clip range above 1; null: clip_ratio", verl=NOT_SENT)
 
 
 @dataclass
@@ -763,7 +815,7 @@ class TeacherInferenceConfig:
 
 @dataclass
 class TeacherModelConfig:
-    model_path: str | None = None
+    model_path: str | None = key(None, "the teacher checkpoint (it must share the student's tokenizer)", verl=MAPPED)
     # Local engine only (under verl the teacher is a vLLM-Omni server sized by `inference`):
     log_prob_micro_batch_size_per_gpu: int = key(
         16, "samples per forward of the in-process teacher", at_least=1, engines="local",
@@ -786,7 +838,7 @@ class TeacherModelsConfig:
 
 @dataclass
 class DistillationConfig:
-    enabled: bool = False
+    enabled: bool = key(False, "on-policy distillation from a teacher model", verl=MAPPED)
     # verl engine: the teacher's own GPU pool (nodes x GPUs), apart from trainer.nnodes x
     # trainer.n_gpus_per_node; Ray must offer both.
     n_gpus_per_node: int = key(

@@ -82,7 +82,7 @@ class KeyDoc:
         return any(value == item and isinstance(value, bool) == isinstance(item, bool) for item in self.honoured)
 
 
-def ALWAYS(value: Any, config: Any) -> bool:  # noqa: N802  (a constant's role: every value is honoured)
+def any_value(value: Any, config: Any) -> bool:
     """Every value describes what the other engine does."""
     return True
 
@@ -96,6 +96,8 @@ def actor_value(attribute: str) -> Honours:
 def key(default: Any, help: str, **declaration: Any) -> Any:
     """A schema field with its declaration (:class:`KeyDoc`); a list or dict default is copied
     per instance."""
+    if isinstance(default, dataclasses.Field):
+        raise TypeError(f"key({help!r}): the default is a dataclass field; declare each key once")
     metadata = {METADATA: KeyDoc(help, **declaration)}
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)

@@ -5,10 +5,9 @@ keys of the schema are omni-rl's own and only the local engine reads them (its c
 its old-log-prob shortcut, its seed, its in-process teacher); verl 0.9.1 has no counterpart, so
 under ``trainer.engine=verl`` they would change nothing. Each is declared so on its schema field
 (``engines="local"``, with what verl does instead and the values that say what verl already
-does: :mod:`omni_trainer.keys`). A key the overrides gave (``Config.given_keys``) with any other
-value is refused by :func:`verl_refusals`, one line per key. The talker-drift keys are refused
-on verl by the pre-flight itself (:mod:`omni_trainer.preflight`), and keys that only one task
-reads are the task's to check.
+does: :mod:`omni_trainer.keys`), the talker-drift keys too. A key the overrides gave
+(``Config.given_keys``) with any other value is refused by :func:`verl_refusals`, one line per
+key. Keys that only one task reads are the task's to check.
 """
 
 from __future__ import annotations
