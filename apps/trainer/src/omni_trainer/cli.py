@@ -70,7 +70,7 @@ def help_config(name: str) -> int:
         return 0
     close = closest_keys(name)
     known = f"; did you mean {' or '.join(close)}?" if close and name not in close else ""
-    print(f"{name}: no declaration yet (`uv run trainer --print-config` prints every key){known}", file=sys.stderr)
+    print(f"{name}: no such key (`uv run trainer --print-config` prints every key){known}", file=sys.stderr)
     return 2
 
 

@@ -7,8 +7,9 @@ A field is declared with :func:`key`::
 
     n: int = key(1, "samples per prompt (the GRPO group)", at_least=1)
 
-Fields not declared yet keep their checks where they are; each declared field is read by these
-functions only, so adding a key is its declaration plus its consumer.
+Every key of the schema is declared (a test holds it). Checks that relate several keys stay in
+the pre-flight; mappings whose meaning differs from verl's stay in ``engines.verl.translate``.
+Adding a key is its declaration plus its consumer.
 """
 
 from __future__ import annotations
