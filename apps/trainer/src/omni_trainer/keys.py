@@ -54,28 +54,28 @@ class KeyDoc:
     choices: tuple[str, ...] = ()
     verl: Route = PASS
 
+    def bounds(self) -> list[tuple[str, float]]:
+        """The declared bounds as ``(operator, value)``, the lower one first."""
+        return [(op, v) for op, v in ((">=", self.at_least), (">", self.above), ("<=", self.at_most), ("<", self.below))
+                if v is not None]
+
     def range_problem(self, name: str, value: Any) -> str | None:
         """The problem with ``value`` for key ``name``, or ``None`` when it is in range."""
         if value is None or value in self.allowed or isinstance(value, bool) or not isinstance(value, (int, float)):
             return None
-        low_ok = (self.at_least is None or value >= self.at_least) and (self.above is None or value > self.above)
-        high_ok = (self.at_most is None or value <= self.at_most) and (self.below is None or value < self.below)
-        if low_ok and high_ok:
+        bounds = self.bounds()
+        if all(value >= v if op == ">=" else value > v if op == ">" else value <= v if op == "<=" else value < v
+               for op, v in bounds):
             return None
-        low = f"[{_number(self.at_least)}" if self.at_least is not None else (
-            f"({_number(self.above)}" if self.above is not None else None)
-        high = f"{_number(self.at_most)}]" if self.at_most is not None else (
-            f"{_number(self.below)})" if self.below is not None else None)
-        if low and high:
-            bound = f"must be in {low}, {high}"
-        elif low:
-            bound = f"must be {'>=' if low[0] == '[' else '>'} {low[1:]}"
+        if len(bounds) == 2:
+            (low_op, low), (high_op, high) = bounds
+            bound = (f"in {'[' if low_op == '>=' else '('}{_number(low)}, "
+                     f"{_number(high)}{']' if high_op == '<=' else ')'}")
         else:
-            assert high is not None
-            bound = f"must be {'<=' if high[-1] == ']' else '<'} {high[:-1]}"
-        if self.allowed:
-            bound = f"must be {' or '.join(shown(v) for v in self.allowed)} or {bound.removeprefix('must be ')}"
-        return f"{name}={shown(value)} {bound}{self.note}"
+            ((op, limit),) = bounds
+            bound = f"{op} {_number(limit)}"
+        allowed = "".join(f"{shown(v)} or " for v in self.allowed)
+        return f"{name}={shown(value)} must be {allowed}{bound}{self.note}"
 
     def honours(self, value: Any, config: Any) -> bool:
         if callable(self.honoured):
@@ -219,8 +219,7 @@ def help_text(schema: Any, name: str) -> str | None:
             continue
         doc = declared.doc
         lines = [f"{name}: {_type_name(declared.type)} = {shown(declared.default)}", f"  {doc.help}"]
-        bounds = [f"{op} {_number(v)}" for op, v in ((">=", doc.at_least), (">", doc.above), ("<=", doc.at_most),
-                                                     ("<", doc.below)) if v is not None]
+        bounds = [f"{op} {_number(v)}" for op, v in doc.bounds()]
         if bounds:
             lines.append("  range: " + " and ".join(bounds)
                          + (f" (or {', '.join(shown(v) for v in doc.allowed)})" if doc.allowed else ""))

@@ -231,7 +231,6 @@ def _ranges(run: ResolvedRun, found: Findings) -> None:
     config = run.config
     data, trainer = config.data, config.trainer
     actor = config.actor_rollout_ref.actor
-    rollout = config.actor_rollout_ref.rollout
     model = config.actor_rollout_ref.model
     if model.target_parameters and model.lora_rank > 0 and model.lora_dropout:
         found.problems.append(
