@@ -23,7 +23,7 @@ timed steps. The end-of-turn token is suppressed on both sides, so the generated
 counts are equal (asserted). Each side reports step time, generated tokens/s and peak GPU
 memory (``torch.cuda.max_memory_allocated``; peak RSS of the process on the CPU), and the
 torch / transformers / peft / trl versions found. Ours is the local engine's own step
-(``omni_trainer.step.train_step``: rollout, rewards, advantages, old log-probs, update),
+(``omni_trainer.engines.local.step.train_step``: rollout, rewards, advantages, old log-probs, update),
 with the local trainer's own ``Actor`` (it moves each micro-batch to the model's device) and
 gradient checkpointing as the trainer enables it. The memory plans are
 ``omni_training.memory_plan``'s (the same arithmetic ``trainer doctor`` prints).
@@ -174,8 +174,8 @@ def run_ours(setup: Setup, config: Any, tiny_path: str, rows: Sequence[dict[str,
     from omni_trainer.placeholders import placeholder_token_ids
     from omni_trainer.prompts import encode_builtin
     from omni_trainer.settings_builders import actor_settings, lora_settings, optim_settings, reward_manager_config
-    from omni_trainer.step import StepParts, train_step
-    from omni_trainer.tasks.text_rl import TextSampler
+    from omni_trainer.engines.local.step import StepParts, train_step
+    from omni_trainer.engines.local.tasks.text_rl import TextSampler
     from omni_training.actor import Actor
     from omni_training.model_loading import apply_lora, enable_gradient_checkpointing
     from transformers import AutoConfig

@@ -105,7 +105,7 @@ def bf16_engine(trainer: Any, engine: Any) -> Bf16Engine:
     """The training sampler's engine on a bf16 copy of ``trainer``'s policy."""
     import torch
 
-    from omni_trainer.async_rollout import policy_copy
+    from omni_trainer.engines.local.async_rollout import policy_copy
 
     copy = policy_copy(trainer.actor.model).to(torch.bfloat16)
     return Bf16Engine(engine, trainer.run.text_engine(trainer.actor, trainer.run.mode, model=copy),

@@ -112,7 +112,7 @@ def test_engine_local_leaves_out_the_keys_the_local_engine_refuses(script: str, 
     """A script's verl-only keys (placement, offload, vLLM-Omni sizing) are left out with
     ENGINE=local, so nothing is refused; by default the script runs the verl engine with them."""
     from omni_trainer.config import load_config
-    from omni_trainer.verl_keys import local_refusals, verl_key
+    from omni_trainer.engines.local.verl_keys import local_refusals, verl_key
 
     local = load_config(script_overrides(script, tmp_path, **LOCAL_ON_CPU))
     assert local.trainer.engine == "local"

@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from omni_contracts import RolloutSample
-from omni_trainer.async_rollout import AsyncSampler
+from omni_trainer.engines.local.async_rollout import AsyncSampler
 from omni_trainer.cli import main
 from omni_trainer.prompts import Prepared
-from omni_trainer.step import Rollouts, Sampler, Scores
+from omni_trainer.engines.local.step import Rollouts, Sampler, Scores
 
 
 def prompt(step: int) -> Prepared:
@@ -230,9 +230,9 @@ def test_verl_runs_deeper_staleness_as_its_fully_async_trainer_within_the_bound(
         async_training_values,
         fully_async_total_steps,
         is_fully_async,
+        total_steps,
         worst_staleness,
     )
-    from omni_trainer.engines.verl.launch import total_steps
     from omni_trainer.engines.verl.translate import config_problems
 
     config = load_config([*VERL_BASE, "async_training.max_staleness=3", "data.train_batch_size=8",
@@ -259,7 +259,7 @@ def test_verl_runs_deeper_staleness_as_its_fully_async_trainer_within_the_bound(
 
 def test_the_local_engine_refuses_the_asynchronous_verl_keys() -> None:
     from omni_trainer.config import load_config
-    from omni_trainer.verl_keys import local_refusals
+    from omni_trainer.engines.local.verl_keys import local_refusals
 
     problems = local_refusals(load_config(["rollout.n_gpus_per_node=2",
                                            "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",

@@ -49,7 +49,7 @@ def test_a_key_declared_once_is_range_checked_by_the_preflight() -> None:
 
 def test_a_key_declared_once_is_refused_by_the_engine_that_does_not_read_it() -> None:
     from omni_trainer.engines.verl.local_keys import verl_refusals
-    from omni_trainer.verl_keys import local_refusals
+    from omni_trainer.engines.local.verl_keys import local_refusals
 
     (problem,) = local_refusals(example(3, "trainer.example_budget"))
     assert problem == (

@@ -16,7 +16,7 @@ from omni_trainer.config import Config, all_keys, load_config
 from omni_trainer.engines.verl.local_keys import verl_refusals
 from omni_trainer.keys import declared_keys
 from omni_trainer.engines.verl.translate import config_problems, verl_defaults
-from omni_trainer.verl_keys import local_refusals
+from omni_trainer.engines.local.verl_keys import local_refusals
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "omni_trainer"
 VERL = ["trainer.engine=verl", "actor_rollout_ref.model.path=/m", "data.train_files=[/d.parquet]"]
@@ -42,11 +42,11 @@ READ_BY_THE_VERL_ENGINE = {
     "data.max_spoken_tokens": "engines/verl/translate.py",
     "data.train_sampler.class_path": "config.py",  # both engines: the sampler is chosen by class_name (SamplerConfig)
     "data.train_sampler.class_name": "preflight.py",
-    "data.train_sampler.sampler_kwargs": "tasks/preference.py",  # the offline step both engines share
+    "data.train_sampler.sampler_kwargs": "preference_pairs.py",  # the offline step both engines share
     "data.val_sampler.class_path": "config.py",
     "data.val_sampler.class_name": "preflight.py",
     "data.val_sampler.sampler_kwargs": "config.py",  # the same on both engines (SamplerConfig)
-    "data.balance_max_samples_by_modality": "tasks/preference.py",
+    "data.balance_max_samples_by_modality": "preference_pairs.py",
     "actor_rollout_ref.model.stage": "engines/verl/translate.py",
     "actor_rollout_ref.model.target_parameters": "engines/verl/translate.py",
     "actor_rollout_ref.model.freeze_vision_tower": "engines/verl/translate.py",
@@ -55,10 +55,10 @@ READ_BY_THE_VERL_ENGINE = {
     "actor_rollout_ref.actor.trainer_type": "preflight.py",
     "actor_rollout_ref.actor.omni_loss.loss_mode": "settings_builders.py",
     "actor_rollout_ref.actor.omni_loss.loss_type": "settings_builders.py",
-    "actor_rollout_ref.actor.omni_loss.beta": "tasks/preference.py",
-    "actor_rollout_ref.actor.omni_loss.label_smoothing": "tasks/preference.py",
-    "actor_rollout_ref.actor.omni_loss.average_log_prob": "tasks/preference.py",
-    "actor_rollout_ref.actor.omni_loss.simpo_gamma": "tasks/preference.py",
+    "actor_rollout_ref.actor.omni_loss.beta": "preference_pairs.py",
+    "actor_rollout_ref.actor.omni_loss.label_smoothing": "preference_pairs.py",
+    "actor_rollout_ref.actor.omni_loss.average_log_prob": "preference_pairs.py",
+    "actor_rollout_ref.actor.omni_loss.simpo_gamma": "preference_pairs.py",
     "actor_rollout_ref.actor.omni_loss.refer_model_precision": "config.py",  # verl-omni reads it nowhere either
     "actor_rollout_ref.rollout.pipeline_name": "engines/verl/translate.py",
     "actor_rollout_ref.rollout.pipeline_mode": "engines/verl/translate.py",
@@ -68,7 +68,7 @@ READ_BY_THE_VERL_ENGINE = {
     "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.max_num_seqs": "config.py",  # an alias
     "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.stage_configs_path": "preflight.py",  # refused on both
     "actor_rollout_ref.rollout.name": "engines/verl/translate.py",
-    "algorithm.sample_source": "tasks/__init__.py",  # names the task (task_name)
+    "algorithm.sample_source": "tasks.py",  # names the task (task_name)
     "algorithm.trainer_type": "preflight.py",  # must agree with sample_source
     "algorithm.paired_preference": "preflight.py",
     "reward.custom_reward_function.reward_kwargs": "engines/verl/translate.py",

@@ -194,7 +194,7 @@ class OnePairDataset:
 def test_a_long_answer_is_cut_to_max_response_length_and_counted(
     truncation: str | None, chosen: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from omni_trainer.tasks.preference import PairSource
+    from omni_trainer.preference_pairs import PairSource
 
     overrides = ["algorithm.sample_source=offline", "data.max_response_length=4"]
     config = load_config([*overrides, *([f"data.truncation={truncation}"] if truncation else [])])
@@ -207,7 +207,7 @@ def test_a_long_answer_is_cut_to_max_response_length_and_counted(
 
 
 def test_a_long_answer_is_refused_by_row_with_truncation_error() -> None:
-    from omni_trainer.tasks.preference import PairSource
+    from omni_trainer.preference_pairs import PairSource
 
     config = load_config(["algorithm.sample_source=offline", "data.max_response_length=4", "data.truncation=error"])
     with pytest.raises(ValueError, match=r"preference row 7 \(text\): its chosen answer has 10 tokens, more than"):
@@ -216,7 +216,7 @@ def test_a_long_answer_is_refused_by_row_with_truncation_error() -> None:
 
 @pytest.mark.parametrize("truncation", ["left", "right", "error"])
 def test_an_offline_run_takes_data_truncation_on_either_engine(truncation: str) -> None:
-    from omni_trainer.verl_keys import local_refusals
+    from omni_trainer.engines.local.verl_keys import local_refusals
 
     config = load_config(["algorithm.sample_source=offline", f"data.truncation={truncation}"])
     assert local_refusals(config) == []

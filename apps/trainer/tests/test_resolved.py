@@ -15,7 +15,8 @@ from omni_trainer import resolved
 from omni_trainer.config import load_config
 from omni_trainer.findings import Findings
 from omni_trainer.interrupts import StopRequest
-from omni_trainer.resolved import Checkpoint, ResolvedRun, checkpoint, data_file, resolve_run
+from omni_trainer.files import Checkpoint, checkpoint, data_file
+from omni_trainer.resolved import ResolvedRun, resolve_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model_folders import QWEN3, minimal_checkpoint  # noqa: E402

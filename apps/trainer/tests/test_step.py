@@ -15,9 +15,9 @@ from omni_trainer.prompts import Prepared
 from omni_rewards.metrics import batch_metrics
 from omni_rewards.outcomes import BatchResult, SampleOutcome
 from omni_trainer.reward_guard import RewardFailureError, check_reward_failures
-from omni_trainer.step import StepDiscarded, StepParts, TrainBatch, advantage_phase, train_step
-from omni_trainer.tasks.speech_rl import SpeechSampler
-from omni_trainer.tasks.text_rl import TextSampler
+from omni_trainer.engines.local.step import StepDiscarded, StepParts, TrainBatch, advantage_phase, train_step
+from omni_trainer.engines.local.tasks.speech_rl import SpeechSampler
+from omni_trainer.engines.local.tasks.text_rl import TextSampler
 
 
 class FakeEngine:
@@ -158,7 +158,7 @@ def test_skipped_samples_do_not_count_and_the_rate_is_a_strict_bound() -> None:
 def test_only_on_policy_steps_take_old_log_probs_from_the_update(
     overrides: list[str], samples: int, expected: bool
 ) -> None:
-    from omni_trainer.step import takes_old_log_probs_from_update
+    from omni_trainer.engines.local.step import takes_old_log_probs_from_update
 
     step_parts = parts()
     step_parts.config = load_config(["actor_rollout_ref.rollout.n=2", *overrides])
@@ -238,7 +238,7 @@ def test_rollout_correction_takes_rejected_tokens_out_of_the_micro_batches_and_t
     two mismatched tokens from their micro-batches' masks, the token weights land on each
     micro-batch's columns, and the step's advantages are 0 on the rejected tokens (verl
     computes them after the rejection, on its mask)."""
-    from omni_trainer.step import apply_rollout_correction
+    from omni_trainer.engines.local.step import apply_rollout_correction
     from omni_training.rollout_correction import CorrectionSettings
 
     micro = corrected_micro_batches()
@@ -261,7 +261,7 @@ def test_rollout_correction_takes_rejected_tokens_out_of_the_micro_batches_and_t
 
 
 def test_rollout_correction_refuses_samples_without_rollout_log_probs() -> None:
-    from omni_trainer.step import require_rollout_log_probs
+    from omni_trainer.engines.local.step import require_rollout_log_probs
 
     samples = [RolloutSample(prompt_ids=[1], response_ids=[5], response_mask=[1], response_logprobs=[-0.1]),
                RolloutSample(prompt_ids=[1], response_ids=[5], response_mask=[1])]

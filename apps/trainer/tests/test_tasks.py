@@ -11,9 +11,11 @@ import pytest
 
 from omni_trainer.config import load_config
 from omni_trainer.resolved import resolve_run
-from omni_trainer.tasks import DISTILLATION, LOCAL_TASKS, SPEECH_RL, TEXT_RL, LoadedRun, Task, load_task, task_name
+from omni_trainer.engines.local.task import LoadedRun, Task
+from omni_trainer.engines.local.tasks import LOCAL_TASKS, load_task
+from omni_trainer.tasks import DISTILLATION, SPEECH_RL, TEXT_RL, task_name
 
-STEP = Path(__file__).resolve().parents[1] / "src" / "omni_trainer" / "step.py"
+STEP = Path(__file__).resolve().parents[1] / "src" / "omni_trainer" / "engines" / "local" / "step.py"
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import pytest
 from omni_trainer.config import ConfigError, load_config
 from omni_trainer.loggers import Generation
 from omni_trainer.preflight import preflight
-from omni_trainer.val_generations import ValGeneration, ValGenerationsLog, choose
+from omni_trainer.engines.local.val_generations import ValGeneration, ValGenerationsLog, choose
 from omni_trainer.resolved import resolve_run
 
 

@@ -1,4 +1,4 @@
-"""verl-engine keys on the local engine: honoured, or refused by name (``omni_trainer.verl_keys``)."""
+"""verl-engine keys on the local engine: honoured, or refused by name (``omni_trainer.engines.local.verl_keys``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from omni_trainer.config import Config, all_keys, load_config
 from omni_trainer.keys import declared_keys
-from omni_trainer.verl_keys import local_refusals, verl_key
+from omni_trainer.engines.local.verl_keys import local_refusals, verl_key
 from omni_trainer.resolved import resolve_run
 
 

@@ -8,7 +8,7 @@ a1139baf), expanded by bash as the scripts expand them (quotes, ``${VAR}``, ``$(
   a hand-written deploy file), which the pre-flight names. A reward-function file reaches our
   reward function in verl's slot (:data:`AT_VERL`).
 - local engine: each key is honoured, or refused by name, one problem per key
-  (:mod:`omni_trainer.verl_keys`).
+  (:mod:`omni_trainer.engines.local.verl_keys`).
 
 Needs verl's packaged config (the distributed extra); verl itself is not imported.
 """
@@ -34,7 +34,7 @@ from omni_trainer.engines import engine_for
 from omni_trainer.findings import Findings
 from omni_trainer.preflight import COMMON_CHECKS, preflight
 from omni_trainer.keys import value_at
-from omni_trainer.verl_keys import verl_key
+from omni_trainer.engines.local.verl_keys import verl_key
 
 if importlib.util.find_spec("verl") is None:  # pragma: no cover
     pytest.skip("needs the distributed extra (uv sync --extra distributed --extra gpu)", allow_module_level=True)

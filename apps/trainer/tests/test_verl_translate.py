@@ -412,7 +412,7 @@ def test_one_run_translates_its_config_once(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_rollout_correction_reaches_verl_and_the_local_engine_honours_it() -> None:
-    from omni_trainer.verl_keys import local_refusals
+    from omni_trainer.engines.local.verl_keys import local_refusals
 
     keys = ["algorithm.rollout_correction.rollout_is=sequence", "algorithm.rollout_correction.rollout_is_threshold=0.5_5.0",
             "algorithm.rollout_correction.rollout_rs=seq_mean_k3", "algorithm.rollout_correction.rollout_rs_threshold=0.01"]
@@ -450,7 +450,7 @@ def test_rollout_routing_replay_is_refused_on_both_engines_with_the_reason() -> 
     """verl 0.9.1 replays MoE routing on its megatron and veomni engines only (engine_workers
     sets it to disabled for FSDP); the local engine samples with the actor's own module."""
     from omni_trainer.engines.verl.translate import verl_key_problems
-    from omni_trainer.verl_keys import local_refusals
+    from omni_trainer.engines.local.verl_keys import local_refusals
 
     base = ["actor_rollout_ref.model.path=/m", "data.train_files=[/d.parquet]",
             "actor_rollout_ref.rollout.enable_rollout_routing_replay=true"]

@@ -132,7 +132,7 @@ def pair_rows(processor: Any, inputs: dict[str, Any], modality: str, index: int)
     """The offline preference batch of one pair (RESPONSE chosen and rejected) on ``inputs``'
     prompt, padded, as :func:`pair_batch` builds it for verl's actor."""
     from omni_trainer.prompts import Prepared
-    from omni_trainer.tasks.preference import Pair
+    from omni_trainer.preference_pairs import Pair
     from omni_trainer.engines.verl.preference import pair_batch
 
     pair = Pair(Prepared(inputs, "", "", index, {}), list(RESPONSE), list(RESPONSE), modality, index)

@@ -241,7 +241,7 @@ def local_step(config: Any, tiny: str, ours: list[dict[str, Any]], corrected: bo
 
     from omni_contracts.training_adapter import resolve_training_adapter
     from omni_trainer.settings_builders import actor_settings, adapter_options, correction_settings, lora_settings, optim_settings
-    from omni_trainer.step import apply_rollout_correction, padded_log_probs
+    from omni_trainer.engines.local.step import apply_rollout_correction, padded_log_probs
     from omni_training.actor import Actor
     from omni_training.batching import MicroBatch, collate
 

@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from omni_trainer import builtin_task
+from omni_trainer.builtin_preference import builtin_preference_files
+from omni_trainer.embedded_model import EMBEDDED_MODEL, embedded_model_path
+from omni_trainer.tasks import PREFERENCE, task_name
 
 BUILTIN_VALIDATION_ROWS = 16
 """Validation rows of the built-in task (the local engine validates on as many)."""
@@ -65,13 +68,8 @@ def use_builtin_files(config: Any) -> bool:
         return False
     from omni_model_kit.tiny import default_cache_dir
 
-    from omni_trainer.embedded_model import EMBEDDED_MODEL, embedded_model_path
-    from omni_trainer.tasks import PREFERENCE, task_name
-
     model.path = embedded_model_path()
     if task_name(config) == PREFERENCE:  # the built-in pairs, as the local engine trains on
-        from omni_trainer.builtin_preference import builtin_preference_files
-
         data.train_files, data.val_files = builtin_preference_files(config)
         task = "built-in preference pairs"
     else:

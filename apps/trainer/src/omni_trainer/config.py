@@ -5,7 +5,7 @@ extra ``"$@"`` arguments (later wins). Overrides are dotted ``key=value`` pairs;
 parsed as YAML (``8``, ``3e-6``, ``[a,b]``, ``null``). An unknown key or a value of the
 wrong type is an error naming the key and, when one is close, the key it most likely meant
 (:func:`closest_keys`). verl's keys that only the verl engine reads are here too, ``None`` when
-unset; the local engine honours or refuses each (``omni_trainer.verl_keys``).
+unset; the local engine honours or refuses each (``omni_trainer.engines.local.verl_keys``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
+from omni_trainer.files import checkpoint
 from omni_trainer.keys import MAPPED, NOT_SENT, actor_value, any_value, choice_problems, key, section
 from omni_trainer.loggers import LOGGERS
 from omni_trainer.model_folder import model_fingerprint
@@ -95,7 +96,7 @@ class DataConfig:
         {}, "extra keyword arguments of the model's processor (use_audio_in_video, fps, ...)", verl=MAPPED)
     custom_cls: CustomClassConfig = field(default_factory=CustomClassConfig)
     # verl's dataset keys, passed to verl as given (None: verl's default, or ours where noted);
-    # the local engine honours or refuses each by name (omni_trainer.verl_keys).
+    # the local engine honours or refuses each by name (omni_trainer.engines.local.verl_keys).
     # verl 0.9.1 reads it and applies nothing (overlong prompts are filtered)
     truncation: str | None = key(
         None, "what verl's dataset does with an overlong prompt; verl 0.9.1 reads it and applies nothing",
@@ -1082,7 +1083,6 @@ def model_pipeline(model_path: str | None, stage: str) -> str | None:
     if model_path is None:
         return None
     from omni_contracts import OmniContractError
-    from omni_trainer.resolved import checkpoint
 
     read = checkpoint(model_path)
     try:

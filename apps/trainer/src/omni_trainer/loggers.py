@@ -2,7 +2,7 @@
 TensorBoard event files and Weights & Biases runs.
 
 Besides the metrics, a sink takes the validation samples of ``trainer.log_val_generations``
-(:mod:`omni_trainer.val_generations`) in the layout verl's ``ValidationGenerationsLogger``
+(:mod:`omni_trainer.engines.local.val_generations`) in the layout verl's ``ValidationGenerationsLogger``
 gives them, so dashboards built on a verl run read a local one: ``val/generations``, a
 Markdown text per validation in TensorBoard, a table with one row per validation in W&B.
 """

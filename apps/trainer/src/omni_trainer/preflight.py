@@ -19,7 +19,12 @@ from omni_trainer.config import Config, ConfigError, uses_embedded_default
 from omni_trainer.engines import engine_for
 from omni_trainer.findings import Check, Findings, one_line, one_of
 from omni_trainer.keys import range_problems
-from omni_trainer.resolved import Checkpoint, ResolvedRun
+from omni_trainer.files import Checkpoint
+from omni_trainer.model_folder import folder_problems
+from omni_trainer.reporting import NO_VALIDATION
+from omni_trainer.resolved import ResolvedRun
+from omni_trainer.settings_builders import correction_settings, distillation_settings
+from omni_trainer.tasks import TEXT_RL
 
 GROUPED_ESTIMATORS = ("grpo", "grpo_passk", "rloo", "reinforce_plus_plus_baseline")
 """Estimators whose baseline is the prompt's group of ``rollout.n`` samples."""
@@ -167,8 +172,6 @@ def _distillation(run: ResolvedRun, found: Findings) -> None:
 def _rollout_correction(run: ResolvedRun, found: Findings) -> None:
     """``algorithm.rollout_correction``'s modes and thresholds parse, and it has samples to
     correct: an offline run trains on fixed pairs, with no rollout log-probs."""
-    from omni_trainer.settings_builders import correction_settings
-
     config = run.config
     try:
         settings = correction_settings(config)
@@ -184,8 +187,6 @@ def _rollout_correction(run: ResolvedRun, found: Findings) -> None:
 
 def _async_training(run: ResolvedRun, found: Findings) -> None:
     """Asynchronous rollout: the local engine's text RL, on the rollout's own log-probs."""
-    from omni_trainer.tasks import TEXT_RL
-
     config = run.config
     staleness = config.async_training.max_staleness
     if staleness < 0:
@@ -203,25 +204,6 @@ def _async_training(run: ResolvedRun, found: Findings) -> None:
             "log-probs are the rollout's own: set algorithm.rollout_correction.bypass_mode=true (as verl's "
             "one-step-off recipe does), with rollout_is / rollout_rs to correct the lag"
         )
-
-
-def distillation_settings(config: Config) -> Any:
-    """``distillation.*`` as omni-training's ``DistillationSettings`` (None when off).
-
-    Raises:
-        DistillationConfigError: a value omni-training refuses.
-    """
-    if not config.distillation.enabled:
-        return None
-    from omni_training.distillation import DistillationSettings
-
-    loss = config.distillation.distillation_loss
-    return DistillationSettings(
-        loss_mode=loss.loss_mode, topk=loss.topk, use_task_rewards=loss.use_task_rewards,
-        distillation_loss_coef=loss.distillation_loss_coef, loss_max_clamp=loss.loss_max_clamp,
-        log_prob_min_clamp=loss.log_prob_min_clamp, use_policy_gradient=loss.use_policy_gradient,
-        clip_ratio=loss.clip_ratio, clip_ratio_low=loss.clip_ratio_low, clip_ratio_high=loss.clip_ratio_high,
-    )
 
 
 # --- value ranges and cross-field rules ---------------------------------------------------------
@@ -282,8 +264,6 @@ def _warnings(run: ResolvedRun, found: Findings) -> None:
             "set val_kwargs.temperature > 0 to sample"
         )
     if config.data.train_files and not config.data.val_files and config.actor_rollout_ref.model.stage != "talker":
-        from omni_trainer.reporting import NO_VALIDATION
-
         found.warnings.append(
             f"{NO_VALIDATION} (the training rows are not scored as validation); set data.val_files, e.g. "
             "the test or validation split `trainer convert` wrote"
@@ -302,8 +282,6 @@ def _warnings(run: ResolvedRun, found: Findings) -> None:
 
 def _model_paths(run: ResolvedRun, found: Findings) -> None:
     from omni_contracts import OmniContractError
-    from omni_trainer.model_folder import folder_problems
-
     config = run.config
     stage = run.stage
     models = [("actor_rollout_ref.model.path", run.model, run.training_adapter)]

@@ -8,7 +8,7 @@ share of failed samples against the rate and stop with :class:`RewardFailureErro
 Samples skipped for an unknown data source (``on_unknown_data_source=skip``) were skipped
 on purpose and do not count; validation does not count either.
 
-- Local engine: :func:`omni_trainer.step.train_step` checks right after scoring, before
+- Local engine: :func:`omni_trainer.engines.local.step.train_step` checks right after scoring, before
   anything is trained on the step.
 - verl engine: verl scores each sample in its agent-loop workers and stores it. Our workers
   tally each step's ``reward_<status>`` indicators (:func:`count_sample`), and our replay

@@ -117,3 +117,20 @@ def reward_manager_config(cfg: Config) -> RewardManagerConfig:
         num_workers=reward.num_workers, timeout_s=reward.timeout_s,
         on_unknown_data_source=reward.on_unknown_data_source,  # type: ignore[arg-type]
     )
+
+
+def distillation_settings(config: Config) -> DistillationSettings | None:
+    """``distillation.*`` as omni-training's ``DistillationSettings`` (None when off).
+
+    Raises:
+        DistillationConfigError: a value omni-training refuses.
+    """
+    if not config.distillation.enabled:
+        return None
+    loss = config.distillation.distillation_loss
+    return DistillationSettings(
+        loss_mode=loss.loss_mode, topk=loss.topk, use_task_rewards=loss.use_task_rewards,
+        distillation_loss_coef=loss.distillation_loss_coef, loss_max_clamp=loss.loss_max_clamp,
+        log_prob_min_clamp=loss.log_prob_min_clamp, use_policy_gradient=loss.use_policy_gradient,
+        clip_ratio=loss.clip_ratio, clip_ratio_low=loss.clip_ratio_low, clip_ratio_high=loss.clip_ratio_high,
+    )

@@ -23,8 +23,8 @@ def _local_algorithms(run: ResolvedRun, found: Findings) -> None:
 
 
 def _verl_keys_locally(run: ResolvedRun, found: Findings) -> None:
-    """verl-engine keys the overrides gave: honoured, or refused by name (:mod:`omni_trainer.verl_keys`)."""
-    from omni_trainer.verl_keys import local_refusals
+    """verl-engine keys the overrides gave: honoured, or refused by name (:mod:`omni_trainer.engines.local.verl_keys`)."""
+    from omni_trainer.engines.local.verl_keys import local_refusals
 
     config = run.config
     found.problems.extend(local_refusals(config))

@@ -2,7 +2,7 @@
 
 The adapters come from the registry (the checkpoint's ``architectures[0]`` and
 ``actor_rollout_ref.model.stage``), the actor from omni-training; what the run trains for
-(its prompts, its step, its validation) is the task's (:mod:`omni_trainer.tasks`). How the
+(its prompts, its step, its validation) is the task's (:mod:`omni_trainer.engines.local.tasks`). How the
 run starts in its directory is in :mod:`omni_trainer.run_dir`; what it prints in
 :mod:`omni_trainer.reporting`.
 """
@@ -37,9 +37,10 @@ from omni_trainer.settings_builders import (
     model_dtype,
     optim_settings,
 )
-from omni_trainer.step import StepDiscarded
-from omni_trainer.tasks import LoadedRun, Task, load_task
-from omni_trainer.val_generations import ValGenerationsLog
+from omni_trainer.engines.local.step import StepDiscarded
+from omni_trainer.engines.local.task import LoadedRun, Task
+from omni_trainer.engines.local.tasks import load_task
+from omni_trainer.engines.local.val_generations import ValGenerationsLog
 from omni_training.actor import Actor
 from omni_training.checkpoint import load_checkpoint, save_checkpoint
 

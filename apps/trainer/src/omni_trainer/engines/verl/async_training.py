@@ -157,6 +157,15 @@ def fully_async_total_steps(config: Config, train_rows: int) -> int:
     return drawn // (prompts_per_step(config) * sync_interval(config))
 
 
+def total_steps(config: Config, train_rows: int) -> int:
+    """The run's steps, as verl counts them (full batches per epoch, dropping the last)."""
+    if config.trainer.total_training_steps is not None:
+        return config.trainer.total_training_steps
+    if is_fully_async(config):
+        return fully_async_total_steps(config, train_rows)
+    return train_rows // config.data.train_batch_size * config.trainer.total_epochs
+
+
 def rollout_slots(config: Config) -> int:
     """Rank slots the rollout's own pool takes (0 for a synchronous run, whose replicas share
     the trainer's ranks)."""

@@ -29,7 +29,7 @@ from omni_trainer.interrupts import StopRequest, workers_ignore_sigint
 from omni_trainer.resolved import ResolvedRun
 from omni_trainer.tasks import PREFERENCE
 from omni_trainer.reward_guard import RewardFailureError
-from omni_trainer.engines.verl.async_training import fully_async_total_steps, is_fully_async, prompts_per_step
+from omni_trainer.engines.verl.async_training import is_fully_async, prompts_per_step, total_steps
 from omni_trainer.engines.verl.distillation import check_teacher_tokenizer, validate_with_verl
 from omni_trainer.engines.verl.errors import GpuRequiredError, require_extras
 from omni_trainer.engines.verl.batch_split import BatchPlan, batch_split_problems
@@ -143,15 +143,6 @@ def check_data(verl_config: DictConfig) -> int:
         print(f"data.{key}: ", end="", flush=True)
         sizes[key] = len(OmniRLHFDataset(list(verl_config.data[key]), tokenizer, verl_config.data, processor))
     return sizes["train_files"]
-
-
-def total_steps(config: Config, train_rows: int) -> int:
-    """The run's steps, as verl counts them (full batches per epoch, dropping the last)."""
-    if config.trainer.total_training_steps is not None:
-        return config.trainer.total_training_steps
-    if is_fully_async(config):
-        return fully_async_total_steps(config, train_rows)
-    return train_rows // config.data.train_batch_size * config.trainer.total_epochs
 
 
 def require_gpu(run_dir: Path, cuda_available: Callable[[], bool] | None = None) -> None:

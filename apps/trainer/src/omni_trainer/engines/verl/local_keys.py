@@ -1,6 +1,6 @@
 """Local-engine keys on the verl engine: each one honoured, or refused by name with the reason.
 
-The mirror of :mod:`omni_trainer.verl_keys` (the local engine's refusals of verl's keys). A few
+The mirror of :mod:`omni_trainer.engines.local.verl_keys` (the local engine's refusals of verl's keys). A few
 keys of the schema are omni-rl's own and only the local engine reads them (its compute dtype,
 its old-log-prob shortcut, its seed, its in-process teacher); verl 0.9.1 has no counterpart, so
 under ``trainer.engine=verl`` they would change nothing. Each is declared so on its schema field

@@ -8,7 +8,7 @@ full fine-tuning. Under LoRA the reference is the adapter-disabled base, through
 ``no_lora_adapter`` switch. The preference loss enters through the worker's public
 ``set_loss_fn``.
 
-A step is the local engine's (:mod:`omni_trainer.tasks.preference`):
+A step is the local engine's (:mod:`omni_trainer.engines.local.tasks.preference`):
 - the same pairs in the same order;
 - reference log-probs computed once per pair and cached here;
 - one optimizer step per ``ppo_mini_batch_size`` pairs;
@@ -42,9 +42,10 @@ from omni_training.preference import (
 )
 
 from omni_trainer.config import Config, ConfigError
+from omni_trainer.engines.verl.async_training import total_steps
 from omni_trainer.engines.verl.checkpoints import STEP_PREFIX, TRACKER
 from omni_trainer.reporting import DROPPED_KEY
-from omni_trainer.tasks.preference import (
+from omni_trainer.preference_pairs import (
     TRUNCATED_KEY,
     Pair,
     ReferenceCache,
@@ -215,8 +216,6 @@ class PreferenceRun:
                 f"Invalid configuration:\n  - data.train_batch_size={config.data.train_batch_size} exceeds the "
                 f"{len(self.train)} preference pairs left after loading (see the dataset report above)"
             )
-        from omni_trainer.engines.verl.launch import total_steps
-
         self.total_steps = total_steps(config, len(self.train))
 
     # workers

@@ -3,7 +3,7 @@
 rollout -> score -> old/ref (and the task's) log-probs -> advantages -> update.
 
 The rollout and scoring are the task's (:class:`Sampler`: text, speech, distillation in
-:mod:`omni_trainer.tasks`); the rest is shared. Each phase is a function over a typed batch.
+:mod:`omni_trainer.engines.local.tasks`); the rest is shared. Each phase is a function over a typed batch.
 Samples are grouped for the advantage estimator by a fresh id per prompt of the step (as
 verl's ``uid``), never by a field of the data: row numbers restart in every file, so two
 files would share them.

@@ -17,10 +17,9 @@ from omni_training.batching import MicroBatch, TeacherLogProbs
 from omni_training.distillation import DistillationSettings, Teacher, check_shared_tokenizer
 from omni_training.logit_mask import mask_policy_logits
 
-from omni_trainer.preflight import distillation_settings
-from omni_trainer.settings_builders import model_dtype
-from omni_trainer.step import Rollouts, StepParts, micro_batches, pad_cols
-from omni_trainer.tasks.text_rl import TextRL, TextSampler
+from omni_trainer.settings_builders import distillation_settings, model_dtype
+from omni_trainer.engines.local.step import Rollouts, StepParts, micro_batches, pad_cols
+from omni_trainer.engines.local.tasks.text_rl import TextRL, TextSampler
 
 
 @dataclass
@@ -85,7 +84,8 @@ class Distillation(TextRL):
         from transformers import AutoConfig
 
         cfg = self.config
-        settings: DistillationSettings = distillation_settings(cfg)  # checked by the pre-flight
+        settings = distillation_settings(cfg)
+        assert settings is not None  # distillation.enabled selects this task; the pre-flight checked the values
         teacher_path = cfg.distillation.teacher_models.teacher_model.model_path
         assert teacher_path is not None  # checked with the config
         teacher_config = AutoConfig.from_pretrained(teacher_path)

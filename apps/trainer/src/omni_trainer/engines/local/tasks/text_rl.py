@@ -19,15 +19,16 @@ from omni_rollout.local_engine import LocalEngine
 from omni_training.actor import Actor, Regularizer
 
 from omni_trainer import builtin_task
-from omni_trainer.async_rollout import AsyncSampler, policy_copy
 from omni_trainer.builtin_files import BUILTIN_VALIDATION_ROWS
 from omni_trainer.config import Config, ConfigError
+from omni_trainer.custom_reward import custom_registry
 from omni_trainer.interrupts import workers_ignore_sigint
 from omni_trainer.prompts import BuiltinPrompts, DatasetPrompts, Prepared, PromptSource, encode_builtin
 from omni_trainer.settings_builders import reward_manager_config, sampling_settings, validation_sampling
-from omni_trainer.step import Rollouts, Sampler, Scores, StepParts, new_group_ids
-from omni_trainer.tasks import LoadedRun, Task
-from omni_trainer.val_generations import ValGeneration, ValGenerationsLog
+from omni_trainer.engines.local.async_rollout import AsyncSampler, policy_copy
+from omni_trainer.engines.local.step import Rollouts, Sampler, Scores, StepParts, new_group_ids, train_step
+from omni_trainer.engines.local.task import LoadedRun, Task
+from omni_trainer.engines.local.val_generations import ValGeneration, ValGenerationsLog
 
 
 @dataclass
@@ -142,8 +143,6 @@ class TextRL(Task):
     def _scorers(self) -> ScorerRegistry:
         custom = self.config.reward.custom_reward_function
         if custom.path:
-            from omni_trainer.custom_reward import custom_registry
-
             return custom_registry(custom.path, custom.name, self._data_sources(), custom.reward_kwargs)
         builtin_task.register_scorer()
         return SCORERS
@@ -155,7 +154,7 @@ class TextRL(Task):
 
     def prefetch(self, schedule: Callable[[int], list[Prepared]], first_step: int, last_step: int) -> None:
         """With ``async_training.max_staleness``, a thread samples the coming steps with a copy
-        of the policy (:mod:`omni_trainer.async_rollout`)."""
+        of the policy (:mod:`omni_trainer.engines.local.async_rollout`)."""
         staleness = self.config.async_training.max_staleness
         if staleness == 0 or first_step > last_step:
             return
@@ -172,8 +171,6 @@ class TextRL(Task):
         )
 
     def step(self, step: int, prompts: list[Prepared], stop_requested: Callable[[], bool]) -> dict[str, float]:
-        from omni_trainer.step import train_step
-
         metrics = train_step(self.parts, step, prompts, stop_requested)
         if self.async_sampler is not None:
             self.async_sampler.publish(step)

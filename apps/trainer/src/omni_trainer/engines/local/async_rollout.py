@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from omni_trainer.prompts import Prepared
-from omni_trainer.step import Rollouts, Sampler, Scores, StepParts
+from omni_trainer.engines.local.step import Rollouts, Sampler, Scores, StepParts
 
 
 @dataclass

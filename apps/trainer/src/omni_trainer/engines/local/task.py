@@ -1,4 +1,4 @@
-"""What a run trains for: the task interface of the local engine, and the registry of tasks.
+"""The local engine's task interface: what the local trainer asks of a task.
 
 A task owns what differs between kinds of training: its prompts, what it needs beside the
 actor (a sampling engine, a speech policy, a teacher), one step, what validation measures and
@@ -6,51 +6,32 @@ what it writes beside the checkpoints. The local trainer
 (:class:`omni_trainer.engines.local.trainer.LocalTrainer`) owns what every task shares: the model and
 its adapters, the actor, the run directory, resume, saving and Ctrl-C.
 
-The config names the task (:func:`task_name`); the verl engine translates the three online
-ones (:mod:`omni_trainer.engines.verl.translate`) for verl's trainers and drives offline
-preference runs on verl's actor workers itself (:mod:`omni_trainer.engines.verl.preference`).
-A new task is a module here with a subclass of :class:`Task`, added to :data:`LOCAL_TASKS`
-under its name.
+The config names the task (:func:`omni_trainer.tasks.task_name`); :mod:`omni_trainer.engines.local.tasks`
+builds it. A new task is a module there with a subclass of :class:`Task`, added to its registry.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omni_contracts import LogitMask, Registry, RolloutAdapter, TrainingAdapter
+from omni_contracts import LogitMask, RolloutAdapter, TrainingAdapter
 
 from omni_trainer.config import Config
+from omni_trainer.placeholders import policy_logit_mask
 from omni_trainer.prompts import Prepared, PromptSource
 from omni_trainer.resolved import ResolvedRun
+from omni_trainer.engines.local.step import StepParts, train_step
 
 if TYPE_CHECKING:
     from omni_rollout.local_engine import LocalEngine
     from omni_training.actor import Actor
     from omni_training.distillation import DistillationSettings
 
-    from omni_trainer.step import StepParts
-    from omni_trainer.val_generations import ValGenerationsLog
-
-TEXT_RL = "rl"
-SPEECH_RL = "speech_rl"
-DISTILLATION = "distillation"
-PREFERENCE = "preference"
-
-
-def task_name(config: Config) -> str:
-    """The task ``config`` asks for: offline preference optimisation
-    (``algorithm.sample_source=offline``), RL of the stage that speaks
-    (``model.stage=talker``), on-policy distillation (``distillation.enabled``), else RL on text."""
-    if config.algorithm.sample_source == "offline":
-        return PREFERENCE
-    if config.actor_rollout_ref.model.stage == "talker":
-        return SPEECH_RL
-    if config.distillation.enabled:
-        return DISTILLATION
-    return TEXT_RL
+    from omni_trainer.engines.local.val_generations import ValGenerationsLog
 
 
 @dataclass
@@ -88,8 +69,6 @@ class LoadedRun:
     def logit_mask(self, mode: str) -> LogitMask:
         """What ``mode``'s policy stage never samples: the media placeholders, and the output
         head's tail past the tokenizer (both engines' rollouts and the actor mask it)."""
-        from omni_trainer.placeholders import policy_logit_mask
-
         return policy_logit_mask(self.rollout_adapter, mode, self.hf_config, self.processor, self.tokenizer)
 
     def text_engine(
@@ -146,8 +125,6 @@ class Task:
     def batch_indices(self, step: int, size: int, steps_per_epoch: int, rows: int) -> list[int]:
         """The training rows of ``step``: epoch by epoch, shuffled by ``data.seed`` and the epoch
         (``data.shuffle``); a function of the step alone, so a resumed run sees the same."""
-        import random
-
         epoch, position = divmod(step - 1, steps_per_epoch)
         order = list(range(rows))
         if self.config.data.shuffle:
@@ -163,9 +140,7 @@ class Task:
 
     def step(self, step: int, prompts: list[Prepared], stop_requested: Callable[[], bool]) -> dict[str, float]:
         """One training step; returns its metrics. Raises
-        :class:`omni_trainer.step.StepDiscarded` when stopped before its update."""
-        from omni_trainer.step import train_step
-
+        :class:`omni_trainer.engines.local.step.StepDiscarded` when stopped before its update."""
         return train_step(self.parts, step, prompts, stop_requested)
 
     def validate(self, step: int, generations: ValGenerationsLog | None) -> dict[str, float]:
@@ -179,39 +154,3 @@ class Task:
 
 
 TaskFactory = Callable[[LoadedRun], Task]
-
-LOCAL_TASKS: Registry[str, TaskFactory] = Registry("task")
-"""A task name (:func:`task_name`) -> what builds it on the local engine (imported when used)."""
-
-
-@LOCAL_TASKS.register(TEXT_RL)
-def _text_rl(run: LoadedRun) -> Task:
-    from omni_trainer.tasks.text_rl import TextRL
-
-    return TextRL(run)
-
-
-@LOCAL_TASKS.register(SPEECH_RL)
-def _speech_rl(run: LoadedRun) -> Task:
-    from omni_trainer.tasks.speech_rl import SpeechRL
-
-    return SpeechRL(run)
-
-
-@LOCAL_TASKS.register(DISTILLATION)
-def _distillation(run: LoadedRun) -> Task:
-    from omni_trainer.tasks.distillation import Distillation
-
-    return Distillation(run)
-
-
-@LOCAL_TASKS.register(PREFERENCE)
-def _preference(run: LoadedRun) -> Task:
-    from omni_trainer.tasks.preference import OfflinePreference
-
-    return OfflinePreference(run)
-
-
-def load_task(run: LoadedRun) -> Task:
-    """The task ``run.config`` asks for, on the local engine."""
-    return LOCAL_TASKS.get(run.resolved.task)(run)

@@ -23,7 +23,7 @@ from omni_rollout.local_engine import LocalEngine
 from omni_rollout.sampling import SamplingSettings
 from omni_training.actor import Actor
 
-from omni_trainer import speech_task
+from omni_trainer.engines.local import speech_task
 from omni_trainer.config import Config
 from omni_trainer.prompts import (
     BuiltinPrompts,
@@ -34,8 +34,8 @@ from omni_trainer.prompts import (
     encode_builtin,
     with_spoken_text,
 )
-from omni_trainer.step import Rollouts, Sampler, Scores, StepParts, new_group_ids
-from omni_trainer.tasks import LoadedRun, Task
+from omni_trainer.engines.local.step import Rollouts, Sampler, Scores, StepParts, new_group_ids
+from omni_trainer.engines.local.task import LoadedRun, Task
 
 
 @dataclass
