@@ -275,16 +275,19 @@ def test_the_local_engine_refuses_the_asynchronous_verl_keys() -> None:
 
 def test_a_verl_fully_async_script_may_count_its_step_in_mini_batches() -> None:
     """verl's fully-async scripts set data.train_batch_size=0 (a step is ppo_mini_batch_size x
-    require_batches); the common range checks let that through there, and only there."""
+    require_batches); the range checks and the engines' checks let that through there, and only there."""
     from omni_trainer.config import load_config
+    from omni_trainer.engines import engine_for
     from omni_trainer.findings import Findings
     from omni_trainer.preflight import _ranges
     from omni_trainer.resolved import resolve_run
 
     def batch_problems(*overrides: str) -> list[str]:
         found = Findings()
-        _ranges(resolve_run(load_config([*VERL_BASE, "data.train_batch_size=0", *overrides])), found)
-        return [p for p in found.problems if "data.train_batch_size" in p]
+        run = resolve_run(load_config([*VERL_BASE, "data.train_batch_size=0", *overrides]))
+        for check in (_ranges, *engine_for(run.config.trainer.engine).checks):
+            check(run, found)
+        return [p for p in found.problems if "data.train_batch_size=0" in p]
 
     assert batch_problems("async_training.max_staleness=2") == []
     assert batch_problems("async_training.max_staleness=1")  # one-step-off draws whole batches

@@ -16,6 +16,7 @@ from omni_trainer.library_noise import silence_known_noise
 from omni_trainer.subcommands import SUBCOMMANDS
 
 if TYPE_CHECKING:
+    from omni_trainer.engines import Engine
     from omni_trainer.interrupts import StopRequest
     from omni_trainer.resolved import ResolvedRun
 
@@ -137,26 +138,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _check_and_train(args: argparse.Namespace, stop: StopRequest) -> int:
     from omni_trainer import builtin_task
     from omni_trainer.config import ConfigError, load_config, to_yaml
+    from omni_trainer.engines import engine_for
     from omni_trainer.preflight import preflight
     from omni_trainer.resolved import resolve_run
 
     try:
         config = load_config(list(args.overrides))
         builtin_task.register_scorer()  # its rows may come as files too (omni_trainer.builtin_files)
-        if config.trainer.engine == "verl":
-            from omni_trainer.builtin_files import use_builtin_files
-            from omni_trainer.engines.verl.settings import adopt_external_modules
-
-            try:
-                for note in adopt_external_modules():  # before the pre-flight imports verl
-                    print(f"note: {note}", file=sys.stderr)
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from exc
-            use_builtin_files(config)  # verl reads files: the embedded default's, written once
-            if config.trainer.device == "cpu":
-                from omni_trainer.library_noise import silence_cpu_platform_noise
-
-                silence_cpu_platform_noise()  # before the pre-flight imports verl
+        engine = engine_for(config.trainer.engine)
+        for note in engine.prepare(config):
+            print(f"note: {note}", file=sys.stderr)
         run = resolve_run(config)  # the config is final: its files are read once, here
         warnings = preflight(run)  # before any model, tokenizer or dataset loads
     except ConfigError as exc:
@@ -168,12 +159,12 @@ def _check_and_train(args: argparse.Namespace, stop: StopRequest) -> int:
         print(to_yaml(config), end="")
         return 0
     try:
-        return _train(run, stop)
+        return _train(run, engine, stop)
     except user_errors() as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        if stop.starting and config.trainer.engine == "local":  # verl's async trainers never leave start-up here
+        if stop.starting and engine.marks_start_up:
             print("interrupted during start-up: stopped; nothing was trained in this session", file=sys.stderr)
         else:
             print(f"interrupted: quit without saving; the newest checkpoint in {config.trainer.default_local_dir} "
@@ -181,15 +172,13 @@ def _check_and_train(args: argparse.Namespace, stop: StopRequest) -> int:
         return 130
 
 
-def _train(run: ResolvedRun, stop: StopRequest) -> int:
+def _train(run: ResolvedRun, engine: Engine, stop: StopRequest) -> int:
     from pathlib import Path
 
-    from omni_trainer.engines import engine_for
     from omni_trainer.run_lock import RunDirLock
 
-    trainer = run.config.trainer
-    with RunDirLock(Path(trainer.default_local_dir).expanduser()):  # before anything is read there
-        return engine_for(trainer.engine).run(run, stop)
+    with RunDirLock(Path(run.config.trainer.default_local_dir).expanduser()):  # before anything is read there
+        return engine.run(run, stop)
 
 
 if __name__ == "__main__":

@@ -1025,8 +1025,9 @@ def load_config(*override_groups: list[str]) -> Config:
         if sources and sources[-1] == "offline":
             layers.append(("embedded_preference.yaml", packaged_yaml("embedded_preference.yaml")))
         engines = [value for layer in parsed for key, value in _flatten(layer) if key == "trainer.engine"]
-        if engines and engines[-1] == "verl":
-            layers.append(("embedded_verl.yaml", packaged_yaml("embedded_verl.yaml")))
+        engine_layer = f"embedded_{engines[-1]}.yaml" if engines and str(engines[-1]).isidentifier() else None
+        if engine_layer and resources.files("omni_trainer").joinpath(engine_layer).is_file():
+            layers.append((engine_layer, packaged_yaml(engine_layer)))
     layers.extend(("overrides", layer) for layer in parsed)
     for origin, layer in layers:
         for key, value in _flatten(layer):

@@ -63,12 +63,6 @@ def _vocabularies(run: ResolvedRun, found: Findings) -> None:
     one_of(found, "actor_rollout_ref.actor.kl_loss_type", actor.kl_loss_type, kl_modes)
     one_of(found, "algorithm.kl_penalty", config.algorithm.kl_penalty, kl_modes)
     one_of(found, "actor_rollout_ref.model.stage", config.actor_rollout_ref.model.stage, STAGES)
-    # On the verl engine the declaration refuses it (engines="local", omni_trainer.keys).
-    if config.trainer.talker_drift and config.trainer.engine == "local" and config.actor_rollout_ref.model.stage != "thinker":
-        found.problems.append(
-            "trainer.talker_drift=true is measured in thinker runs of the local engine only; set "
-            "trainer.engine=local and actor_rollout_ref.model.stage=thinker, or trainer.talker_drift=false"
-        )
     if config.trainer.talker_drift_rewards:
         if not config.trainer.talker_drift:
             found.problems.append(
@@ -211,7 +205,7 @@ def _async_training(run: ResolvedRun, found: Findings) -> None:
 
 def _ranges(run: ResolvedRun, found: Findings) -> None:
     config = run.config
-    data, trainer = config.data, config.trainer
+    data = config.data
     actor = config.actor_rollout_ref.actor
     model = config.actor_rollout_ref.model
     if model.target_parameters and model.lora_rank > 0 and model.lora_dropout:
@@ -220,10 +214,7 @@ def _ranges(run: ResolvedRun, found: Findings) -> None:
             "parameters (the experts' fused weights) takes no dropout; set actor_rollout_ref.model.lora_dropout=0"
         )
     found.problems.extend(range_problems(config))  # the declared ranges (omni_trainer.keys)
-    # verl's fully-async scripts set 0 and count a step as ppo_mini_batch_size x require_batches.
-    streamed = trainer.engine == "verl" and config.async_training.max_staleness >= 2
-    if not streamed and data.train_batch_size == 0:
-        found.problems.append("data.train_batch_size=0 must be >= 1")
+    # data.train_batch_size=0 is each engine's to refuse: verl's fully-async trainer takes it.
     if 1 <= actor.ppo_mini_batch_size and 1 <= data.train_batch_size:
         if actor.ppo_mini_batch_size > data.train_batch_size:
             found.problems.append(

@@ -164,7 +164,8 @@ def _doctor_plan(overrides: Sequence[str]) -> int:
 
     from omni_contracts import OmniContractError
     from omni_trainer.config import ConfigError, load_config
-    from omni_trainer.gpu_plan import rollout_memory_problem, run_plan, visible_gpu
+    from omni_trainer.engines import engine_for
+    from omni_trainer.gpu_plan import run_plan, visible_gpu
     from omni_trainer.resolved import resolve_run
 
     try:
@@ -187,11 +188,8 @@ def _doctor_plan(overrides: Sequence[str]) -> int:
         return 2
     print()
     print(run_plan(cfg, model_path, hf_config, adapter, visible_gpu()).text)
-    if cfg.trainer.engine == "verl":
-        rollout = cfg.actor_rollout_ref.rollout
-        problem = rollout_memory_problem(cfg, hf_config, adapter, visible_gpu())
-        print(problem or f"verl rollout: its weights per GPU (tensor_model_parallel_size={rollout.tensor_model_parallel_size}) "
-              f"leave a KV cache in gpu_memory_utilization={rollout.gpu_memory_utilization} of the GPU")
+    for note in engine_for(cfg.trainer.engine).memory_notes(cfg, hf_config, adapter, visible_gpu()):
+        print(note)
     return 0
 
 

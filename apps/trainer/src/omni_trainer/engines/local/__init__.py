@@ -4,9 +4,13 @@ in this process, on the CPU or one CUDA GPU, with omni-training's losses and est
 from __future__ import annotations
 
 import os
+from typing import Any
+
+from omni_contracts import TrainingAdapter
 
 from omni_trainer.config import Config
 from omni_trainer.findings import Findings, one_of
+from omni_trainer.gpu_plan import Gpu
 from omni_trainer.interrupts import StopRequest
 from omni_trainer.resolved import ResolvedRun
 
@@ -50,12 +54,35 @@ def _local_device(config: Config, found: Findings) -> None:
             )
 
 
+def _batch(run: ResolvedRun, found: Findings) -> None:
+    """Every step of the local engine trains on ``data.train_batch_size`` prompts."""
+    if run.config.data.train_batch_size == 0:
+        found.problems.append("data.train_batch_size=0 must be >= 1")
+
+
+def _talker_drift(run: ResolvedRun, found: Findings) -> None:
+    """``trainer.talker_drift`` probes a thinker run's talker (the verl engine refuses the key)."""
+    config = run.config
+    if config.trainer.talker_drift and config.actor_rollout_ref.model.stage != "thinker":
+        found.problems.append(
+            "trainer.talker_drift=true is measured in thinker runs of the local engine only; set "
+            "actor_rollout_ref.model.stage=thinker, or trainer.talker_drift=false"
+        )
+
+
 class LocalEngine:
     """Refuses the verl-engine keys it cannot honour, then trains in this process (Ctrl-C
     stops at a step boundary and saves: ``stop``)."""
 
     name = "local"
-    checks = (_local_algorithms, _verl_keys_locally)
+    checks = (_local_algorithms, _verl_keys_locally, _batch, _talker_drift)
+    marks_start_up = True
+
+    def prepare(self, config: Config) -> list[str]:
+        return []  # the embedded default's model and task are built in the run
+
+    def memory_notes(self, config: Config, hf_config: Any, adapter: TrainingAdapter, gpu: Gpu | None) -> list[str]:
+        return []  # the plan is the local engine's own
 
     def run(self, run: ResolvedRun, stop: StopRequest) -> int:
         from omni_trainer.engines.local.trainer import LocalTrainer

@@ -10,9 +10,19 @@ the modules verl itself loads inside its processes (``external``, ``engine``, ``
 
 from __future__ import annotations
 
+from typing import Any
+
+from omni_contracts import TrainingAdapter
+
+from omni_trainer.builtin_files import use_builtin_files
+from omni_trainer.config import Config, ConfigError
 from omni_trainer.findings import Findings, one_line
+from omni_trainer.gpu_plan import Gpu, rollout_memory_problem
 from omni_trainer.interrupts import StopRequest
+from omni_trainer.library_noise import silence_cpu_platform_noise
 from omni_trainer.resolved import ResolvedRun
+from omni_trainer.engines.verl.async_training import is_fully_async
+from omni_trainer.engines.verl.settings import adopt_external_modules
 
 
 CPU_RANK_MEMORY_GIB = 3.0
@@ -66,7 +76,7 @@ def _rollout_memory(run: ResolvedRun, found: Findings) -> None:
         return
     if rollout.name != "vllm_omni" or run.model is None:
         return
-    from omni_trainer.gpu_plan import model_for_plan, rollout_memory_problem, visible_gpu
+    from omni_trainer.gpu_plan import model_for_plan, visible_gpu
 
     model = model_for_plan(run)
     if model is None:
@@ -87,6 +97,9 @@ def _verl_engine(run: ResolvedRun, found: Findings) -> None:
         found.problems.append(
             "trainer.device=npu: trainer.engine=verl runs on CUDA GPUs, or on the CPU (trainer.device=cpu)"
         )
+    if config.data.train_batch_size == 0 and not is_fully_async(config):
+        # verl's fully-async scripts set 0 and count a step as ppo_mini_batch_size x require_batches
+        found.problems.append("data.train_batch_size=0 must be >= 1")
     from omni_trainer.engines.verl.translate import config_problems, config_warnings
 
     found.problems.extend(f"trainer.engine=verl: {problem}" for problem in config_problems(config))
@@ -114,6 +127,27 @@ class VerlEngine:
 
     name = "verl"
     checks = (_rollout_memory, _verl_engine)
+    marks_start_up = False  # verl's asynchronous trainers start their steps in their own processes
+
+    def prepare(self, config: Config) -> list[str]:
+        """Export verl's external modules (ours first) before anything imports verl, write the
+        embedded default's files (verl reads files), and quiet verl's CPU platform noise."""
+        try:
+            notes = adopt_external_modules()
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+        use_builtin_files(config)
+        if config.trainer.device == "cpu":
+            silence_cpu_platform_noise()
+        return notes
+
+    def memory_notes(self, config: Config, hf_config: Any, adapter: TrainingAdapter, gpu: Gpu | None) -> list[str]:
+        """Whether the rollout's weights per GPU leave vLLM-Omni a KV cache."""
+        rollout = config.actor_rollout_ref.rollout
+        problem = rollout_memory_problem(config, hf_config, adapter, gpu)
+        return [problem or f"verl rollout: its weights per GPU (tensor_model_parallel_size="
+                           f"{rollout.tensor_model_parallel_size}) leave a KV cache in gpu_memory_utilization="
+                           f"{rollout.gpu_memory_utilization} of the GPU"]
 
     def run(self, run: ResolvedRun, stop: StopRequest) -> int:
         """``stop``: a synchronous run's trainer stops at a step's end on Ctrl-C (saved, exit 0);
