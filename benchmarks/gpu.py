@@ -171,7 +171,7 @@ def run_ours(setup: Setup, config: Any, tiny_path: str, rows: Sequence[dict[str,
     from omni_rollout.local_engine import LocalEngine, find_policy_module
     from omni_trainer import builtin_task
     from omni_trainer.config import load_config
-    from omni_trainer.placeholders import placeholder_token_ids
+    from omni_rollout.placeholders import placeholder_token_ids
     from omni_trainer.prompts import encode_builtin
     from omni_trainer.settings_builders import actor_settings, lora_settings, optim_settings, reward_manager_config
     from omni_trainer.engines.local.step import StepParts, train_step
@@ -241,7 +241,7 @@ def run_trl(setup: Setup, config: Any, tiny_path: str, rows: Sequence[dict[str, 
     from trl import GRPOTrainer
 
     from omni_qwen3.training_adapter import LORA_EXCLUDE_MODULES, LORA_TARGET_MODULES, Qwen3OmniThinkerAdapter
-    from omni_trainer.placeholders import placeholder_token_ids
+    from omni_rollout.placeholders import placeholder_token_ids
 
     tokenizer = Qwen3OmniThinkerAdapter().configure_tokenizer(tiny_path, AutoConfig.from_pretrained(tiny_path))
     tokenizer.padding_side = "left"

@@ -66,7 +66,7 @@ def main() -> None:
     from omni_rollout.local_engine import LocalEngine
     from omni_rollout.sampling import SamplingSettings
     from omni_trainer.builtin_task import builtin_rows
-    from omni_trainer.placeholders import placeholder_token_ids
+    from omni_rollout.placeholders import placeholder_token_ids
 
     torch.set_num_threads(args.threads)
     path = str(build_tiny_qwen3_omni())
@@ -206,7 +206,7 @@ def vllm_omni_side_by_side(args: argparse.Namespace) -> None:
     from omni_rollout.sampling import SamplingSettings
     from omni_rollout.vllm_omni import DeployOptions, ReplicaLayout, build_deploy_config, write_deploy_config
     from omni_trainer.builtin_task import builtin_rows
-    from omni_trainer.placeholders import placeholder_token_ids
+    from omni_rollout.placeholders import placeholder_token_ids
 
     torch.set_num_threads(args.threads)
     path = str(build_tiny_qwen3_omni())

@@ -338,7 +338,7 @@ def run_trl(setup: Setup, model_path: str, rows: Sequence[dict[str, Any]], workd
     from trl import GRPOTrainer
 
     from omni_qwen3.training_adapter import LORA_EXCLUDE_MODULES, LORA_TARGET_MODULES, Qwen3OmniThinkerAdapter
-    from omni_trainer.placeholders import placeholder_token_ids
+    from omni_rollout.placeholders import placeholder_token_ids
 
     tokenizer = Qwen3OmniThinkerAdapter().configure_tokenizer(model_path, AutoConfig.from_pretrained(model_path))
     tokenizer.padding_side = "left"

@@ -118,7 +118,7 @@ def test_the_processor_table_is_the_protocol_and_the_example_has_it() -> None:
         assert hasattr(Qwen25OmniThinkerProcessor, name), name
     # The callers it names look the pieces up by these names.
     callers = {
-        "pad_token_ids": ROOT / "apps/trainer/src/omni_trainer/placeholders.py",
+        "pad_token_ids": ROOT / "packages/omni-rollout/src/omni_rollout/placeholders.py",
         "dedup_pad_tokens": ROOT / "packages/omni-rollout/src/omni_rollout/vllm_omni/prompts.py",
     }
     for name, caller in callers.items():

@@ -118,7 +118,7 @@ def test_vllm_omni_talker_samples_reach_the_actor_with_their_log_probs(
 
     from omni_contracts import RolloutSample
     from omni_training.consistency import rollout_actor_consistency
-    from omni_trainer.engines.verl.speech_sample import SPEECH_SAMPLE
+    from omni_rollout.speech_sample import SPEECH_SAMPLE
 
     prompt, answer = turn
     rate = policy.speech_sample_rate

@@ -81,7 +81,7 @@ def _speak(served: Served, question: str, **thinker: Any) -> list[Any]:
 def _samples(results: list[Any]) -> list[tuple[Any, dict[str, Any]]]:
     """Each result as the actor's sample, with the speech sample our server added."""
     from omni_contracts import RolloutSample
-    from omni_trainer.engines.verl.speech_sample import SPEECH_SAMPLE
+    from omni_rollout.speech_sample import SPEECH_SAMPLE
 
     pairs = []
     for result in results:
@@ -115,7 +115,7 @@ def _actor_log_probs(served: Served, samples: list[Any]) -> tuple[torch.Tensor, 
 def test_a_finished_answer_is_spoken_and_the_actor_scores_the_talkers_codes(talker: Served) -> None:
     from omni_qwen3.talker_fields import RESIDUAL_CODES, SOURCE_IDS
     from omni_training.consistency import rollout_actor_consistency
-    from omni_trainer.engines.verl.speech_sample import SOURCE_TRUNCATED
+    from omni_rollout.speech_sample import SOURCE_TRUNCATED
 
     im_end = talker.hf_config.im_end_token_id
     pairs = _samples(_speak(talker, "How many fruits?", min_tokens=ANSWER_TOKENS, logit_bias={im_end: 100.0}))
@@ -140,7 +140,7 @@ def test_a_finished_answer_is_spoken_and_the_actor_scores_the_talkers_codes(talk
 
 
 def test_an_answer_cut_at_its_length_limit_is_never_trained(talker: Served) -> None:
-    from omni_trainer.engines.verl.speech_sample import SOURCE_TRUNCATED
+    from omni_rollout.speech_sample import SOURCE_TRUNCATED
 
     results = _speak(talker, "Count to a hundred.", max_tokens=ANSWER_TOKENS, min_tokens=ANSWER_TOKENS)
     for sample, speech in _samples(results):

@@ -89,7 +89,7 @@ def serve(settings: Any, **server_config: Any) -> Iterator[Served]:
 
     from omni_trainer.engines.verl.adapters import training_adapter
     from omni_trainer.engines.verl.processor import adapter_processor
-    from omni_trainer.placeholders import policy_logit_mask
+    from omni_rollout.placeholders import policy_logit_mask
 
     if str(STUB) not in sys.path:
         sys.path.insert(0, str(STUB))
@@ -115,7 +115,7 @@ def serve(settings: Any, **server_config: Any) -> Iterator[Served]:
     if not ON_GPU:  # the weight sender in this process: verl's CPU platform (no CUDA IPC: shared memory)
         from verl.plugin.platform import get_platform, set_platform
 
-        from omni_trainer.engines.verl.cpu_platform import use_cpu_platform
+        from omni_verl_cpu.platform import use_cpu_platform
 
         previous_platform = get_platform()
         use_cpu_platform()

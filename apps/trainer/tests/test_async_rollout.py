@@ -170,7 +170,8 @@ VERL_BASE = ["trainer.engine=verl", "actor_rollout_ref.model.path=/m", "data.tra
 def test_verl_runs_staleness_one_as_its_one_step_off_trainer() -> None:
     from omni_trainer.config import load_config
     from omni_trainer.engines.verl.async_training import async_training_values
-    from omni_trainer.engines.verl.settings import BATCH_AGENT_LOOP_MANAGER, GLOO_BACKEND
+    from omni_trainer.engines.verl.settings import BATCH_AGENT_LOOP_MANAGER
+    from omni_verl_cpu import GLOO_BACKEND
     from omni_trainer.engines.verl.translate import config_problems
 
     config = load_config([*VERL_BASE, "async_training.max_staleness=1", "rollout.n_gpus_per_node=4"])

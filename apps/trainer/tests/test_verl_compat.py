@@ -281,10 +281,12 @@ def test_repaired_positions_keep_every_row_through_verls_chunking_and_selection(
         assert [torch.equal(g, w) for g, w in zip(got, [rows[2 * number + 1], rows[2 * number]], strict=True)] == [True, True]
 
 
-OUR_VERL_MODULES = tuple(f"omni_trainer.engines.verl.{name}" for name in (
-    "agent_loop", "compat", "cpu_platform", "dataset", "engine", "fully_async", "local_rollout", "local_speech",
-    "processor", "reward", "rollout",
-))
+OUR_VERL_MODULES = (
+    *(f"omni_trainer.engines.verl.{name}" for name in (
+        "agent_loop", "compat", "dataset", "engine", "fully_async", "processor", "reward", "rollout",
+    )),
+    *(f"omni_verl_cpu.{name}" for name in ("platform", "rollout", "speech", "gloo_checkpoint")),
+)
 
 
 def _class(path: str) -> type:

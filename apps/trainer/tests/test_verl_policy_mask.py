@@ -115,7 +115,7 @@ def test_the_real_checkpoints_policy_stage_gets_its_own_bans(mode: str) -> None:
 @pytest.mark.parametrize("mode", MODES)
 def test_the_tiny_models_talker_keeps_its_codec_ids(tiny: Any, mode: str) -> None:
     from omni_qwen3.talker_policy import suppressed_codec_ids
-    from omni_trainer.placeholders import placeholder_token_ids
+    from omni_rollout.placeholders import placeholder_token_ids
 
     config, processor = tiny
     placeholders = set(placeholder_token_ids(processor))

@@ -175,6 +175,29 @@ def test_the_cpu_run_is_the_omni_local_rollout_in_fp32_on_one_process_per_rank(t
     assert verl.trainer.total_epochs >= 7  # verl stops at total_epochs too: enough to reach the steps
 
 
+def test_the_cpu_rollout_serves_the_runs_model_stage_and_pipeline(tmp_path: Path) -> None:
+    """omni_local's servers read what they serve from the runtime env (omni_verl_cpu's
+    CpuPolicy): the model, its stage, the encoders' freezing and the rollout pipeline, as the
+    actor has them; a run on GPUs exports none."""
+    from omni_trainer.config import load_config
+    from omni_trainer.engines.verl.translate import to_verl_config
+    from omni_verl_cpu.policy import POLICY_ENV, CpuPolicy
+
+    base = [
+        "trainer.engine=verl", f"actor_rollout_ref.model.path={tmp_path}", f"data.train_files=[{tmp_path / 'train.parquet'}]",
+        "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe", "actor_rollout_ref.model.freeze_vision_tower=false",
+        "data.max_spoken_tokens=40",
+    ]
+    verl = to_verl_config(load_config([*base, "trainer.device=cpu"]), lora_target_modules=None, lora_exclude_modules=None)
+    policy = CpuPolicy(**json.loads(verl.ray_kwargs.ray_init.runtime_env.env_vars[POLICY_ENV]))
+    assert policy == CpuPolicy(
+        model_path=str(tmp_path), stage="thinker", adapter_options={"freeze_vision_tower": False, "freeze_audio_tower": True},
+        pipeline_name="qwen3_omni_moe", pipeline_mode="thinker_only", max_spoken_tokens=40,
+    )
+    gpu = to_verl_config(load_config(base), lora_target_modules=None, lora_exclude_modules=None)
+    assert POLICY_ENV not in gpu.ray_kwargs.ray_init.runtime_env.env_vars
+
+
 def test_a_cpu_distillation_run_serves_its_teacher_on_the_students_rollout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

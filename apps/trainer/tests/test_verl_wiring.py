@@ -422,7 +422,8 @@ def test_on_verls_cpu_platform_every_stage_runs_eager(monkeypatch: pytest.Monkey
     """vLLM's CPU build compiles each stage not run eager with inductor at start-up (77 s for
     the tiny thinker in front of a talker, on 2 cores), and has no CUDA graphs to gain."""
     from omni_trainer.engines.verl.rollout import deploy_options
-    from omni_trainer.engines.verl.settings import CPU_PLATFORM, CPU_PLATFORM_ENV
+    from omni_trainer.engines.verl.settings import CPU_PLATFORM_ENV
+    from omni_verl_cpu import PLATFORM as CPU_PLATFORM
 
     rollout = SimpleNamespace(
         cudagraph_capture_sizes=None, gpu_memory_utilization=0.5, max_num_seqs=8, max_model_len=1024,
@@ -449,7 +450,7 @@ def test_a_talker_server_adds_the_sample_built_from_every_stage() -> None:
 
     from omni_qwen3.talker_fields import RESIDUAL_CODES, SOURCE_IDS, TALKER_FIELDS
     from omni_rollout.vllm_omni.testing import RecordingAsyncOmni
-    from omni_trainer.engines.verl.speech_sample import SPEECH_SAMPLE
+    from omni_rollout.speech_sample import SPEECH_SAMPLE
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from verl_server_stub import stage_output, stub_server
@@ -480,3 +481,23 @@ def test_a_talker_server_adds_the_sample_built_from_every_stage() -> None:
     outputs[1] = stage_output(1, [0] * 9, [], logprobs=[], finish_reason="abort")
     aborted = asyncio.run(server.generate(prompt_ids=prompt, sampling_params={"logprobs": True}, request_id="a"))
     assert aborted.token_ids == [] and SPEECH_SAMPLE not in aborted.extra_fields
+
+
+@needs_extras
+@pytest.mark.parametrize(("platform", "loaded"), [(None, []), ("cpu", ["omni_verl_cpu.platform"])])
+def test_a_run_on_gpus_never_loads_the_cpu_plugin(platform: str | None, loaded: list[str]) -> None:
+    """verl imports our external module in every process: on GPUs it loads omni_verl_cpu's names
+    only; VERL_PLATFORM=cpu loads its platform (and verl loads the rest by name when a CPU run
+    asks for omni_local or omni_gloo)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {key: value for key, value in os.environ.items() if key != "VERL_PLATFORM"}
+    if platform:
+        env["VERL_PLATFORM"] = platform
+    code = ("import sys; import omni_trainer.engines.verl.external; import omni_trainer.engines.verl.launch; "
+            "print(sorted(m for m in sys.modules if m.startswith('omni_verl_cpu.') and m != 'omni_verl_cpu.policy'))")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == repr(loaded)

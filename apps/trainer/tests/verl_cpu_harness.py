@@ -2,7 +2,7 @@
 
 Run as a script (``python verl_cpu_harness.py OUT_DIR [--remove-padding] [--model qwen25]``) by
 ``test_verl_cpu_harness.py``, in a process of its own: verl picks its device platform once
-per process, and this one must be the CPU platform of ``omni_trainer.engines.verl.cpu_platform``.
+per process, and this one must be the CPU platform of ``omni_verl_cpu.platform``.
 
 What runs is verl 0.9.1's code, unchanged, with our registered classes:
 
@@ -142,7 +142,7 @@ def pair_rows(processor: Any, inputs: dict[str, Any], modality: str, index: int)
 
 def main(out_dir: Path, remove_padding: bool, model: str) -> None:
     sys.path.insert(0, str(HERE))
-    from omni_trainer.engines.verl.cpu_platform import use_cpu_platform
+    from omni_verl_cpu.platform import use_cpu_platform
 
     use_cpu_platform()  # before any verl module asks for a device
 
@@ -200,7 +200,7 @@ def main(out_dir: Path, remove_padding: bool, model: str) -> None:
     actor = Actor.from_pretrained(tiny, get_training_adapter(hf_architecture, "thinker"), settings=ActorSettings(loss_mode="gspo"))
     # As the local trainer does, and verl's engine: the actor scores the rollout's masked distribution.
     from omni_contracts import get_rollout_adapter
-    from omni_trainer.placeholders import policy_logit_mask
+    from omni_rollout.placeholders import policy_logit_mask
 
     rollout = config.actor_rollout_ref.rollout
     actor.mask_logits(policy_logit_mask(

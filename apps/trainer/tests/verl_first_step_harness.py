@@ -2,7 +2,7 @@
 
 Run as a script (``python verl_first_step_harness.py OUT_DIR``) by
 ``test_verl_first_step_differential.py``, in a process of its own: verl picks its device
-platform once per process, and this one must be :mod:`omni_trainer.engines.verl.cpu_platform`.
+platform once per process, and this one must be :mod:`omni_verl_cpu.platform`.
 
 The rollouts: four rows (text, image+audio, audio, image) of the tiny Qwen3-Omni, each
 answered with fixed tokens of its own length (:data:`ROWS`) by a stand-in server, through
@@ -252,7 +252,7 @@ def local_step(config: Any, tiny: str, ours: list[dict[str, Any]], corrected: bo
     )
     # As the local trainer does, and verl's engine: the actor scores the rollout's masked distribution.
     from omni_contracts import get_rollout_adapter
-    from omni_trainer.placeholders import policy_logit_mask
+    from omni_rollout.placeholders import policy_logit_mask
 
     processor = adapter.configure_processor(tiny, actor.model_config)
     rollout = config.actor_rollout_ref.rollout
@@ -309,7 +309,7 @@ def local_step(config: Any, tiny: str, ours: list[dict[str, Any]], corrected: bo
 
 
 def main(out_dir: Path) -> None:
-    from omni_trainer.engines.verl.cpu_platform import use_cpu_platform
+    from omni_verl_cpu.platform import use_cpu_platform
 
     use_cpu_platform()  # before any verl module asks for a device
 

@@ -2,7 +2,7 @@
 
 Run as a script (``python verl_lora_harness.py OUT_DIR``) by ``test_verl_lora_dtype.py``, in
 a process of its own (verl picks its device platform once per process; this one is the CPU
-platform of ``omni_trainer.engines.verl.cpu_platform``). verl 0.9.1's engine code runs unchanged: our
+platform of ``omni_verl_cpu.platform``). verl 0.9.1's engine code runs unchanged: our
 ``OmniFSDPEngine`` loads the tiny Qwen3-Omni thinker with the translated
 ``fsdp_config.model_dtype``, verl's ``_build_lora_module`` injects LoRA (casting the adapter to
 the base's dtype), verl wraps it with FSDP2 and its default mixed precision and builds AdamW
@@ -32,7 +32,7 @@ LR = 3e-6
 
 def main(out_dir: Path) -> None:
     sys.path.insert(0, str(HERE))
-    from omni_trainer.engines.verl.cpu_platform import use_cpu_platform
+    from omni_verl_cpu.platform import use_cpu_platform
 
     use_cpu_platform()  # before any verl module asks for a device
 

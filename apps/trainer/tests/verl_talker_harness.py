@@ -108,7 +108,7 @@ class SpeechServer:
 
 def main(out_dir: Path) -> None:
     sys.path.insert(0, str(HERE))
-    from omni_trainer.engines.verl.cpu_platform import use_cpu_platform
+    from omni_verl_cpu.platform import use_cpu_platform
 
     use_cpu_platform()  # before any verl module asks for a device
 

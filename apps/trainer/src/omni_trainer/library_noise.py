@@ -65,7 +65,7 @@ class CpuPlatformFilter(logging.Filter):
     found, CUDA registered but unavailable, and the CUDA platform replaced by our CPU one.
 
     Why it is noise there: the run asked for the CPU, and our CPU platform
-    (``omni_trainer.engines.verl.cpu_platform``) is installed over the default right after.
+    (``omni_verl_cpu.platform``) is installed over the default right after.
     Installed for CPU runs only: on a GPU machine the first two mean a GPU is missing."""
 
     def filter(self, record: logging.LogRecord) -> bool:

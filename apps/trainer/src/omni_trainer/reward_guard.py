@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from omni_rollout.speech_sample import SOURCE_TRUNCATED
+
 FAILED_STATUSES = ("error", "timeout")
 
 
@@ -35,9 +37,9 @@ class NothingToTrainError(RewardFailureError):
     failures do: before the step's update, exit 2 with the message."""
 
 
-MASKED_FLAG = "source_truncated"
-"""The ``reward_extra_info`` flag of a sample kept out of training (see
-``omni_trainer.engines.verl.speech_sample.SOURCE_TRUNCATED``)."""
+MASKED_FLAG = SOURCE_TRUNCATED
+"""The ``reward_extra_info`` flag of a sample kept out of training (the rollout adapter's, on a
+speech sample whose spoken text was cut)."""
 
 
 def check_reward_failures(

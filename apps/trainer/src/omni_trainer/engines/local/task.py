@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from omni_contracts import LogitMask, RolloutAdapter, TrainingAdapter
 
 from omni_trainer.config import Config
-from omni_trainer.placeholders import policy_logit_mask
+from omni_rollout.placeholders import policy_logit_mask
 from omni_trainer.prompts import Prepared, PromptSource
 from omni_trainer.resolved import ResolvedRun
 from omni_trainer.engines.local.step import StepParts, train_step

@@ -9,14 +9,15 @@ from omni_contracts import RolloutAdapter, TrainingAdapter, get_rollout_adapter,
 from omni_trainer.engines.verl.settings import VerlSettings
 
 
+def adapter_options(settings: VerlSettings) -> dict[str, Any]:
+    """The options a training adapter may declare (``TrainingAdapter.options``)."""
+    return {"freeze_vision_tower": settings.freeze_vision_tower, "freeze_audio_tower": settings.freeze_audio_tower}
+
+
 def training_adapter(hf_config: Any, settings: VerlSettings) -> TrainingAdapter:
     """The adapter for the checkpoint's ``architectures[0]`` and the configured stage, built
     with the options it declares (the contract's one resolution function)."""
-    options = {
-        "freeze_vision_tower": settings.freeze_vision_tower,
-        "freeze_audio_tower": settings.freeze_audio_tower,
-    }
-    return resolve_training_adapter(hf_config, settings.stage, options)
+    return resolve_training_adapter(hf_config, settings.stage, adapter_options(settings))
 
 
 def rollout_adapter(settings: VerlSettings) -> RolloutAdapter:

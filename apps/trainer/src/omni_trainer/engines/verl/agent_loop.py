@@ -35,7 +35,8 @@ from omni_trainer.reward_guard import StepFailureWatch, StepTally, check_reward_
 from omni_trainer.engines.verl.compat import AfterPostprocess, ray_actor_class
 from omni_trainer.engines.verl.processor import adapter_processor
 from omni_trainer.engines.verl.settings import SPEECH_AGENT_LOOP, VerlSettings
-from omni_trainer.engines.verl.speech_sample import SOURCE_TRUNCATED, SPEECH_SAMPLE, score_speech
+from omni_rollout.speech_sample import SOURCE_TRUNCATED, SPEECH_SAMPLE
+from omni_trainer.engines.verl.speech_reward import score_speech
 
 
 class AdapterProcessorMixin:

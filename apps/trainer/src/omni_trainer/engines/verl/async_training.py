@@ -11,7 +11,7 @@
 Both run the replicas on a pool of their own (``actor_rollout_ref.hybrid_engine=false``):
 ``rollout.nnodes`` x ``rollout.n_gpus_per_node`` apart from the trainer's. After an update the
 actor's weights reach them through a checkpoint engine (NCCL on GPUs; on the CPU
-:mod:`omni_trainer.engines.verl.gloo_checkpoint`). The actor trains on the rollout's own
+:mod:`omni_verl_cpu.gloo_checkpoint`). The actor trains on the rollout's own
 log-probs (rollout correction's bypass mode, which the pre-flight requires, as verl's recipes
 set it).
 
@@ -38,7 +38,8 @@ import math
 from typing import Any
 
 from omni_trainer.config import Config
-from omni_trainer.engines.verl.settings import BATCH_AGENT_LOOP_MANAGER, GLOO_BACKEND, GLOO_BACKEND_MODULE
+from omni_trainer.engines.verl.settings import BATCH_AGENT_LOOP_MANAGER
+from omni_verl_cpu import GLOO_BACKEND, GLOO_BACKEND_MODULE
 
 ONE_STEP_OFF = 1
 """The staleness verl's one-step-off trainer runs at; above it, the fully-async trainer."""

@@ -38,7 +38,7 @@ from omni_trainer.engines.verl.compat import (
     empty_weights_for_transformers,
     model_class_for,
 )
-from omni_trainer.placeholders import policy_logit_mask
+from omni_rollout.placeholders import policy_logit_mask
 from omni_trainer.engines.verl.processor import adapter_processor
 from omni_trainer.engines.verl.settings import OMNI_MODEL_TYPE, VerlSettings
 from omni_training.logit_mask import mask_policy_logits

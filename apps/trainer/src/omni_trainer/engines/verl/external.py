@@ -10,7 +10,8 @@ Importing it registers omni-rl with verl's extension points:
   from ``actor_rollout_ref.rollout.agent.agent_loop_manager_class`` (no registration);
 - the rollout replica registry (driver side) and the worker-side rollout registry, both
   under ``vllm_omni`` and ``omni_local`` (the CPU backend): a rollout backend must be in both;
-- verl's platform registry: ``cpu`` (:mod:`cpu_platform`), chosen by ``VERL_PLATFORM=cpu``;
+- verl's platform registry: ``cpu`` (:mod:`omni_verl_cpu.platform`), imported and chosen only
+  with ``VERL_PLATFORM=cpu``: a run on GPUs never imports the CPU plugin (:mod:`omni_verl_cpu`);
 - policy losses and advantage estimators: verl implements every name omni-training
   registers; :func:`check_algorithms` fails the launch for a name verl lacks.
 
@@ -22,19 +23,26 @@ from __future__ import annotations
 
 import os
 
+from omni_trainer.engines.verl.settings import CPU_PLATFORM_ENV
+from omni_verl_cpu import PLATFORM as CPU_PLATFORM
+
 # The CPU platform first: VERL_PLATFORM=cpu makes verl resolve it at its first device query,
 # which the imports below may make.
-from omni_trainer.engines.verl import cpu_platform as _cpu_platform  # noqa: F401,I001  (registers "cpu")
-from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry
+if os.environ.get(CPU_PLATFORM_ENV) == CPU_PLATFORM:
+    import omni_verl_cpu.platform  # noqa: F401  (registers "cpu" in verl's platform registry)
 
-from omni_trainer.engines.verl import engine as _engine  # noqa: F401  (registers the engine)
-from omni_trainer.engines.verl import trainer as _trainer  # noqa: F401  (registers the omni_sync trainer)
-from omni_trainer.engines.verl.compat import (
+from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry  # noqa: E402
+
+from omni_trainer.engines.verl import engine as _engine  # noqa: F401,E402  (registers the engine)
+from omni_trainer.engines.verl import trainer as _trainer  # noqa: F401,E402  (registers the omni_sync trainer)
+from omni_trainer.engines.verl.compat import (  # noqa: E402
     equal_length_position_ids,
     gloo_process_group_on_cpu,
     register_worker_rollout,
 )
-from omni_trainer.engines.verl.settings import CPU_PLATFORM, CPU_PLATFORM_ENV, LOCAL_ROLLOUT_NAME, ROLLOUT_NAME
+from omni_trainer.engines.verl.settings import ROLLOUT_NAME  # noqa: E402
+from omni_verl_cpu import ROLLOUT_NAME as LOCAL_ROLLOUT_NAME  # noqa: E402
+from omni_verl_cpu import WORKER_ROLLOUT as LOCAL_WORKER_ROLLOUT  # noqa: E402
 
 WORKER_ROLLOUT = "verl.workers.rollout.vllm_rollout.ServerAdapter"
 """verl's vLLM worker-side adapter; it addresses the server as ``<rollout.name>_server_...``."""
@@ -46,11 +54,9 @@ def _load_replica() -> type[RolloutReplica]:
     return VllmOmniReplica
 
 
-LOCAL_WORKER_ROLLOUT = "omni_trainer.engines.verl.local_rollout.LocalRolloutWorkerAdapter"
-
-
 def _load_local_replica() -> type[RolloutReplica]:
-    from omni_trainer.engines.verl.local_rollout import LocalRolloutReplica
+    """The CPU rollout's replica, imported when verl asks for ``omni_local``."""
+    from omni_verl_cpu.rollout import LocalRolloutReplica
 
     return LocalRolloutReplica
 

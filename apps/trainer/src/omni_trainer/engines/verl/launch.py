@@ -52,6 +52,7 @@ from omni_trainer.engines.verl.settings import (
     external_modules,
 )
 from omni_trainer.engines.verl.translate import check_config, settings_for, to_verl_config
+from omni_verl_cpu import PLATFORM as CPU_PLATFORM
 
 
 def adapter_lora_defaults(run: ResolvedRun) -> tuple[list[str] | None, str | None]:
@@ -267,9 +268,9 @@ def run(resolved: ResolvedRun, *, checked: bool = False, stop: StopRequest | Non
     os.environ[SETTINGS_ENV] = settings_for(config, verl_config.actor_rollout_ref.model.path).to_env()
     on_cpu = verl_config.trainer.device == "cpu"
     if on_cpu:
-        from omni_trainer.engines.verl.cpu_platform import use_cpu_platform
+        from omni_verl_cpu.platform import use_cpu_platform  # CPU runs only: GPU runs never import the plugin
 
-        os.environ[CPU_PLATFORM_ENV] = "cpu"
+        os.environ[CPU_PLATFORM_ENV] = CPU_PLATFORM
         use_cpu_platform()  # the pre-flight may already have resolved verl's platform here
 
     import ray

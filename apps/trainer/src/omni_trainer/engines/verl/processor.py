@@ -15,7 +15,7 @@ from typing import Any
 
 from omni_contracts import require_omni_processor
 from omni_trainer.model_folder import require_usable_tokenizer
-from omni_trainer.placeholders import banned_token_ids, policy_logit_mask
+from omni_rollout.placeholders import banned_token_ids, policy_logit_mask
 from omni_trainer.engines.verl.adapters import training_adapter
 from omni_trainer.engines.verl.settings import VerlSettings
 

@@ -12,7 +12,7 @@ which presents the ``AsyncLLM`` surface verl's server calls. So verl's own code 
   driver builds the engine prompt with the adapter (pad dedup), gives the policy stage
   verl's ``SamplingParams``, yields the policy stage's output and checks that prompt
   log-probs belong to exactly the ids verl sent; for a speech policy (a talker) the
-  override adds the sample built from every stage's output (:mod:`speech_sample`);
+  override adds the sample built from every stage's output (:mod:`omni_rollout.speech_sample`);
 - ``collective_rpc`` (weight sync) reaches the adapter's weight-sync stages only and raises
   when a stage reports a failure; verl's colocate worker extension is installed on the
   policy stage, so verl's IPC weight sync lands there;
@@ -55,12 +55,13 @@ from omni_rollout.vllm_omni import (
     start_async_omni,
     write_deploy_config,
 )
-from omni_trainer.placeholders import policy_logit_mask
+from omni_rollout.placeholders import policy_logit_mask
 from omni_trainer.engines.verl.adapters import rollout_adapter, training_adapter
 from omni_trainer.engines.verl.compat import reserve_server_port
 from omni_trainer.engines.verl.processor import adapter_processor
-from omni_trainer.engines.verl.settings import CPU_PLATFORM, CPU_PLATFORM_ENV, ROLLOUT_NAME, VerlSettings
-from omni_trainer.engines.verl.speech_sample import SPEECH_SAMPLE, speech_sample
+from omni_trainer.engines.verl.settings import CPU_PLATFORM_ENV, ROLLOUT_NAME, VerlSettings
+from omni_verl_cpu import PLATFORM as CPU_PLATFORM
+from omni_rollout.speech_sample import SPEECH_SAMPLE, speech_sample
 
 WORKER_EXTENSION = "verl.workers.rollout.vllm_rollout.utils.vLLMColocateWorkerExtension"
 logger = logging.getLogger(__name__)

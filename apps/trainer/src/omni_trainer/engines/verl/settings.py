@@ -23,12 +23,7 @@ OMNI_MODEL_TYPE = "omni_language_model"
 """verl ``model_type`` our training engine is registered under (verl's own is ``language_model``)."""
 ROLLOUT_NAME = "vllm_omni"
 CPU_PLATFORM_ENV = "VERL_PLATFORM"
-"""verl reads its platform's name from this variable (``cpu``: :mod:`cpu_platform`)."""
-CPU_PLATFORM = "cpu"
-"""The name :mod:`cpu_platform` registers in verl's platform registry."""
-LOCAL_ROLLOUT_NAME = "omni_local"
-"""The CPU rollout backend (:mod:`omni_trainer.engines.verl.local_rollout`): the local engine's
-sampler behind verl's server interface."""
+"""verl reads its platform's name from this variable (``cpu``: :mod:`omni_verl_cpu.platform`)."""
 AGENT_LOOP_MANAGER = "omni_trainer.engines.verl.agent_loop.OmniAgentLoopManager"
 """``actor_rollout_ref.rollout.agent.agent_loop_manager_class``: verl's hook for the class that
 starts the agent-loop workers."""
@@ -38,10 +33,6 @@ trainer samples each step's batch from (ours checks ``reward.max_error_rate`` th
 BATCH_AGENT_LOOP_MANAGER = "omni_trainer.engines.verl.agent_loop.OmniBatchAgentLoopManager"
 """The agent-loop manager of verl's one-step-off trainer, which takes each batch back whole
 (verl's legacy ``generate_sequences``; its V1 trainer reads batches from TransferQueue)."""
-GLOO_BACKEND = "omni_gloo"
-"""``actor_rollout_ref.rollout.checkpoint_engine.backend`` of a separated rollout on the CPU:
-:mod:`omni_trainer.engines.verl.gloo_checkpoint`."""
-GLOO_BACKEND_MODULE = "omni_trainer.engines.verl.gloo_checkpoint"
 AGENT_LOOPS = {"single_turn_agent": "single_turn_agent"}
 """Our agent-loop names -> verl's agent loops (they get the adapter's processor from
 :class:`~omni_trainer.engines.verl.agent_loop.OmniAgentLoopManager`'s workers)."""

@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omni_trainer.config import Config, ConfigError
 from omni_trainer.keys import passthrough_values
 from omni_trainer.tasks import PREFERENCE, SPEECH_RL, task_name
+from omni_trainer.engines.verl.adapters import adapter_options
 from omni_trainer.engines.verl.distillation import distillation_problems, distillation_values
 from omni_trainer.engines.verl.errors import EXTRAS_COMMAND, MissingExtrasError
 from omni_trainer.engines.verl.local_keys import verl_refusals
@@ -34,7 +35,6 @@ from omni_trainer.engines.verl.settings import (
     AGENT_LOOP_MANAGER,
     AGENT_LOOPS,
     CPU_PLATFORM_ENV,
-    LOCAL_ROLLOUT_NAME,
     EXTERNAL_MODULES_ENV,
     OMNI_MODEL_TYPE,
     REPLAY_BUFFER,
@@ -45,6 +45,8 @@ from omni_trainer.engines.verl.settings import (
     VerlSettings,
     external_modules,
 )
+from omni_verl_cpu import ROLLOUT_NAME as LOCAL_ROLLOUT_NAME
+from omni_verl_cpu.policy import POLICY_ENV, CpuPolicy
 
 DATASET_CLASS = ("pkg://omni_trainer.engines.verl.dataset", "OmniRLHFDataset")
 REWARD_FUNCTION = ("pkg://omni_trainer.engines.verl.reward", "compute_score")
@@ -472,7 +474,7 @@ def _values(
     values.update(distillation_values(config))
     values.update(async_training_values(config))
     if trainer.device == "cpu":
-        values.update(cpu_values(config, env_vars))
+        values.update(cpu_values(config, env_vars, settings))
     return values
 
 
@@ -493,12 +495,13 @@ TransferQueue, agent-loop, reward and rollout servers, one bundle per rank), not
 FP32_MIXED_PRECISION = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
 
 
-def cpu_values(config: Config, env_vars: dict[str, str]) -> dict[str, Any]:
+def cpu_values(config: Config, env_vars: dict[str, str], settings: VerlSettings) -> dict[str, Any]:
     """What ``trainer.device=cpu`` changes: verl's CPU platform in every process, the
     ``omni_local`` rollout, fp32 throughout (the CPU has no fast bf16; the run is the local
     engine's numerics) but for vLLM-Omni's talker (bf16 only, :data:`TALKER_ROLLOUT_DTYPES`),
     one agent-loop and one reward worker (each is a process), and on a local Ray one logical
-    rank slot per rank (:mod:`cpu_platform`)."""
+    rank slot per rank (:mod:`omni_verl_cpu.platform`). ``omni_local`` serves the policy
+    :func:`cpu_policy` describes."""
     trainer, ray_init, rollout = config.trainer, config.ray_kwargs.ray_init, config.actor_rollout_ref.rollout
     actor_dtype = config.actor_rollout_ref.actor.fsdp_config.model_dtype or "fp32"
     rollout_name = cpu_rollout_name(config)
@@ -523,7 +526,9 @@ def cpu_values(config: Config, env_vars: dict[str, str]) -> dict[str, Any]:
         "reward.num_workers": 1,
         "data.dataloader_num_workers": 0,
         "transfer_queue.backend.SimpleStorage.num_data_storage_units": 1,
-        "ray_kwargs.ray_init.runtime_env.env_vars": {**env_vars, CPU_PLATFORM_ENV: "cpu"},
+        "ray_kwargs.ray_init.runtime_env.env_vars": {
+            **env_vars, CPU_PLATFORM_ENV: "cpu", POLICY_ENV: cpu_policy(settings).to_env(),
+        },
     }
     if rollout_name == ROLLOUT_NAME:
         # vLLM on the CPU: no sleep mode (it would only log), no CUDA graphs, and a KV cache of
@@ -556,6 +561,15 @@ def cpu_values(config: Config, env_vars: dict[str, str]) -> dict[str, Any]:
             # Also logical: verl's actors and placement bundles each hold CPUs, more than a laptop has.
             values["ray_kwargs.ray_init.num_cpus"] = CPU_RUN_RAY_CPUS
     return values
+
+
+def cpu_policy(settings: VerlSettings) -> CpuPolicy:
+    """What the ``omni_local`` replicas serve: the run's model, stage and pipeline."""
+    return CpuPolicy(
+        model_path=settings.model_path, stage=settings.stage, adapter_options=adapter_options(settings),
+        pipeline_name=settings.pipeline_name, pipeline_mode=settings.pipeline_mode,
+        max_spoken_tokens=settings.max_spoken_tokens,
+    )
 
 
 TALKER_ROLLOUT_DTYPES = ("bfloat16", "bf16")

@@ -14,7 +14,7 @@ import torch
 
 pytest.importorskip("verl")
 
-from omni_trainer.engines.verl.gloo_checkpoint import (  # noqa: E402
+from omni_verl_cpu.gloo_checkpoint import (  # noqa: E402
     GLOO_BACKEND,
     GlooCheckpointEngine,
     StoreAddress,

@@ -1,4 +1,4 @@
-"""The CPU rollout's pieces (``engines.verl.local_rollout``) against verl's own code.
+"""The CPU rollout's pieces (``omni_verl_cpu.rollout``, ``omni_verl_cpu.speech``) against verl's own code.
 
 The whole backend runs in ``test_verl_cpu_run.py``; these pin the parts a run would only
 show as wrong numbers: the sampling options, the expert weights verl streams, the media cache.
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_sampling_options_that_change_the_distribution_are_refused_by_name() -> None:
-    from omni_trainer.engines.verl.local_rollout import sampling_settings
+    from omni_verl_cpu.rollout import sampling_settings
 
     settings = sampling_settings({"temperature": 0.7, "top_p": 0.9, "top_k": 0, "repetition_penalty": 1.0}, 5)
     assert (settings.temperature, settings.top_p, settings.top_k, settings.max_new_tokens, settings.n) == (0.7, 0.9, -1, 5, 1)
@@ -27,8 +27,8 @@ def test_sampling_options_that_change_the_distribution_are_refused_by_name() -> 
 
 def test_a_speech_stage_samples_its_full_distribution_at_a_temperature() -> None:
     """``SpeechPolicy.sample_speech`` takes a temperature only: what the actor recomputes."""
-    from omni_trainer.engines.verl.local_rollout import sampling_settings
-    from omni_trainer.engines.verl.local_speech import SpeechSettings, speech_settings
+    from omni_verl_cpu.rollout import sampling_settings
+    from omni_verl_cpu.speech import SpeechSettings, speech_settings
 
     assert speech_settings(sampling_settings({"temperature": 0.8}, 12)) == SpeechSettings(0.8, 12)
     for params in ({"top_p": 0.9}, {"top_k": 5}, {"stop_token_ids": [3]}):
@@ -42,7 +42,7 @@ def test_experts_verl_streams_unfused_are_packed_back_exactly() -> None:
     import torch
     from verl.workers.engine.fsdp.utils import unfuse_moe_params
 
-    from omni_trainer.engines.verl.local_rollout import pack_experts
+    from omni_verl_cpu.rollout import pack_experts
 
     gen = torch.Generator().manual_seed(0)
     packed = {
@@ -63,7 +63,7 @@ def test_experts_verl_streams_unfused_are_packed_back_exactly() -> None:
 def test_the_media_cache_keys_on_values_not_objects() -> None:
     from PIL import Image
 
-    from omni_trainer.engines.verl.local_rollout import media_key
+    from omni_verl_cpu.rollout import media_key
 
     tone = np.sin(np.arange(800, dtype=np.float32))
     picture = Image.new("RGB", (8, 8), (10, 20, 30))
@@ -77,7 +77,7 @@ def test_the_media_cache_keys_on_values_not_objects() -> None:
 def test_the_weights_digest_sees_one_bit_and_ignores_order() -> None:
     import torch
 
-    from omni_trainer.engines.verl.local_rollout import weights_digest
+    from omni_verl_cpu.rollout import weights_digest
 
     weights = {"b": torch.arange(6, dtype=torch.float32).reshape(2, 3), "a": torch.tensor(1.5), "c": torch.ones(2, dtype=torch.bfloat16)}
     digest = weights_digest(weights)
@@ -103,7 +103,7 @@ def test_teacher_scores_come_in_the_layout_verl_reads_from_vllm(num: int) -> Non
     from omni_contracts import resolve_training_adapter
     from omni_qwen3.tiny import build_tiny_qwen3_omni
     from omni_training.distillation import Teacher
-    from omni_trainer.engines.verl.local_rollout import prompt_log_probs
+    from omni_verl_cpu.rollout import prompt_log_probs
 
     tiny = str(build_tiny_qwen3_omni())
     teacher = Teacher.from_pretrained(tiny, resolve_training_adapter(AutoConfig.from_pretrained(tiny), "thinker"))
@@ -143,8 +143,8 @@ def test_the_speakers_thinker_never_answers_what_the_local_engines_answers_never
 
     from omni_contracts import get_rollout_adapter, resolve_training_adapter
     from omni_qwen3.tiny import build_tiny_qwen3_omni
-    from omni_trainer.placeholders import policy_logit_mask
-    from omni_trainer.engines.verl.local_speech import THINKER_MODE, LocalSpeaker
+    from omni_rollout.placeholders import policy_logit_mask
+    from omni_verl_cpu.speech import THINKER_MODE, LocalSpeaker
     from omni_training.logit_mask import masked_ids
     from omni_training.model_loading import LoraSettings, load_policy
 
@@ -176,7 +176,7 @@ def test_a_weight_sync_waits_for_the_running_batch_and_each_sample_names_its_wei
 
     import torch
 
-    from omni_trainer.engines.verl.local_rollout import LocalRolloutServer, media_key
+    from omni_verl_cpu.rollout import LocalRolloutServer, media_key
 
     sampling, release = threading.Event(), threading.Event()
     weights_seen: list[float] = []

@@ -9,8 +9,8 @@ placeholders, and a new turn, never sampled), then the model's
 :class:`~omni_contracts.SpeechPolicy` (``sample_speech``: the talker's tokens with the
 conditioning it consumed, the residual codebooks and the decoded waveform).
 
-Its answer is verl's ``TokenOutput`` with the :data:`~.speech_sample.SPEECH_SAMPLE` entry
-:class:`~omni_trainer.engines.verl.agent_loop.OmniSpeechAgentLoop` reads, exactly as our
+Its answer is verl's ``TokenOutput`` with the :data:`~omni_rollout.speech_sample.SPEECH_SAMPLE` entry
+omni-rl's speech agent loop reads, exactly as its
 vLLM-Omni server adds it: the talker's prefill placeholder as the training prompt, the namespaced
 fields the training adapter declares (here the conditioning as the talker consumed it, the
 form the local engine trains on), and the waveform, its rate and the spoken ids for the
@@ -31,9 +31,9 @@ from verl.workers.rollout.replica import TokenOutput
 from omni_contracts import RolloutAdapter, is_namespaced
 from omni_contracts.speech import SpeechPolicy, find_speech_policy
 from omni_rollout.local_engine import LocalEngine, find_policy_module
+from omni_rollout.placeholders import policy_logit_mask
 from omni_rollout.sampling import SamplingSettings
-from omni_trainer.placeholders import policy_logit_mask
-from omni_trainer.engines.verl.speech_sample import SOURCE_TRUNCATED, SPEECH_SAMPLE
+from omni_rollout.speech_sample import SOURCE_TRUNCATED, SPEECH_SAMPLE
 from omni_training.logit_mask import masked_ids
 
 THINKER_MODE = "thinker_only"

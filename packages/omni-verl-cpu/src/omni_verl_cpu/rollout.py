@@ -15,7 +15,7 @@ This module is such a backend, with the local engine's generation instead of vLL
   rank; it sends the actor's weights (verl's ``get_per_tensor_param`` stream, LoRA merged)
   to its replica's server through Ray's object store. With the rollout on ranks of its own
   (one-step-off), verl builds it in the replica's ``CheckpointEngineWorker`` instead, which
-  hands it what the checkpoint engine received (:mod:`gloo_checkpoint` on the CPU).
+  hands it what the checkpoint engine received (:mod:`omni_verl_cpu.gloo_checkpoint`).
 
 A teacher replica (on-policy distillation: verl's ``TeacherModelManager`` builds one per
 teacher slot of ``distillation.nnodes`` x ``distillation.n_gpus_per_node``) holds the
@@ -48,12 +48,12 @@ from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 from verl.workers.rollout.utils import ensure_async_iterator
 
 from omni_rollout.local_engine import LocalEngine, find_policy_module
+from omni_rollout.placeholders import policy_logit_mask
 from omni_rollout.sampling import SamplingSettings
-from omni_trainer.placeholders import policy_logit_mask
-from omni_trainer.engines.verl.adapters import rollout_adapter, training_adapter
-from omni_trainer.engines.verl.processor import adapter_processor
-from omni_trainer.engines.verl.settings import LOCAL_ROLLOUT_NAME, VerlSettings
 from omni_training.logit_mask import mask_policy_logits, masked_ids
+from omni_verl_cpu import ROLLOUT_NAME
+from omni_verl_cpu.policy import CpuPolicy
+from omni_verl_cpu.speech import LocalSpeaker, speech_settings
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def sampling_settings(sampling_params: dict[str, Any], max_tokens: int) -> Sampl
         value = params.pop(key, neutral)
         if value != neutral:
             raise ValueError(
-                f"rollout.name={LOCAL_ROLLOUT_NAME} samples with {key}={neutral!r} only (got {value!r}): the "
+                f"rollout.name={ROLLOUT_NAME} samples with {key}={neutral!r} only (got {value!r}): the "
                 "actor's log-probs would no longer be the policy's that sampled."
             )
     top_k = int(params.get("top_k", -1) or -1)
@@ -273,7 +273,7 @@ class LocalRolloutServer:
         self._weights_in_use = asyncio.Lock()
         self._port_reservation: Any = None
         self._media: dict[str, dict[str, Any]] = {}
-        self.speaker: Any = None  # a speech stage's LocalSpeaker (local_speech)
+        self.speaker: Any = None  # a speech stage's LocalSpeaker (omni_verl_cpu.speech)
 
     def get_master_address(self) -> tuple[str, int, int]:
         return ray.util.get_node_ip_address(), 0, 0
@@ -285,48 +285,45 @@ class LocalRolloutServer:
         from omni_training.model_loading import load_policy
         from omni_training.settings import LoraSettings
 
-        settings = VerlSettings.from_env()
-        self.processor = adapter_processor(settings)  # a teacher shares the student's (checked at launch)
+        policy = CpuPolicy.from_env()
+        hf_config = AutoConfig.from_pretrained(policy.model_path)
+        self.processor = policy.processor(hf_config)  # a teacher shares the student's (checked at launch)
         if self.is_teacher:
             from omni_training.distillation import Teacher
 
             # verl hands a teacher replica its model as an unresolved config (``path``).
             path = str(self.model_config.path)
-            adapter = training_adapter(AutoConfig.from_pretrained(path), settings)
+            adapter = policy.training_adapter(AutoConfig.from_pretrained(path))
             self.teacher = Teacher.from_pretrained(path, adapter, dtype="float32")
             # The student's samples were drawn under its logit mask; the teacher scores them
             # under the same one (omni_training.logit_mask).
-            student = AutoConfig.from_pretrained(settings.model_path)
             tokenizer = getattr(self.processor, "tokenizer", self.processor)
             mask_policy_logits(self.teacher.model, policy_logit_mask(
-                rollout_adapter(settings), settings.pipeline_mode, student, self.processor, tokenizer,
+                policy.rollout_adapter(), policy.pipeline_mode, hf_config, self.processor, tokenizer,
             ))
             self._teacher_calls = asyncio.Lock()
-            print(f"{LOCAL_ROLLOUT_NAME} teacher replica {self.replica_rank}: {path} loaded", flush=True)
+            print(f"{ROLLOUT_NAME} teacher replica {self.replica_rank}: {path} loaded", flush=True)
             return
-        hf_config = AutoConfig.from_pretrained(settings.model_path)
-        adapter = training_adapter(hf_config, settings)
-        self.model, _ = load_policy(settings.model_path, adapter, LoraSettings(), dtype="float32")
+        adapter = policy.training_adapter(hf_config)
+        self.model, _ = load_policy(policy.model_path, adapter, LoraSettings(), dtype="float32")
         self.model.eval()
-        pipeline = rollout_adapter(settings)
+        pipeline = policy.rollout_adapter()
         tokenizer = getattr(self.processor, "tokenizer", self.processor)
         eos = tokenizer.eos_token_id
         self._arrived = asyncio.Event()
         self._batches = asyncio.create_task(self._batch_loop())
-        if pipeline.policy_stage_id(settings.pipeline_mode) != 0:  # a speech stage: thinker, then talker
-            from omni_trainer.engines.verl.local_speech import LocalSpeaker
-
+        if pipeline.policy_stage_id(policy.pipeline_mode) != 0:  # a speech stage: thinker, then talker
             self.speaker = LocalSpeaker.for_model(
-                self.model, pipeline, hf_config, self.processor, tokenizer, answer_tokens=settings.max_spoken_tokens
+                self.model, pipeline, hf_config, self.processor, tokenizer, answer_tokens=policy.max_spoken_tokens
             )
             return
-        module = find_policy_module(self.model, pipeline, settings.pipeline_mode)
-        mask = policy_logit_mask(pipeline, settings.pipeline_mode, hf_config, self.processor, tokenizer)
+        module = find_policy_module(self.model, pipeline, policy.pipeline_mode)
+        mask = policy_logit_mask(pipeline, policy.pipeline_mode, hf_config, self.processor, tokenizer)
         self.engine = LocalEngine(
             module,
             eos_token_ids=(eos,),
             pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos,
-            stage_id=pipeline.policy_stage_id(settings.pipeline_mode),
+            stage_id=pipeline.policy_stage_id(policy.pipeline_mode),
             suppress_token_ids=masked_ids(mask, int(module.get_output_embeddings().weight.shape[0])),
             prompts_per_call=int(self.config.max_num_seqs) if self.config.max_num_seqs else None,
         )
@@ -358,7 +355,7 @@ class LocalRolloutServer:
         if num_prompt_logprobs is not None and num_prompt_logprobs is not False:
             return await self._score(prompt_ids, int(num_prompt_logprobs), image_data, video_data, audio_data, mm_processor_kwargs)
         if self.is_teacher:
-            raise ValueError(f"{LOCAL_ROLLOUT_NAME} teacher replica {self.replica_rank} scores sequences (prompt_logprobs); it does not sample.")
+            raise ValueError(f"{ROLLOUT_NAME} teacher replica {self.replica_rank} scores sequences (prompt_logprobs); it does not sample.")
         # Unset, vLLM takes the model's context length; here the run's prompt + response budget.
         max_model_len = self.config.max_model_len or self.config.prompt_length + self.config.response_length
         room = int(max_model_len) - len(prompt_ids)
@@ -370,8 +367,6 @@ class LocalRolloutServer:
             max_tokens = min(self.config.response_length, self.config.prompt_length + self.config.response_length - len(prompt_ids))
         settings = sampling_settings(params, max(1, min(int(max_tokens), room)))
         if self.speaker is not None:
-            from omni_trainer.engines.verl.local_speech import speech_settings
-
             speech_settings(settings)  # refused here, in the request that asked for it
         inputs = await self._inputs(prompt_ids, image_data, video_data, audio_data, mm_processor_kwargs)
         assert self._arrived is not None, "generate before launch_server"
@@ -405,7 +400,7 @@ class LocalRolloutServer:
         """A teacher request: the log-probs of ``sequence_ids``' own tokens, nothing sampled."""
         if self.teacher is None:
             raise ValueError(
-                f"{LOCAL_ROLLOUT_NAME} replica {self.replica_rank} samples the student; prompt_logprobs are "
+                f"{ROLLOUT_NAME} replica {self.replica_rank} samples the student; prompt_logprobs are "
                 "answered by teacher replicas (distillation.enabled=true)."
             )
         assert self._teacher_calls is not None
@@ -441,8 +436,6 @@ class LocalRolloutServer:
 
     async def _speak(self, settings: SamplingSettings, requests: list[_Request]) -> None:
         """A speech stage's requests: one ``sample_speech`` call per prompt, for all of its samples."""
-        from omni_trainer.engines.verl.local_speech import speech_settings
-
         by_prompt: dict[tuple[int, ...], list[_Request]] = {}
         for request in requests:
             by_prompt.setdefault(tuple(request.inputs["input_ids"][0].tolist()), []).append(request)
@@ -469,7 +462,7 @@ class LocalRolloutServer:
         unknown = sorted(set(weights) - set(state))
         if unknown:
             raise KeyError(
-                f"rollout.name={LOCAL_ROLLOUT_NAME} received {len(unknown)} weights its policy does not have, e.g. "
+                f"rollout.name={ROLLOUT_NAME} received {len(unknown)} weights its policy does not have, e.g. "
                 f"{unknown[:3]}; the actor and the rollout loaded different models."
             )
         with torch.no_grad():
@@ -480,7 +473,7 @@ class LocalRolloutServer:
         self.global_steps = global_steps
         # One line per sync, in the driver's log: which step's weights each replica samples with.
         print(
-            f"{LOCAL_ROLLOUT_NAME} replica {self.replica_rank}: weights of step {global_steps} loaded "
+            f"{ROLLOUT_NAME} replica {self.replica_rank}: weights of step {global_steps} loaded "
             f"({len(weights)} tensors, sha256 {weights_digest(weights)[:16]})",
             flush=True,
         )
@@ -516,7 +509,7 @@ class LocalRolloutServer:
         return None
 
     async def abort_request(self, request_id: str, reset_prefix_cache: bool = True) -> dict[str, Any]:
-        return {"aborted": False, "error": f"{LOCAL_ROLLOUT_NAME} does not abort requests"}
+        return {"aborted": False, "error": f"{ROLLOUT_NAME} does not abort requests"}
 
     async def start_profile(self, **_: Any) -> None:
         return None
@@ -534,7 +527,7 @@ class LocalRolloutReplica(RolloutReplica):
     async def launch_servers(self) -> None:
         if self.world_size != 1:
             raise ValueError(
-                f"rollout.name={LOCAL_ROLLOUT_NAME} runs one process per replica: set "
+                f"rollout.name={ROLLOUT_NAME} runs one process per replica: set "
                 "actor_rollout_ref.rollout.tensor_model_parallel_size=1 (and data/pipeline parallel size 1)."
             )
         if self.workers:
@@ -546,7 +539,7 @@ class LocalRolloutReplica(RolloutReplica):
             ray.remote(LocalRolloutServer)
             .options(
                 scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-                name=f"{LOCAL_ROLLOUT_NAME}_server_{role}{self.replica_rank}_0{self.name_suffix}",
+                name=f"{ROLLOUT_NAME}_server_{role}{self.replica_rank}_0{self.name_suffix}",
                 max_concurrency=self.max_concurrency,
                 num_cpus=0,
             )
@@ -580,7 +573,7 @@ class LocalRolloutWorkerAdapter(BaseRollout):
 
     def _server_handle(self) -> Any:
         if self._server is None:
-            self._server = ray.get_actor(f"{LOCAL_ROLLOUT_NAME}_server_{self.replica_rank}_0")
+            self._server = ray.get_actor(f"{ROLLOUT_NAME}_server_{self.replica_rank}_0")
         return self._server
 
     async def resume(self, tags: list[str]) -> None:
@@ -598,10 +591,10 @@ class LocalRolloutWorkerAdapter(BaseRollout):
         **_: Any,
     ) -> None:
         if wire_format != "named_tensors":
-            raise ValueError(f"rollout.name={LOCAL_ROLLOUT_NAME} takes full tensors (wire_format=named_tensors), got {wire_format!r}.")
+            raise ValueError(f"rollout.name={ROLLOUT_NAME} takes full tensors (wire_format=named_tensors), got {wire_format!r}.")
         if peft_config is not None:
             raise ValueError(
-                f"rollout.name={LOCAL_ROLLOUT_NAME} loads merged weights; set actor_rollout_ref.model.lora.merge=true."
+                f"rollout.name={ROLLOUT_NAME} loads merged weights; set actor_rollout_ref.model.lora.merge=true."
             )
         # A generator in the actor's process (colocated sync); an async one from a checkpoint
         # engine in a rollout worker of its own (separated rollout, e.g. one-step-off).

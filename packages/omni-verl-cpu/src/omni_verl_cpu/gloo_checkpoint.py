@@ -40,7 +40,7 @@ from verl.checkpoint_engine.base import (
     split_weight_chunks,
 )
 
-from omni_trainer.engines.verl.settings import GLOO_BACKEND
+from omni_verl_cpu import GLOO_BACKEND
 
 SYNC_TIMEOUT = timedelta(minutes=10)
 """How long a rank waits for the others to join a sync or a broadcast."""

@@ -1,39 +1,28 @@
-"""A speech policy's sample in verl: what our rollout server adds to verl's ``TokenOutput``.
+"""A speech policy's sample as a verl rollout server returns it: what the server adds to verl's
+``TokenOutput`` (``extra_fields[SPEECH_SAMPLE]``) beside the policy stage's tokens and log-probs.
 
-verl's ``generate`` returns the policy stage's tokens and log-probs. A speech stage (a talker)
-also needs what the stages before it produced -- the thinker's text it spoke -- and the
-model-native data its actor forward reads. :func:`speech_sample` builds that from every
-stage's output of one request with the rollout adapter (``omni_single_turn``: its
-``postprocess_agent_loop_output``, checked against the training adapter's field specs) and
-:class:`~omni_trainer.engines.verl.agent_loop.OmniSpeechAgentLoop` turns it into verl's
-training row. Light: no Ray import.
+A speech stage (a talker) also needs what the stages before it produced -- the thinker's text
+it spoke -- and the model-native data its actor forward reads. :func:`speech_sample` builds that
+from every stage's output of one request with the rollout adapter (``omni_single_turn``: its
+``postprocess_agent_loop_output``, checked against the training adapter's field specs). Both
+rollout servers write it (vLLM-Omni's, and the CPU's ``omni_local``), and the app's speech agent
+loop reads it. Light: no verl, torch or Ray import.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from omni_contracts import ExtraFieldSpec, RolloutAdapter, SchemaError, is_namespaced
-from omni_rewards.audio import WeightedAudioReward
-from omni_rewards.errors import AudioRewardError, InvalidSpeechSampleError, InvalidWaveformError
 from omni_rollout.agent_loops import get_agent_loop
 from omni_rollout.vllm_omni.outputs import convert_request
-from omni_trainer.reward_guard import MASKED_FLAG
-
-logger = logging.getLogger(__name__)
 
 SPEECH_SAMPLE = "omni_rl_speech_sample"
 """The ``TokenOutput.extra_fields`` entry holding :func:`speech_sample`'s result."""
-
-
 ENGINE_KEYS = ("waveform", "sample_rate", "spoken_ids")
-SPEECH_STATUSES = ("ok", "error")
 """The rollout adapter's engine-side fields a speech sample carries for its reward."""
-SOURCE_TRUNCATED = MASKED_FLAG
+SOURCE_TRUNCATED = "source_truncated"
 """The rollout adapter's flag on a speech sample it masked out of training because the text it
 spoke was cut at the length limit (omni_qwen3: the thinker's answer; see
 ``omni_qwen3.talker_outputs``); reported per sample in ``reward_extra_info``, so each step
@@ -74,30 +63,3 @@ def speech_sample(
         "prompt_ids": list(sample.prompt_ids), "response_mask": list(sample.response_mask), "fields": fields,
         SOURCE_TRUNCATED: bool(sample.extra_fields.get(SOURCE_TRUNCATED, False)), **engine,
     }
-
-
-def score_speech(
-    rewards: WeightedAudioReward, waveform: Any, sample_rate: int | None, text: str, ground_truth: str | None
-) -> tuple[float, dict[str, float]]:
-    """One sample's reward and its extra info, with a fixed key set (every sample of a batch
-    reports the same keys, see :func:`unscored_speech`): ``audio_reward/<key>`` per reward and
-    the ``reward_<status>`` indicators. A sample without a waveform, with one that cannot be
-    scored, or on which a reward fails scores 0 with ``reward_error`` 1 (counted, and
-    logged), never a silent 0."""
-    try:
-        if waveform is None or sample_rate is None:
-            raise InvalidWaveformError("the engine returned no waveform for this sample")
-        result = rewards(np.asarray(waveform, dtype=np.float32), int(sample_rate), text, ground_truth)
-    except (InvalidSpeechSampleError, AudioRewardError) as exc:
-        logger.warning("speech reward failed: %s", exc)
-        return unscored_speech(rewards, "error")
-    score, info = unscored_speech(rewards, "ok")
-    return float(result["score"]), {name: float(result.get(name, value)) for name, value in info.items()}
-
-
-def unscored_speech(rewards: WeightedAudioReward, status: str) -> tuple[float, dict[str, float]]:
-    """Score 0 and the extra info of a sample with ``status`` (``"error"``; ``"ok"`` gives the
-    key set with zeros)."""
-    info = {f"audio_reward/{key}": 0.0 for key in rewards.keys}
-    info.update({f"reward_{name}": float(name == status) for name in SPEECH_STATUSES})
-    return 0.0, info

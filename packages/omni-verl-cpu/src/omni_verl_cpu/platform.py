@@ -1,14 +1,14 @@
 """verl on the CPU: a device platform registered through verl's platform registry.
 
 ``trainer.engine=verl trainer.device=cpu`` runs verl's own trainer loop on this machine's
-CPU: its FSDP2 actor on gloo, the rollout on ``omni_local`` (:mod:`local_rollout`). verl
+CPU: its FSDP2 actor on gloo, the rollout on ``omni_local`` (:mod:`omni_verl_cpu.rollout`). verl
 picks its device through ``verl.plugin.platform`` (``VERL_PLATFORM`` names the platform in
 every process); this module registers ``cpu`` there, on import, before any verl code asks
 for a device.
 
 Ray placement: verl's resource pools reserve one accelerator slot per rank, in Ray's ``GPU``
 resource, and check the cluster has enough of them. On the CPU those slots are logical: the
-local Ray starts with ``num_gpus`` = the ranks per node (``translate.cpu_values``), Ray is
+local Ray starts with ``num_gpus`` = the ranks per node (the launcher's to set), Ray is
 told not to set ``CUDA_VISIBLE_DEVICES`` from them, and nothing here ever calls CUDA. A
 rank is one process with ``torch`` threads of its own; the slots only count ranks.
 """
@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from verl.plugin.platform import PlatformBase, PlatformRegistry
 
-from omni_trainer.engines.verl.settings import CPU_PLATFORM
+from omni_verl_cpu import PLATFORM
 
 RANK_SLOT_RESOURCE = "GPU"
 """The Ray resource verl's placement groups reserve per rank (a logical count on the CPU)."""
@@ -38,7 +38,7 @@ class CpuDeviceModule(types.SimpleNamespace):
         return True
 
     def current_device(self) -> str:
-        return CPU_PLATFORM
+        return PLATFORM
 
     def device_count(self) -> int:
         return 1
@@ -86,7 +86,7 @@ class CpuDeviceModule(types.SimpleNamespace):
         return None
 
 
-@PlatformRegistry.register(CPU_PLATFORM)
+@PlatformRegistry.register(PLATFORM)
 class CpuPlatform(PlatformBase):
     """torch's CPU device and the gloo backend, for every verl process of a CPU run."""
 
@@ -94,11 +94,11 @@ class CpuPlatform(PlatformBase):
 
     @property
     def device_name(self) -> str:
-        return CPU_PLATFORM
+        return PLATFORM
 
     @property
     def vendor_name(self) -> str:
-        return CPU_PLATFORM
+        return PLATFORM
 
     @property
     def device_module(self) -> Any:
@@ -113,7 +113,7 @@ class CpuPlatform(PlatformBase):
 
     def current_device(self) -> Any:
         # verl moves tensors with .to(current_device()); an index would mean cuda:<index>.
-        return CPU_PLATFORM
+        return PLATFORM
 
     def device_count(self) -> int:
         return 1
