@@ -24,7 +24,7 @@ from omni_trainer.model_folder import folder_problems
 from omni_trainer.reporting import NO_VALIDATION
 from omni_trainer.resolved import ResolvedRun
 from omni_trainer.settings_builders import correction_settings, distillation_settings
-from omni_trainer.tasks import TEXT_RL
+from omni_trainer.tasks import PREFERENCE, SPEECH_RL, TEXT_RL
 
 GROUPED_ESTIMATORS = ("grpo", "grpo_passk", "rloo", "reinforce_plus_plus_baseline")
 """Estimators whose baseline is the prompt's group of ``rollout.n`` samples."""
@@ -74,7 +74,7 @@ def _vocabularies(run: ResolvedRun, found: Findings) -> None:
             "actor_rollout_ref.actor.talker_drift_coef penalises the drift that trainer.talker_drift "
             "measures; set trainer.talker_drift=true"
         )
-    if config.actor_rollout_ref.model.stage == "talker":
+    if run.task == SPEECH_RL:
         if config.data.val_files:
             found.problems.append(
                 "actor_rollout_ref.model.stage=talker runs no validation in this version (its rewards "
@@ -260,7 +260,7 @@ def _warnings(run: ResolvedRun, found: Findings) -> None:
             "the test or validation split `trainer convert` wrote"
         )
     if config.trainer.log_val_generations > 0 and (
-        config.actor_rollout_ref.model.stage == "talker" or (config.data.train_files and not config.data.val_files)
+        run.task == SPEECH_RL or (config.data.train_files and not config.data.val_files)
     ):
         found.warnings.append(
             f"trainer.log_val_generations={config.trainer.log_val_generations} logs validation samples, and this "
@@ -332,7 +332,7 @@ def _data_files(run: ResolvedRun, found: Findings) -> None:
         )
     if config.reward.custom_reward_function.path or config.reward.on_unknown_data_source == "skip":
         return
-    if config.actor_rollout_ref.model.stage == "talker" or config.algorithm.sample_source == "offline":
+    if run.task in (SPEECH_RL, PREFERENCE):
         return  # speech is scored by reward.audio_rewards; preference pairs by nothing
     from omni_rewards import SCORERS
 
