@@ -27,7 +27,7 @@ import torch
 pytest.importorskip("vllm", reason="needs the gpu extra (vllm): uv sync --extra gpu")
 pytest.importorskip("verl", reason="needs the distributed extra (verl): uv sync --extra distributed")
 
-STUB = str(Path(__file__).resolve().parents[1] / "apps" / "trainer" / "tests")
+STUB = str(Path(__file__).resolve().parents[1] / "apps" / "trainer" / "tests" / "engines" / "verl")
 if STUB not in sys.path:
     sys.path.insert(0, STUB)  # verl_server_stub: our server as verl's __init__ and run_server leave it
 

@@ -28,7 +28,7 @@ external module) in the vLLM worker that receives the weights."""
 JOB_ENV = ("VERL_RAY_JOB_ID", "VERL_REPLICA_RANK")
 """What verl's server puts in its environment for its vLLM workers, which name their weight
 socket after it (``vLLMColocateWorkerExtension._get_zmq_handle``)."""
-STUB = Path(__file__).resolve().parents[2] / "apps" / "trainer" / "tests"
+STUB = Path(__file__).resolve().parents[2] / "apps" / "trainer" / "tests" / "engines" / "verl"
 """Where ``verl_server_stub`` lives: our server as verl's ``__init__`` leaves it (CPU-tested)."""
 
 T = TypeVar("T")

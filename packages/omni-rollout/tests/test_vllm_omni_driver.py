@@ -4,7 +4,7 @@ Covered: per-stage sampling params, the engine prompt (pad dedup, media, refused
 the policy stage's outputs reach a vLLM-style caller, prompt log-probs checked against the ids
 sent, stage RPC failures raise, the cache clearing that ``AsyncOmni.reset_prefix_cache`` (a
 no-op) cannot do, sleep/wake, and the in-flight table verl reads. verl's own server code runs
-against the driver in apps/trainer/tests/test_verl_wiring.py; the real AsyncOmni on a GPU in
+against the driver in apps/trainer/tests/engines/verl/test_verl_wiring.py; the real AsyncOmni on a GPU in
 tests/gpu/test_vllm_omni_rollout.py. Needs vLLM for ``SamplingParams`` (gpu extra).
 """
 

@@ -1,7 +1,7 @@
 """The vLLM / vLLM-Omni 0.28 calls the driver makes still exist with the same shape, and the
 undocumented behaviour ``omni_rollout.vllm_omni.compat`` relies on is still there.
 
-test_vllm_omni_driver.py and apps/trainer/tests/test_verl_wiring.py (verl's server on the
+test_vllm_omni_driver.py and apps/trainer/tests/engines/verl/test_verl_wiring.py (verl's server on the
 driver) drive the code against fakes; this module binds the exact arguments passed (and the
 recording fake's signatures) to the real classes, so an upstream rename or change fails here,
 on CPU, instead of on a GPU run. Importing vllm_omni takes one to two minutes on CPU; keep the

@@ -1,7 +1,7 @@
 """Every reliance of the verl engine on a private name of verl, Ray or transformers.
 
 Each function here reaches one name that is not a documented extension point; each has a
-canary in ``apps/trainer/tests/test_verl_compat.py`` that fails when upstream moves or
+canary in ``apps/trainer/tests/engines/verl/test_verl_compat.py`` that fails when upstream moves or
 changes it. Nothing outside this module touches these names.
 
 - ``ray_actor_class``: Ray's ``__ray_actor_class__`` (the class behind ``@ray.remote``),
@@ -89,7 +89,7 @@ PRIVATE_OVERRIDES: tuple[tuple[str, str, str], ...] = (
     ("verl.experimental.fully_async_policy.fully_async_trainer.FullyAsyncTrainer", "_fit_postprocess_step",
      "omni_trainer.engines.verl.fully_async.OmniFullyAsyncTrainer"),
 )
-"""Every private verl method our classes override; ``apps/trainer/tests/test_verl_compat.py``
+"""Every private verl method our classes override; ``apps/trainer/tests/engines/verl/test_verl_compat.py``
 fails when one is missing here, or no longer exists upstream with the same parameters."""
 
 

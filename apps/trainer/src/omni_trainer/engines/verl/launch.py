@@ -27,7 +27,6 @@ from omni_trainer.resume_check import check_resume, data_fingerprint, record_run
 from omni_trainer.run_dir import refuse_later_steps
 from omni_trainer.interrupts import StopRequest, workers_ignore_sigint
 from omni_trainer.resolved import ResolvedRun
-from omni_trainer.tasks import PREFERENCE
 from omni_trainer.reward_guard import RewardFailureError
 from omni_trainer.engines.verl.async_training import is_fully_async, prompts_per_step, total_steps
 from omni_trainer.engines.verl.distillation import check_teacher_tokenizer, validate_with_verl
@@ -51,6 +50,7 @@ from omni_trainer.engines.verl.settings import (
     VerlSettings,
     external_modules,
 )
+from omni_trainer.engines.verl.tasks import verl_task
 from omni_trainer.engines.verl.translate import check_config, settings_for, to_verl_config
 from omni_verl_cpu import PLATFORM as CPU_PLATFORM
 
@@ -112,7 +112,7 @@ def verl_problems(run: ResolvedRun) -> list[str]:
         validate_with_verl(verl_config)  # verl's own distillation checks, otherwise first run inside Ray
     except ConfigError as exc:
         problems.extend(exc.problems)
-    if run.task != PREFERENCE:  # preference runs split pairs (translate.preference_problems)
+    if not verl_task(config).offline:  # an offline run splits pairs (tasks.preference_problems)
         problems.extend(batch_split_problems(batch_plan(config, verl_config)))
     return problems
 
@@ -275,7 +275,7 @@ def run(resolved: ResolvedRun, *, checked: bool = False, stop: StopRequest | Non
 
     import ray
 
-    if resolved.task == PREFERENCE:
+    if verl_task(config).offline:
         return run_offline(config, verl_config, on_cpu=on_cpu)
     from ray.exceptions import RayTaskError
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo

@@ -14,6 +14,9 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from omni_trainer.config import Config
+from omni_verl_cpu import ROLLOUT_NAME as LOCAL_ROLLOUT_NAME
+
 SETTINGS_ENV = "OMNI_RL_VERL_SETTINGS"
 EXTERNAL_MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"
 EXTERNAL_MODULE = "omni_trainer.engines.verl.external"
@@ -129,3 +132,16 @@ def adopt_external_modules() -> list[str]:
     value, notes = external_modules(os.environ.get(EXTERNAL_MODULES_ENV))
     os.environ[EXTERNAL_MODULES_ENV] = value
     return notes
+
+
+TALKER_ROLLOUT_DTYPES = ("bfloat16", "bf16")
+"""The rollout dtypes vLLM-Omni's Qwen3-Omni talker runs in (its prefill is bfloat16 whatever the
+engine's dtype, ``qwen3_omni.py`` ``talker_preprocess_prefill``); a CPU talker run defaults to it."""
+
+
+def cpu_rollout_name(config: Config) -> str:
+    """The rollout a CPU run serves: the one the overrides named, else ``omni_local``. A run
+    never switches engine with what happens to be installed: the real vLLM-Omni is named."""
+    if "actor_rollout_ref.rollout.name" in config.given_keys:
+        return config.actor_rollout_ref.rollout.name
+    return LOCAL_ROLLOUT_NAME

@@ -25,8 +25,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from omni_trainer.config import Config, ConfigError
 from omni_trainer.keys import passthrough_values
-from omni_trainer.tasks import PREFERENCE, SPEECH_RL, task_name
 from omni_trainer.engines.verl.adapters import adapter_options
+from omni_trainer.engines.verl.tasks import verl_task
 from omni_trainer.engines.verl.distillation import distillation_problems, distillation_values
 from omni_trainer.engines.verl.errors import EXTRAS_COMMAND, MissingExtrasError
 from omni_trainer.engines.verl.local_keys import verl_refusals
@@ -40,9 +40,10 @@ from omni_trainer.engines.verl.settings import (
     REPLAY_BUFFER,
     ROLLOUT_NAME,
     SETTINGS_ENV,
-    SPEECH_AGENT_LOOP,
+    TALKER_ROLLOUT_DTYPES,
     TRAINER_MODE,
     VerlSettings,
+    cpu_rollout_name,
     external_modules,
 )
 from omni_verl_cpu import ROLLOUT_NAME as LOCAL_ROLLOUT_NAME
@@ -148,10 +149,7 @@ def config_problems(config: Config) -> list[str]:
             f"actor_rollout_ref.rollout.name={LOCAL_ROLLOUT_NAME} is the CPU replica (trainer.device=cpu); on GPUs the "
             f"rollout is {ROLLOUT_NAME}"
         )
-    if task_name(config) == SPEECH_RL:
-        problems.extend(speech_problems(config))
-    if task_name(config) == PREFERENCE:
-        problems.extend(preference_problems(config))
+    problems.extend(verl_task(config).problems(config))
     resume_from = config.trainer.resume_from_path
     if config.trainer.resume_mode == "resume_path" and resume_from and "global_step_" not in Path(resume_from).name:
         problems.append(
@@ -289,77 +287,6 @@ def cpu_problems(config: Config) -> list[str]:
     return problems
 
 
-def preference_problems(config: Config) -> list[str]:
-    """Why an offline preference run cannot be split as configured over verl's ranks: verl
-    gives each rank an equal share of whole pairs, and each update an equal share of its
-    rank's pairs, ``ppo_micro_batch_size_per_gpu`` pairs a micro-batch (at most all of them)."""
-    actor, ranks = config.actor_rollout_ref.actor, config.trainer.nnodes * config.trainer.n_gpus_per_node
-    batch, mini, micro = config.data.train_batch_size, actor.ppo_mini_batch_size, actor.ppo_micro_batch_size_per_gpu
-    problems = []
-    if mini <= batch and batch % mini:  # a larger mini-batch is refused by the common checks
-        problems.append(f"data.train_batch_size={batch} is not a multiple of actor_rollout_ref.actor.ppo_mini_batch_size="
-                        f"{mini} (pairs per optimizer step); every update takes the same number of pairs")
-    if mini % ranks:
-        problems.append(f"actor_rollout_ref.actor.ppo_mini_batch_size={mini} pairs do not split evenly over the {ranks} "
-                        "ranks of trainer.nnodes x trainer.n_gpus_per_node")
-    elif not actor.use_dynamic_bsz and micro < mini // ranks and (mini // ranks) % micro:
-        problems.append(f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro} pairs do not divide the {mini // ranks} "
-                        f"pairs each rank takes per update (ppo_mini_batch_size={mini} over {ranks} ranks)")
-    return problems
-
-
-def speech_problems(config: Config) -> list[str]:
-    """Why a talker run (``stage=talker``) cannot run on verl as configured.
-
-    On verl the talker speaks what vLLM-Omni's thinker answers (greedy, its production
-    sampling), in the checkpoint's default voice, and its rows are padded (the talker's
-    fields are per row)."""
-    from omni_contracts import OmniContractError, rollout_adapters
-
-    model = config.actor_rollout_ref.model
-    rollout = config.actor_rollout_ref.rollout
-    problems = []
-    try:
-        adapter = rollout_adapters.get(rollout.pipeline() or "")()
-    except OmniContractError:
-        adapter = None  # the pipeline check names the problem
-    if adapter is not None and rollout.pipeline_mode in adapter.modes and adapter.policy_stage_id(rollout.pipeline_mode) == 0:
-        speech_modes = [m for m in adapter.modes if adapter.policy_stage_id(m) != 0]
-        problems.append(
-            f"actor_rollout_ref.model.stage=talker samples the talker in vLLM-Omni, but pipeline_mode="
-            f"{rollout.pipeline_mode!r} samples stage 0; set actor_rollout_ref.rollout.pipeline_mode to one of "
-            f"{', '.join(speech_modes) or '(none: this pipeline has no speech policy mode)'}"
-        )
-    if model.use_remove_padding:
-        problems.append(
-            "actor_rollout_ref.model.stage=talker reads per-row fields, which packed rows cannot carry; set "
-            "actor_rollout_ref.model.use_remove_padding=false"
-        )
-    served = cpu_rollout_name(config) if config.trainer.device == "cpu" else rollout.name
-    if served == ROLLOUT_NAME and rollout.dtype not in (None, *TALKER_ROLLOUT_DTYPES):
-        problems.append(
-            f"actor_rollout_ref.model.stage=talker: actor_rollout_ref.rollout.dtype={rollout.dtype}, but vLLM-Omni builds "
-            "the talker's prefill in bfloat16 whatever the engine's dtype (its Qwen3-Omni talker_preprocess_prefill), "
-            "and any other dtype stops the talker at its first request; leave it unset (bfloat16)"
-        )
-    if config.data.spoken_text != "thinker":
-        problems.append(
-            "actor_rollout_ref.model.stage=talker speaks vLLM-Omni's thinker's own answer on the verl engine "
-            "(extra_info.spoken_text is for the local engine); set data.spoken_text=thinker"
-        )
-    if config.trainer.device != "cpu" and config.data.max_spoken_tokens != type(config.data)().max_spoken_tokens:
-        problems.append(
-            "data.max_spoken_tokens applies to the local engine and omni_local; on verl the thinker answers with vLLM-Omni's "
-            "production sampling (greedy, at most 2048 tokens); leave it unset"
-        )
-    if rollout.speaker is not None:
-        problems.append(
-            "actor_rollout_ref.rollout.speaker: vLLM-Omni's talker speaks with the checkpoint's default voice "
-            "on the verl engine in this version; leave it unset"
-        )
-    return problems
-
-
 def _values(
     config: Config, model_path: str, target_modules: list[str] | None, exclude_modules: str | None
 ) -> dict[str, Any]:
@@ -424,7 +351,7 @@ def _values(
         "actor_rollout_ref.rollout.max_model_len": (rollout.prompt_length or data.max_prompt_length) + data.max_response_length,
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": _or(rollout.log_prob_micro_batch_size_per_gpu, micro),
         "actor_rollout_ref.rollout.agent.default_agent_loop": (
-            SPEECH_AGENT_LOOP if task_name(config) == SPEECH_RL else AGENT_LOOPS[rollout.agent.default_agent_loop]
+            verl_task(config).agent_loop or AGENT_LOOPS[rollout.agent.default_agent_loop]
         ),
         "actor_rollout_ref.rollout.agent.agent_loop_manager_class": AGENT_LOOP_MANAGER,
         "trainer.v1.sampler.custom_sampler.path": REPLAY_BUFFER[0],
@@ -572,21 +499,10 @@ def cpu_policy(settings: VerlSettings) -> CpuPolicy:
     )
 
 
-TALKER_ROLLOUT_DTYPES = ("bfloat16", "bf16")
-"""The rollout dtypes vLLM-Omni's Qwen3-Omni talker runs in (its prefill is bfloat16 whatever the
-engine's dtype, ``qwen3_omni.py`` ``talker_preprocess_prefill``); a CPU talker run defaults to it."""
 CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 CPU_KV_CACHE_GIB = 1
 TORCH_DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 """FSDP's dtype names -> vLLM's."""
-
-
-def cpu_rollout_name(config: Config) -> str:
-    """The rollout a CPU run serves: the one the overrides named, else ``omni_local``. A run
-    never switches engine with what happens to be installed: the real vLLM-Omni is named."""
-    if "actor_rollout_ref.rollout.name" in config.given_keys:
-        return config.actor_rollout_ref.rollout.name
-    return LOCAL_ROLLOUT_NAME
 
 
 def vllm_cpu_installed() -> bool:

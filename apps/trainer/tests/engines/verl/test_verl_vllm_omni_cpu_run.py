@@ -49,7 +49,7 @@ def every_medium_rows(root: Path) -> tuple[Path, Path]:
     import pyarrow.parquet as pq
     import soundfile as sf  # type: ignore[import-untyped]
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[5] / "tests"))
     from test_data_qwen3_processor import write_mp4
 
     from omni_data import rl_row, write_rl_parquet

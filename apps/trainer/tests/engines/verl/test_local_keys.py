@@ -18,7 +18,7 @@ from omni_trainer.keys import declared_keys
 from omni_trainer.engines.verl.translate import config_problems, verl_defaults
 from omni_trainer.engines.local.verl_keys import local_refusals
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "omni_trainer"
+SRC = Path(__file__).resolve().parents[3] / "src" / "omni_trainer"
 VERL = ["trainer.engine=verl", "actor_rollout_ref.model.path=/m", "data.train_files=[/d.parquet]"]
 TEACHER = ["distillation.enabled=true", "distillation.teacher_models.teacher_model.model_path=/t"]
 
@@ -38,7 +38,7 @@ REFUSED = {
 READ_BY_THE_VERL_ENGINE = {
     "data.builtin_task_size": "builtin_files.py",
     "data.on_bad_row": "engines/verl/dataset.py",  # passed through (declared), read by our dataset class
-    "data.spoken_text": "engines/verl/translate.py",
+    "data.spoken_text": "engines/verl/tasks.py",  # the talker half refuses the local engine's
     "data.max_spoken_tokens": "engines/verl/translate.py",
     "data.train_sampler.class_path": "config.py",  # both engines: the sampler is chosen by class_name (SamplerConfig)
     "data.train_sampler.class_name": "preflight.py",
@@ -62,7 +62,7 @@ READ_BY_THE_VERL_ENGINE = {
     "actor_rollout_ref.actor.omni_loss.refer_model_precision": "config.py",  # verl-omni reads it nowhere either
     "actor_rollout_ref.rollout.pipeline_name": "engines/verl/translate.py",
     "actor_rollout_ref.rollout.pipeline_mode": "engines/verl/translate.py",
-    "actor_rollout_ref.rollout.speaker": "engines/verl/translate.py",
+    "actor_rollout_ref.rollout.speaker": "engines/verl/tasks.py",
     "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.pipeline_name": "config.py",  # an alias (KEY_ALIASES)
     "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.output_mode": "engines/verl/translate.py",
     "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.max_num_seqs": "config.py",  # an alias

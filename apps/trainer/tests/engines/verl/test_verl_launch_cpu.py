@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[5]
 
 if importlib.util.find_spec("verl") is None or importlib.util.find_spec("vllm_omni") is None:  # pragma: no cover
     pytest.skip("needs the extras (uv sync --extra distributed --extra gpu)", allow_module_level=True)

@@ -15,7 +15,7 @@ from omni_trainer.engines.local.task import LoadedRun, Task
 from omni_trainer.engines.local.tasks import LOCAL_TASKS, load_task
 from omni_trainer.tasks import DISTILLATION, SPEECH_RL, TEXT_RL, task_name
 
-STEP = Path(__file__).resolve().parents[1] / "src" / "omni_trainer" / "engines" / "local" / "step.py"
+STEP = Path(__file__).resolve().parents[3] / "src" / "omni_trainer" / "engines" / "local" / "step.py"
 
 
 @pytest.mark.parametrize(

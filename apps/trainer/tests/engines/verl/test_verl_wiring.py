@@ -38,7 +38,7 @@ def test_cli_reports_missing_extras(
     from omni_trainer.engines.verl import errors
 
     monkeypatch.setattr(errors, "REQUIRED_MODULES", {"omni_rl_absent_module": "gpu"})
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the app's tests: its shared helpers
     from model_folders import minimal_checkpoint
 
     model, data = minimal_checkpoint(tmp_path / "m"), tmp_path / "d.parquet"

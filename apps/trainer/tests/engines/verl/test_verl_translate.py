@@ -3,7 +3,7 @@
 The recipes' overrides are read from the example scripts themselves (a stand-in ``uv`` on
 PATH prints the arguments the script would pass), so a change to a script or to the
 translation shows up as a golden diff. Regenerate deliberately:
-``OMNI_RL_UPDATE_GOLDEN=1 uv run pytest apps/trainer/tests/test_verl_translate.py``.
+``OMNI_RL_UPDATE_GOLDEN=1 uv run pytest apps/trainer/tests/engines/verl/test_verl_translate.py``.
 Needs only Hydra/OmegaConf and verl's installed YAML (the distributed extra), not verl's import.
 """
 
@@ -23,8 +23,8 @@ from omni_trainer.config import ConfigError, load_config
 from omni_trainer.engines.verl.settings import EXTERNAL_MODULE, SETTINGS_ENV, VerlSettings
 from omni_trainer.engines.verl.translate import to_verl_config, verl_config_dir
 
-ROOT = Path(__file__).resolve().parents[3]
-GOLDEN = Path(__file__).parent / "golden" / "verl"
+ROOT = Path(__file__).resolve().parents[5]
+GOLDEN = Path(__file__).parent / "golden"
 RECIPES = ("gsm8k_gspo_lora.sh", "mmk12_gspo_lora.sh", "avqa_gspo_lora.sh", "gsm8k_gspo_lora_fully_async.sh",
            "gsm8k_gspo_lora_one_step_off.sh", "qwen25_avqa_gspo_lora.sh", "qwen25_mmk12_gspo_lora.sh")
 QWEN3_LORA = (["q_proj", "k_proj", "v_proj", "o_proj"], r".*(visual|audio_tower|lm_head|talker|code2wav).*")
@@ -482,3 +482,16 @@ def test_rollout_routing_replay_is_refused_on_both_engines_with_the_reason() -> 
     (refusal,) = local_refusals(load_config(base))
     assert "enable_rollout_routing_replay=true" in refusal and "nothing to replay" in refusal
     assert not [p for p in verl_key_problems(load_config(base[:2] + ["trainer.engine=verl"])) if "routing_replay" in p]
+
+
+def test_every_task_the_local_engine_trains_has_its_verl_half() -> None:
+    """Each task the config can name runs on both engines: a verl half beside each local task,
+    and only the offline one drives verl's actor workers without a rollout."""
+    from omni_trainer.engines.local.tasks import LOCAL_TASKS
+    from omni_trainer.engines.verl.tasks import VERL_TASKS
+    from omni_trainer.engines.verl.settings import SPEECH_AGENT_LOOP
+    from omni_trainer.tasks import PREFERENCE, SPEECH_RL
+
+    assert set(VERL_TASKS) == set(LOCAL_TASKS.keys())
+    assert [name for name, task in VERL_TASKS.items() if task.offline] == [PREFERENCE]
+    assert {name: task.agent_loop for name, task in VERL_TASKS.items() if task.agent_loop} == {SPEECH_RL: SPEECH_AGENT_LOOP}

@@ -226,7 +226,7 @@ def test_verl_accepts_the_translated_launcher(launcher: Path, workdir: Path) -> 
         omega_conf_to_dataclass(section)
 
 
-LAUNCHER_GOLDEN = Path(__file__).parent / "golden" / "verl" / "launchers"
+LAUNCHER_GOLDEN = Path(__file__).parent / "golden" / "launchers"
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS, ids=lambda path: path.stem)

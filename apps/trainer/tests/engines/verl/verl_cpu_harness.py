@@ -42,7 +42,7 @@ MODALITIES = ("text", "image", "audio", "image+audio", "video")
 
 
 def write_rows(root: Path) -> str:
-    sys.path.insert(0, str(HERE.parents[2] / "tests"))
+    sys.path.insert(0, str(HERE.parents[4] / "tests"))
     from test_data_qwen3_processor import write_modality_rows
 
     return str(write_modality_rows(root))

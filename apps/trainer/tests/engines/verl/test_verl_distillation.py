@@ -4,7 +4,7 @@ as our errors before launch, the teacher server's prompt log-probs read back by 
 teacher client, and the tokenizer check before launch.
 
 Slow: imports verl (~25 s) and vLLM (~22 s, through verl's vLLM server). Regenerate the
-golden deliberately: ``OMNI_RL_UPDATE_GOLDEN=1 uv run pytest apps/trainer/tests/test_verl_distillation.py``.
+golden deliberately: ``OMNI_RL_UPDATE_GOLDEN=1 uv run pytest apps/trainer/tests/engines/verl/test_verl_distillation.py``.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from omni_trainer.config import ConfigError, load_config
 from omni_trainer.engines.verl.translate import to_verl_config
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[3]
-GOLDEN = Path(__file__).parent / "golden" / "verl" / "mmk12_opd_lora.yaml"
+ROOT = Path(__file__).resolve().parents[5]
+GOLDEN = Path(__file__).parent / "golden" / "mmk12_opd_lora.yaml"
 QWEN3_LORA = (["q_proj", "k_proj", "v_proj", "o_proj"], r".*(visual|audio_tower|lm_head|talker|code2wav).*")
 EXTRAS = all(importlib.util.find_spec(name) for name in ("verl", "ray", "vllm", "vllm_omni"))
 if not EXTRAS:  # pragma: no cover

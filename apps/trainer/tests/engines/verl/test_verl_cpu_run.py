@@ -87,7 +87,7 @@ def mixed_rows(root: Path, image_audio: Path) -> Path:
     ``data.shuffle=false`` and batches of two, every step trains on both modalities."""
     import pyarrow.parquet as pq
 
-    sys.path.insert(0, str(HERE.parents[2] / "tests"))
+    sys.path.insert(0, str(HERE.parents[4] / "tests"))
     from test_data_qwen3_processor import write_mp4
 
     from omni_data import rl_row, write_rl_parquet

@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("verl", reason="needs the distributed extra (uv sync --extra distributed --extra gpu)")
 
 pytestmark = pytest.mark.slow
-TESTS = Path(__file__).resolve().parents[3] / "tests"
+TESTS = Path(__file__).resolve().parents[5] / "tests"
 
 
 @pytest.fixture(scope="module")
