@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 from omni_contracts import ModelPackageImportError, ModelPackageLoader, rollout_adapters, training_adapters
 from omni_trainer.library_noise import silence_known_noise
 from omni_trainer.subcommands import SUBCOMMANDS
+# Everything else is imported where it is used, for start-up speed: `trainer --help` answers
+# without loading the config, the engines or torch, and each subcommand loads what it uses.
 
 if TYPE_CHECKING:
     from omni_trainer.engines import Engine
