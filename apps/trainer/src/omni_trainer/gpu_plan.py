@@ -87,9 +87,12 @@ class RunPlan:
     fits: bool | None  # None: no GPU to compare with
 
 
-def run_plan(cfg: Config, model_path: str, hf_config: Any, adapter: TrainingAdapter, gpu: Gpu | None) -> RunPlan:
+def run_plan(
+    cfg: Config, model_path: str, hf_config: Any, adapter: TrainingAdapter, gpu: Gpu | None, scale_out: str | None = None,
+) -> RunPlan:
     """The four columns for this run's model and workload, its own column marked ``*``,
-    and a verdict against ``gpu`` (or the plan alone without one)."""
+    and a verdict against ``gpu`` (or the plan alone without one). ``scale_out``: the engine's
+    last tip for a run that does not fit (:attr:`omni_trainer.engines.Engine.scale_out`)."""
     counts: ParamCounts = count_parameters(hf_config, adapter, lora_settings(cfg))
     work = workload(cfg)
     chosen = chosen_column(cfg)
@@ -109,12 +112,12 @@ def run_plan(cfg: Config, model_path: str, hf_config: Any, adapter: TrainingAdap
         usable = gpu.total_bytes * USABLE_FRACTION
         lines.append(
             f"this run ({chosen.name}) needs about {peak / GB:.1f} GB of {usable / GB:.1f} GB usable on {gpu.name}: "
-            + ("fits" if verdict else "does not fit; " + _advice(cfg, chosen))
+            + ("fits" if verdict else "does not fit; " + _advice(chosen, scale_out))
         )
     return RunPlan("\n".join(lines), peak, verdict)
 
 
-def _advice(cfg: Config, chosen: Column) -> str:
+def _advice(chosen: Column, scale_out: str | None) -> str:
     tips = []
     if not chosen.checkpointing:
         tips.append("actor_rollout_ref.model.enable_gradient_checkpointing=true")
@@ -122,8 +125,8 @@ def _advice(cfg: Config, chosen: Column) -> str:
         tips.append("LoRA (actor_rollout_ref.model.lora_rank=16)")
     tips.append("a smaller actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu, data.train_batch_size or "
                 "data.max_response_length")
-    if cfg.trainer.engine == "local":
-        tips.append("or trainer.engine=verl across several GPUs")
+    if scale_out:
+        tips.append(f"or {scale_out}")
     return "try " + ", ".join(tips)
 
 

@@ -187,8 +187,9 @@ def _doctor_plan(overrides: Sequence[str]) -> int:
         print(f"error: cannot plan memory for actor_rollout_ref.model.path={model_path}: {exc}", file=sys.stderr)
         return 2
     print()
-    print(run_plan(cfg, model_path, hf_config, adapter, visible_gpu()).text)
-    for note in engine_for(cfg.trainer.engine).memory_notes(cfg, hf_config, adapter, visible_gpu()):
+    engine = engine_for(cfg.trainer.engine)
+    print(run_plan(cfg, model_path, hf_config, adapter, visible_gpu(), engine.scale_out).text)
+    for note in engine.memory_notes(cfg, hf_config, adapter, visible_gpu()):
         print(note)
     return 0
 

@@ -34,6 +34,8 @@ class Engine(Protocol):
     marks_start_up: bool
     """Whether the engine clears :attr:`StopRequest.starting` when its first step begins, so
     that a Ctrl-C before it can be reported as having trained nothing."""
+    scale_out: str | None
+    """What a run that does not fit one GPU can move to (``None``: the engine spans GPUs itself)."""
 
     def prepare(self, config: Config) -> list[str]:
         """Ready the loaded config in place before it is resolved and checked (the verl engine

@@ -143,6 +143,20 @@ def test_run_plan_of_the_tiny_model() -> None:
     assert (work.prompts, work.n, work.prompt_tokens, work.response_tokens, work.micro_batch) == (8, 8, 1024, 4, 32)
 
 
+def test_a_run_that_does_not_fit_gets_its_engines_way_out() -> None:
+    """The plan's last tip is the engine's (Engine.scale_out): the local engine points at verl's
+    GPUs, the verl engine, which spans them already, adds none."""
+    from omni_trainer.engines import engine_for
+
+    path, hf_config, adapter = tiny_setup()
+    cfg = load_config(["actor_rollout_ref.model.lora_rank=16"])
+    tiny_gpu = gpu_plan.Gpu("Fake GPU", 1e6)
+    for name, tip in (("local", "or trainer.engine=verl across several GPUs"), ("verl", None)):
+        plan = gpu_plan.run_plan(cfg, path, hf_config, adapter, tiny_gpu, engine_for(name).scale_out)
+        assert plan.fits is False and "does not fit; try " in plan.text
+        assert (tip in plan.text) if tip else ("trainer.engine=" not in plan.text.split("does not fit")[1])
+
+
 @pytest.mark.parametrize("lora_rank", [4, 0], ids=["lora", "full"])
 def test_gradient_checkpointing_on_the_tiny_omni_model(lora_rank: int) -> None:
     """Same loss and gradient norm with and without, on image + audio prompts; the decoder

@@ -77,6 +77,7 @@ class LocalEngine:
     name = "local"
     checks = (_local_algorithms, _verl_keys_locally, _batch, _talker_drift)
     marks_start_up = True
+    scale_out = "trainer.engine=verl across several GPUs"
 
     def prepare(self, config: Config) -> list[str]:
         return []  # the embedded default's model and task are built in the run
@@ -88,7 +89,7 @@ class LocalEngine:
         from omni_trainer.engines.local.trainer import LocalTrainer
         from omni_trainer.run_dir import prepare_run_dir
 
-        trainer = LocalTrainer(run, prepare_run_dir(run.config), stop)
+        trainer = LocalTrainer(run, prepare_run_dir(run.config), stop, scale_out=self.scale_out)
         trainer.setup()
         trainer.fit()
         return 0

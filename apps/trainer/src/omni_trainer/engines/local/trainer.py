@@ -55,8 +55,12 @@ class LocalTrainer:
             installed by :meth:`fit`.
     """
 
-    def __init__(self, run: ResolvedRun, start: RunStart | None = None, stop: StopRequest | None = None) -> None:
+    def __init__(
+        self, run: ResolvedRun, start: RunStart | None = None, stop: StopRequest | None = None, *,
+        scale_out: str | None = None,
+    ) -> None:
         self.resolved = run
+        self.scale_out = scale_out  # the memory plan's last tip (Engine.scale_out)
         self.config = config = run.config
         self.stop = stop if stop is not None else StopRequest()
         self.start = start if start is not None else prepare_run_dir(config)
@@ -121,7 +125,7 @@ class LocalTrainer:
         from omni_trainer.gpu_plan import run_plan, visible_gpu
 
         cfg = self.config
-        plan = run_plan(cfg, self.model_path, hf_config, self.training_adapter, visible_gpu())
+        plan = run_plan(cfg, self.model_path, hf_config, self.training_adapter, visible_gpu(), self.scale_out)
         print(plan.text)
         print(f"device: {self.device}, {model_dtype(cfg, self.device)}, gradient checkpointing "
               f"{'on' if cfg.actor_rollout_ref.model.enable_gradient_checkpointing else 'off'}", flush=True)

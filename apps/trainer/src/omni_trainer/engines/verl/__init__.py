@@ -128,6 +128,7 @@ class VerlEngine:
     name = "verl"
     checks = (_rollout_memory, _verl_engine)
     marks_start_up = False  # verl's asynchronous trainers start their steps in their own processes
+    scale_out = None
 
     def prepare(self, config: Config) -> list[str]:
         """Export verl's external modules (ours first) before anything imports verl, write the
