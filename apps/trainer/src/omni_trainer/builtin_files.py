@@ -5,6 +5,10 @@ in memory; verl's dataloader reads parquet. These are the same rows (same seeds:
 training rows from ``data.seed``, the validation rows from ``data.seed + 1``) in omni-data's
 RL row format: the picture as PNG bytes, the tone as a 16 kHz WAV file beside the parquet,
 the question after ``<image><audio>``, so both engines template the same prompt.
+
+With ``data.use_audio_in_video`` the built-in task is the clip task
+(:func:`omni_trainer.builtin_task.clip_specs`), on both engines from files: each clip an mp4
+(frames and an AAC soundtrack, written with PyAV's bundled libav) beside the parquet.
 """
 
 from __future__ import annotations
@@ -59,6 +63,76 @@ def _write(rows: list[dict[str, Any]], media_dir: Path, path: Path, *, split: st
     tmp.replace(path)
 
 
+def write_builtin_clips(out_dir: Path, *, train_rows: int, val_rows: int, seed: int) -> tuple[Path, Path]:
+    """``(train, val)`` parquet paths of the built-in clip task under ``out_dir``, written once
+    per size and seed."""
+    out_dir = Path(out_dir) / f"builtin-clips-{train_rows}-{val_rows}-seed{seed}"
+    train, val = out_dir / TRAIN_FILE, out_dir / VAL_FILE
+    for path, specs, split in ((train, builtin_task.clip_specs(train_rows, seed), "train"),
+                               (val, builtin_task.clip_specs(val_rows, seed + 1), "val")):
+        if not path.is_file():
+            _write_clips(specs, out_dir / f"{split}-media", path, split=split)
+    return train, val
+
+
+def _write_clips(specs: list[dict[str, Any]], media_dir: Path, path: Path, *, split: str) -> None:
+    import numpy as np
+
+    from omni_data.schema import rl_row, write_rl_parquet
+
+    media_dir.mkdir(parents=True, exist_ok=True)
+    rate, fps, seconds = 16_000, 4, builtin_task.CLIP_SECONDS
+    rows = []
+    for spec in specs:
+        t = np.arange(int(seconds * rate)) / rate
+        # The beeps: 0.2 s each, evenly spaced; the frames light up while one sounds.
+        starts = [(i + 0.5) * seconds / (spec["beeps"] + 1) for i in range(spec["beeps"])]
+        on = np.zeros_like(t, dtype=bool)
+        for start in starts:
+            on |= (t >= start) & (t < start + 0.2)
+        sound = (0.3 * np.sin(2 * np.pi * spec["hz"] * t) * on).astype(np.float32)
+        frames = []
+        for i in range(int(seconds * fps)):
+            lit = any(start <= i / fps < start + 0.25 for start in starts)
+            frames.append(np.full((32, 32, 3), [min(255, c + (90 if lit else 0)) for c in spec["colour"]], np.uint8))
+        clip = write_clip(media_dir / f"clip-{spec['index']}.mp4", frames, fps, sound[None], rate)
+        rows.append(rl_row(
+            data_source=builtin_task.DATA_SOURCE, messages=[{"role": "user", "content": f"<video>{builtin_task.CLIP_QUESTION}"}],
+            ground_truth=str(spec["beeps"]), ability="digits", extra_info={"split": split, "index": spec["index"]},
+            videos=[str(clip)],
+        ))
+    tmp = path.with_suffix(".tmp")
+    write_rl_parquet(rows, tmp)
+    tmp.replace(path)
+
+
+def write_clip(path: Path, frames: list[Any], fps: int, sound: Any, rate: int) -> Path:
+    """An mp4 of ``frames`` (``[H, W, 3]`` uint8) at ``fps`` with ``sound`` (``[channels,
+    samples]`` float32, one or two channels) as its AAC soundtrack; no ffmpeg binary needed."""
+    import av
+    import numpy as np
+
+    layout = "mono" if len(sound) == 1 else "stereo"
+    with av.open(str(path), "w") as container:
+        video = container.add_stream("mpeg4", rate=fps)
+        video.height, video.width = frames[0].shape[:2]
+        video.pix_fmt = "yuv420p"
+        audio = container.add_stream("aac", rate=rate, layout=layout)
+        for frame in frames:
+            for packet in video.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")):
+                container.mux(packet)
+        for start in range(0, sound.shape[1], 1024):
+            chunk = av.AudioFrame.from_ndarray(np.ascontiguousarray(sound[:, start:start + 1024]), format="fltp",
+                                               layout=layout)
+            chunk.sample_rate, chunk.pts = rate, start
+            for packet in audio.encode(chunk):
+                container.mux(packet)
+        for stream in (video, audio):
+            for packet in stream.encode():
+                container.mux(packet)
+    return Path(path)
+
+
 def use_builtin_files(config: Any) -> bool:
     """For an engine that reads files: give the embedded default (no model path, no train
     files) the tiny Qwen3-Omni's cached build and the built-in task's files. Returns whether
@@ -73,11 +147,11 @@ def use_builtin_files(config: Any) -> bool:
         data.train_files, data.val_files = builtin_preference_files(config)
         task = "built-in preference pairs"
     else:
-        train, val = write_builtin_task(
-            default_cache_dir(), train_rows=data.builtin_task_size, val_rows=BUILTIN_VALIDATION_ROWS, seed=data.seed
-        )
+        write = write_builtin_clips if data.use_audio_in_video else write_builtin_task
+        train, val = write(default_cache_dir(), train_rows=data.builtin_task_size, val_rows=BUILTIN_VALIDATION_ROWS,
+                           seed=data.seed)
         data.train_files, data.val_files = [str(train)], [str(val)]
-        task = "built-in task"
+        task = "built-in clip task" if data.use_audio_in_video else "built-in task"
     print(f"model: {EMBEDDED_MODEL} built offline at {model.path}; {task}: "
           f"{Path(data.train_files[0]).parent}", file=sys.stderr)
     return True

@@ -1,7 +1,9 @@
 """The built-in task of the embedded default: answer with a number.
 
 Each prompt carries a small generated picture and a synthetic tone (so the image and audio
-paths of the model run every step) and asks for a number. The reward is verifiable and
+paths of the model run every step) and asks for a number. With ``data.use_audio_in_video``
+each prompt is a short clip instead, whose soundtrack beeps one to three times
+(:func:`clip_specs`; the files: :func:`omni_trainer.builtin_files.write_builtin_clips`). The reward is verifiable and
 has variance soon after random initialisation, which a tiny model needs to learn from:
 
 - 1.0 when the response starts with a digit (this is also ``acc``),
@@ -96,3 +98,17 @@ def builtin_rows(count: int, seed: int = 0) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+CLIP_QUESTION = "How many beeps do you hear?"
+CLIP_SECONDS = 2.0
+"""Each built-in clip's length: two of the tiny model's temporal patches at 2 frames a second,
+so the soundtrack's chunks fall between frames."""
+
+
+def clip_specs(count: int, seed: int = 0) -> list[dict[str, Any]]:
+    """``count`` clips of the built-in video task: each one's colour, beeps (1 to 3, the ground
+    truth) and pitch."""
+    rng = random.Random(seed)
+    return [{"index": index, "colour": tuple(rng.randint(0, 255) for _ in range(3)), "beeps": rng.randint(1, 3),
+             "hz": rng.choice((330.0, 440.0, 660.0))} for index in range(count)]

@@ -93,7 +93,12 @@ class DataConfig:
         64, "stage=talker, data.spoken_text=thinker: the thinker's answer's tokens at most", at_least=1, verl=NOT_SENT)
     # extra processor kwargs
     mm_processor_kwargs: dict[str, Any] = key(
-        {}, "extra keyword arguments of the model's processor (use_audio_in_video, fps, ...)", verl=MAPPED)
+        {}, "extra keyword arguments of the model's processor (fps, ...)", verl=MAPPED)
+    use_audio_in_video: bool = key(
+        False,
+        "hear each video's soundtrack: its audio chunks interleaved with its frames in time, as Qwen-Omni's processor "
+        "lays them out (verl-omni's data.mm_processor_kwargs.use_audio_in_video says the same); a video without "
+        "sound is a bad row (no_soundtrack, see data.on_bad_row)", verl=MAPPED)
     custom_cls: CustomClassConfig = field(default_factory=CustomClassConfig)
     # verl's dataset keys, passed to verl as given (None: verl's default, or ours where noted);
     # the local engine honours or refuses each by name (omni_trainer.engines.local.verl_keys).
@@ -988,9 +993,11 @@ KEY_ALIASES = {
     "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.max_num_seqs": "actor_rollout_ref.rollout.max_num_seqs",
     "actor_rollout_ref.actor.freeze_vision_tower": "actor_rollout_ref.model.freeze_vision_tower",
     "actor_rollout_ref.actor.optim.clip_grad": "actor_rollout_ref.actor.grad_clip",
+    "data.mm_processor_kwargs.use_audio_in_video": "data.use_audio_in_video",
 }
 """verl's and verl-omni's spellings -> the keys of the same meaning here (``engine_kwargs.vllm_omni.*``;
-verl's ``actor.freeze_vision_tower`` and ``actor.optim.clip_grad``). Both are passed to verl."""
+verl's ``actor.freeze_vision_tower`` and ``actor.optim.clip_grad``; verl-omni's processor switch for
+soundtracks). Both are passed to verl."""
 OUTPUT_MODES = ("ar",)
 
 

@@ -491,7 +491,18 @@ def _reward_error_rate(run: ResolvedRun, found: Findings) -> None:
         )
 
 
+def _audio_in_video(run: ResolvedRun, found: Findings) -> None:
+    """Soundtracks reach the thinker's RL and distillation prompts; the talker's prompts and the
+    preference pairs do not take them yet (a silent drop is refused)."""
+    if run.config.data.use_audio_in_video and run.task in (SPEECH_RL, PREFERENCE):
+        what = "stage=talker" if run.task == SPEECH_RL else "algorithm.sample_source=offline"
+        found.problems.append(
+            f"data.use_audio_in_video=true: {what} does not take the videos' soundtracks yet (RL and on-policy "
+            "distillation of the thinker do); turn it off, or train the thinker online"
+        )
+
+
 COMMON_CHECKS: tuple[Check, ...] = (
     _vocabularies, _distillation, _rollout_correction, _async_training, _ranges, _warnings, _model_paths, _data_files, _custom_reward_function, _run_dir,
-    _verl_omni_keys, _resume_keys, _reward_error_rate, _preference,
+    _verl_omni_keys, _resume_keys, _reward_error_rate, _preference, _audio_in_video,
 )

@@ -67,6 +67,7 @@ class DatasetPrompts:
             max_prompt_length=data.max_prompt_length,
             on_bad_row=data.on_bad_row,  # type: ignore[arg-type]  # checked by load_config
             mm_processor_kwargs=dict(data.mm_processor_kwargs),
+            use_audio_in_video=data.use_audio_in_video,
             required_extra_info=required_extra_info,
             require_ground_truth=require_ground_truth,
         )

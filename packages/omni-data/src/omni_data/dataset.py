@@ -57,6 +57,10 @@ class DatasetConfig:
     video_max_frames: int = 32
     chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
     mm_processor_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    use_audio_in_video: bool = False
+    """Interleave each video's soundtrack with its frames (Qwen-Omni's ``use_audio_in_video``);
+    a video without one is a bad row (``no_soundtrack``). ``mm_processor_kwargs`` may say the
+    same (verl-omni's spelling), never the opposite."""
     required_extra_info: tuple[str, ...] = ()
     """``extra_info`` keys every row must hold as a non-empty string (a speech stage's
     ``spoken_text``); a row without one is a bad row (``missing_extra_info``)."""
@@ -76,6 +80,12 @@ class DatasetConfig:
                 "filter_overlong_prompts needs check_media_at_load=True (lengths come from "
                 "encoding each row); enable it or turn the filter off"
             )
+        said = self.mm_processor_kwargs.get("use_audio_in_video")
+        if said is not None and bool(said) != self.use_audio_in_video:
+            problems.append(
+                f"mm_processor_kwargs has use_audio_in_video={said} but use_audio_in_video is {self.use_audio_in_video}; "
+                "the dataset decodes the soundtracks the processor interleaves, so set them alike"
+            )
         if self.video_fps <= 0 or self.video_max_frames < 2:
             problems.append("video_fps must be positive and video_max_frames at least 2")
         if problems:
@@ -93,13 +103,19 @@ class LoadReport:
     """The first error message seen for each skip reason, to show the user what went wrong."""
     longest_prompt: int = 0
     label: str = "RL dataset"
+    soundtrack_tokens: list[int] = field(default_factory=list)
+    """Per kept row whose videos carry their soundtracks (``use_audio_in_video``): the audio
+    tokens among its frames."""
 
     def format(self) -> str:
         reasons = ", ".join(f"{r}={n}" for r, n in sorted(self.dropped.items())) or "none"
+        heard = self.soundtrack_tokens
+        sound = (f"; {len(heard)} rows hear their videos' soundtracks ({min(heard)}-{max(heard)} audio tokens among "
+                 "the frames a row)") if heard else ""
         return (
             f"{self.label}: read {self.total} rows, kept {self.kept}, dropped "
             f"{sum(self.dropped.values())} ({reasons}); longest kept prompt "
-            f"{self.longest_prompt} tokens"
+            f"{self.longest_prompt} tokens{sound}"
         )
 
 
@@ -161,7 +177,7 @@ class RLDataset:
             for row in range(table.num_rows):
                 self.report.total += 1
                 try:
-                    length = self._check(file_index, row)
+                    length, heard = self._check(file_index, row)
                 except RowError as exc:
                     if self.config.on_bad_row == "raise":
                         raise
@@ -175,13 +191,17 @@ class RLDataset:
                     continue
                 self.report.kept += 1
                 self.report.longest_prompt = max(self.report.longest_prompt, length)
+                if heard:
+                    self.report.soundtrack_tokens.append(heard)
                 self._rows.append((file_index, row))
 
-    def _check(self, file_index: int, row: int) -> int:
+    def _check(self, file_index: int, row: int) -> tuple[int, int]:
+        """The row's prompt length and its soundtracks' tokens (0, 0 unchecked at load)."""
         parsed = self._parse(file_index, row)
         if not self.config.check_media_at_load:
-            return 0
-        return len(self._encode(parsed, self._where(file_index, row)))
+            return 0, 0
+        encoded = self._encode(parsed, self._where(file_index, row))
+        return len(encoded), encoded.soundtrack_tokens
 
     def _where(self, file_index: int, row: int) -> str:
         return f"row {row} of {self.files[file_index]}"
@@ -231,6 +251,7 @@ class RLDataset:
             where=where,
             chat_template_kwargs=self.config.chat_template_kwargs,
             mm_processor_kwargs=self.config.mm_processor_kwargs,
+            use_audio_in_video=self.config.use_audio_in_video,
         )
 
     def __len__(self) -> int:

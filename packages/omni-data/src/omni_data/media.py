@@ -7,7 +7,9 @@ names the medium (and the row) instead of "something in this conversation". Befo
 - audio from bytes, or at a rate other than the loader's fixed 16 kHz, is decoded with
   soundfile and resampled with librosa, then passed as an array. WAV/FLAC need no ffmpeg;
 - videos given as a file are decoded with PyAV (bundled libav, no ffmpeg binary) and
-  sampled at ``fps``; videos given as frame images are used as they are.
+  sampled at ``fps``; videos given as frame images are used as they are;
+- a video's soundtrack (``use_audio_in_video``, :func:`soundtrack`) is decoded with PyAV,
+  mixed to mono and resampled with librosa, as Qwen's loader (``librosa.load``) does.
 
 Heavy imports (qwen_omni_utils pulls in torchvision, librosa and av) happen on first use.
 """
@@ -152,6 +154,89 @@ def _video_frames(ref: MediaRef, settings: MediaSettings, where: str) -> tuple[l
     if not sampled:
         raise _fail(ref, where, "the file has no video frames")
     return sampled, native / step
+
+
+def soundtrack(ref: MediaRef, settings: MediaSettings, *, where: str) -> Any:
+    """A video file's audio track as float32 mono at ``settings.sampling_rate``: what
+    ``use_audio_in_video`` interleaves with the video's frames.
+
+    The track is taken whole, as Qwen's loader takes it (a track longer or shorter than the
+    frames is the processor's to lay out: it appends whichever tokens are left), except where
+    ``max_frames`` stops the sampled frames before the video ends: then the track is cut where
+    the frames stop, so the model never hears what it is not shown.
+
+    Raises:
+        MediaError: reason ``no_soundtrack`` for a video without an audio stream or given as
+            frame images (which carry no sound), ``missing_file``, or ``bad_video``.
+    """
+    if ref.frames is not None:
+        raise MediaError(
+            f"{where}: the video is a list of frame images, which has no soundtrack, and use_audio_in_video is on. "
+            "Give the video file, or turn data.use_audio_in_video off.", reason="no_soundtrack")
+    if ref.path is None or not os.path.exists(ref.path):
+        raise _fail(ref, where, "missing")
+    import av
+    import numpy as np
+
+    try:
+        with av.open(ref.path) as container:
+            if not container.streams.audio:
+                raise MediaError(
+                    f"{where}: the video {ref.path} has no audio stream, and use_audio_in_video is on. Leave the row "
+                    "out (data.on_bad_row=skip counts it), or turn data.use_audio_in_video off.",
+                    reason="no_soundtrack")
+            until = _frames_end(container, ref, settings)
+            stream = container.streams.audio[0]
+            native = int(stream.rate or stream.codec_context.sample_rate)
+            # The decoder returns whole codec frames; the stream's duration says where the sound
+            # ends (an AAC track's last frame is padded), as ffmpeg's own decoding trims it.
+            duration, time_base = stream.duration, stream.time_base
+            length = None if duration is None or time_base is None else int(round(float(duration * time_base) * native))
+            chunks = [frame.to_ndarray().reshape(frame.layout.nb_channels, -1) if frame.format.is_planar
+                      else frame.to_ndarray().reshape(-1, frame.layout.nb_channels).T
+                      for frame in container.decode(stream)]
+    except MediaError:
+        raise
+    except Exception as exc:
+        raise _fail(ref, where, exc) from exc
+    if not chunks:
+        raise MediaError(f"{where}: the audio stream of {ref.path} holds no samples.", reason="no_soundtrack")
+    mono = np.concatenate([_as_float(chunk) for chunk in chunks], axis=1).mean(axis=0)[:length]
+    if until is not None:
+        mono = mono[: int(round(until * native))]
+    if native != settings.sampling_rate:
+        import librosa
+
+        mono = librosa.resample(mono, orig_sr=native, target_sr=settings.sampling_rate)
+    return np.ascontiguousarray(mono, dtype=np.float32)
+
+
+def _as_float(samples: Any) -> Any:
+    """Decoded samples as float32 in [-1, 1] (integer formats scaled as librosa scales them)."""
+    import numpy as np
+
+    if np.issubdtype(samples.dtype, np.integer):
+        return samples.astype(np.float32) / float(np.iinfo(samples.dtype).max + 1)
+    return samples.astype(np.float32)
+
+
+def _frames_end(container: Any, ref: MediaRef, settings: MediaSettings) -> float | None:
+    """Where the frames :func:`_video_frames` samples stop, in seconds, when ``max_frames``
+    stops them before the video's end; ``None`` when they run to its end."""
+    if not container.streams.video:
+        return None
+    stream = container.streams.video[0]
+    fps = ref.option("fps") or settings.video_fps
+    max_frames = int(ref.option("max_frames") or settings.video_max_frames)
+    native = float(stream.average_rate or fps)
+    end = max_frames * max(1, round(native / fps)) / native
+    if stream.duration is not None and stream.time_base is not None:
+        length = float(stream.duration * stream.time_base)
+    elif stream.frames:
+        length = stream.frames / native
+    else:
+        return end
+    return end if length > end + 1e-6 else None
 
 
 def decode(ref: MediaRef, settings: MediaSettings, *, where: str) -> Any:

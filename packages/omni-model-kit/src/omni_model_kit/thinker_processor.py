@@ -43,13 +43,13 @@ def dedup_pad_tokens(prompt_ids: Any, pad_token_ids: Iterable[int]) -> Any:
 def rope_index_kwargs(multi_modal_inputs: Mapping[str, Any]) -> dict[str, Any]:
     """``get_rope_index``'s arguments beyond ids, mask and grids, exactly as a thinker's
     forward derives them: audio lengths from ``feature_attention_mask``,
-    ``video_second_per_grid``, and ``use_audio_in_video=False`` (audio tracks of videos are
-    not used)."""
+    ``video_second_per_grid``, and ``use_audio_in_video`` (``True`` where the prompt's videos
+    carry their soundtracks interleaved, as the dataset marks them)."""
     mask = multi_modal_inputs.get("feature_attention_mask")
     return {
         "audio_seqlens": mask.sum(-1) if mask is not None else None,
         "second_per_grids": multi_modal_inputs.get("video_second_per_grid"),
-        "use_audio_in_video": False,
+        "use_audio_in_video": bool(multi_modal_inputs.get("use_audio_in_video", False)),
     }
 
 

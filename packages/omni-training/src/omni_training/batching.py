@@ -6,7 +6,8 @@ multimodal tensors) and its response ids. A micro-batch row is
 ``prompt (left-padded) | response (right-padded)``, so the last ``T`` positions of every row
 are the response slots. Multimodal tensors without a batch dimension (``pixel_values``
 ``[patches, dim]``, ``image_grid_thw`` ``[images, 3]``) are concatenated in sample order;
-audio features are right-padded along time.
+audio features are right-padded along time. A value that is not a tensor is a forward switch
+(``use_audio_in_video``): the rows that carry it must agree, and it passes once.
 """
 
 from __future__ import annotations
@@ -160,7 +161,14 @@ def collate(
             inputs[key] = torch.cat([prompt_types, prompt_types.new_zeros(resp.shape)], dim=1)
     for key in sorted({k for pr in prompts for k in pr} - {*SEQUENCE_KEYS, *TOKEN_TYPE_KEYS, "position_ids"}):
         values = [pr[key] for pr in prompts if pr.get(key) is not None]
-        if not values or not isinstance(values[0], Tensor):
+        if not values:
+            continue
+        if not isinstance(values[0], Tensor):
+            # A forward switch (``use_audio_in_video``): one value for the batch, as the rollout
+            # engine passed it; never dropped, or the actor would compute another sequence.
+            if any(value != values[0] for value in values[1:]):
+                raise ValueError(f"Prompts disagree on {key!r} ({values}); batch prompts that share it.")
+            inputs[key] = values[0]
             continue
         inputs[key] = _pad_time(values) if key in TIME_PADDED_KEYS else torch.cat(values)
     return inputs, resp, resp_mask

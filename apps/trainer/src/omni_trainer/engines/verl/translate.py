@@ -150,6 +150,11 @@ def config_problems(config: Config) -> list[str]:
             f"rollout is {ROLLOUT_NAME}"
         )
     problems.extend(verl_task(config).problems(config))
+    if config.data.use_audio_in_video:
+        problems.append(
+            "data.use_audio_in_video=true (verl-omni: data.mm_processor_kwargs.use_audio_in_video): the verl engine does "
+            "not interleave the videos' soundtracks yet; run it on trainer.engine=local"
+        )
     resume_from = config.trainer.resume_from_path
     if config.trainer.resume_mode == "resume_path" and resume_from and "global_step_" not in Path(resume_from).name:
         problems.append(

@@ -19,7 +19,7 @@ from omni_rollout.local_engine import LocalEngine
 from omni_training.actor import Actor, Regularizer
 
 from omni_trainer import builtin_task
-from omni_trainer.builtin_files import BUILTIN_VALIDATION_ROWS
+from omni_trainer.builtin_files import BUILTIN_VALIDATION_ROWS, write_builtin_clips
 from omni_trainer.config import Config, ConfigError
 from omni_trainer.custom_reward import custom_registry
 from omni_trainer.interrupts import workers_ignore_sigint
@@ -93,6 +93,13 @@ class TextRL(Task):
 
     def _load_rows(self) -> tuple[PromptSource, list[Prepared]]:
         cfg = self.config
+        if cfg.data.train_files is None and cfg.data.use_audio_in_video:  # the clips, from files on both engines
+            from omni_model_kit.tiny import default_cache_dir
+
+            train_file, val_file = write_builtin_clips(default_cache_dir(), train_rows=cfg.data.builtin_task_size,
+                                                       val_rows=BUILTIN_VALIDATION_ROWS, seed=cfg.data.seed)
+            val_source = DatasetPrompts([str(val_file)], self.run.processor, cfg)
+            return DatasetPrompts([str(train_file)], self.run.processor, cfg), [val_source[i] for i in range(len(val_source))]
         if cfg.data.train_files is None:
             train = builtin_task.builtin_rows(cfg.data.builtin_task_size, seed=cfg.data.seed)
             val = builtin_task.builtin_rows(BUILTIN_VALIDATION_ROWS, seed=cfg.data.seed + 1)
