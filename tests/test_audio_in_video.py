@@ -188,6 +188,10 @@ def test_interleaved_prompts_equal_transformers(case: str, layout: str, family: 
     without, _ = thinker(actor).get_rope_index(ids, None, expected["video_grid_thw"], mask, False,
                                                feature_lengths, expected["video_second_per_grid"])
     assert not torch.equal(positions, without.long())  # the switch changes the positions: it is read
+    # verl's agent loop passes no switch: the processor sees the interleaved block in the ids.
+    kwargs = {k: v for k, v in processor.get_rope_index_kwargs(inputs).items() if k != "use_audio_in_video"}
+    detected, _ = processor.get_rope_index(ids, None, inputs["video_grid_thw"], mask, **kwargs)
+    assert torch.equal(detected, upstream.long())
 
 
 def test_the_actor_reads_the_switch_through_collate(family: tuple[Any, Any], tmp_path: Path) -> None:

@@ -27,6 +27,25 @@ def test_dedup_pad_tokens(ids: list[int], expected: list[int]) -> None:
     assert dedup_pad_tokens(torch.tensor(ids, dtype=torch.int32), (IMG, VID, AUD)).tolist() == expected
 
 
+VS, AS, AE, VE = 80, 81, 82, 83
+
+
+@pytest.mark.parametrize(
+    ("ids", "expected"),
+    [
+        ([1, VS, AS, VID, VID, AUD, VID, AUD, AE, VE, 2], [1, VS, VID, VE, 2]),  # a video with its soundtrack
+        ([VS, AS, VID, AE, VE, AS, AUD, AE, VS, VID, VE], [VS, VID, VE, AS, AUD, AE, VS, VID, VE]),  # then others
+        ([1, VS, AS, VID, VID], [1, VS, AS, VID, VID]),  # an unclosed block stays as it is
+        ([1, AS, AUD, AE, 2], [1, AS, AUD, AE, 2]),
+    ],
+)
+def test_fold_soundtracks(ids: list[int], expected: list[int]) -> None:
+    from omni_model_kit.thinker_processor import fold_soundtracks
+
+    assert fold_soundtracks(ids, VS, AS, AE, VE, VID) == expected
+    assert fold_soundtracks(torch.tensor(ids), VS, AS, AE, VE, VID).tolist() == expected
+
+
 def process(processor: Any, parts: list[dict[str, str]], **media: Any) -> Any:
     messages = [{"role": "user", "content": [*parts, {"type": "text", "text": "How many apples?"}]}]
     text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)

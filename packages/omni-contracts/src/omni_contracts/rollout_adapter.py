@@ -68,6 +68,13 @@ class RolloutAdapter(abc.ABC):
     modes: ClassVar[tuple[str, ...]] = ()
     """Every pipeline mode the adapter supports, e.g. ``("thinker_only", "full")``."""
 
+    interleaves_soundtracks: ClassVar[bool] = False
+    """Whether the engine lays a video's soundtrack out among its frames when a request's
+    ``mm_processor_kwargs`` say ``use_audio_in_video`` (the frames and the track sent as
+    the request's video and audio, the prompt's video folded to one placeholder by the
+    processor's ``dedup_pad_tokens``) as the training processor does. A run that interleaves
+    soundtracks is refused on a pipeline that does not."""
+
     @classmethod
     def register(cls, pipeline: str) -> Callable[[R], R]:
         """Class decorator: ``@RolloutAdapter.register("my_pipeline")``.

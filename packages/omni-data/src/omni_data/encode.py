@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from omni_data.errors import RowError
-from omni_data.media import MediaSettings, decode, soundtrack
+from omni_data.media import MediaSettings, decode_all
 from omni_data.rows import ParsedRow
 
 if TYPE_CHECKING:
@@ -80,21 +80,10 @@ def encode_row(
             text-only model's tokenizer would drop it without a word).
     """
     _refuse_media_without_processor(processor, parsed, where)
-    images: list[Any] = []
-    audios: list[Any] = []
-    videos: list[Any] = []
-    metadata: list[Any] = []
-    for ref in parsed.media:
-        value = decode(ref, settings, where=where)
-        if ref.kind == "image":
-            images.append(value)
-        elif ref.kind == "audio":
-            audios.append(value)
-        else:
-            videos.append(value[0])
-            metadata.append(value[1])
-            if use_audio_in_video:
-                audios.append(soundtrack(ref, settings, where=where))
+    media = decode_all(parsed.media, settings, where=where, use_audio_in_video=use_audio_in_video)
+    images, audios = media.images, media.audios
+    videos = [frames for frames, _ in media.videos or ()]
+    metadata = [meta for _, meta in media.videos or ()]
     try:
         text = processor.apply_chat_template(
             template_messages(parsed),

@@ -299,13 +299,22 @@ class DecodedMedia:
     audios: list[Any] | None
 
 
-def decode_all(refs: tuple[MediaRef, ...], settings: MediaSettings, *, where: str) -> DecodedMedia:
+def decode_all(refs: tuple[MediaRef, ...], settings: MediaSettings, *, where: str,
+               use_audio_in_video: bool = False) -> DecodedMedia:
     """Decode every medium of a prompt with :func:`decode` (the local engine's decoders):
     images as PIL, audio as float32 at ``settings.sampling_rate``, videos as
-    ``(frames, metadata)``."""
+    ``(frames, metadata)``. ``use_audio_in_video``: each video's :func:`soundtrack` joins the
+    audios where the video is, in the prompt's order of media (the order the processor
+    interleaves them in).
+
+    Raises:
+        MediaError: see :func:`decode` and :func:`soundtrack`.
+    """
     by_kind: dict[str, list[Any]] = {"image": [], "video": [], "audio": []}
     for ref in refs:
         by_kind[ref.kind].append(decode(ref, settings, where=where))
+        if use_audio_in_video and ref.kind == "video":
+            by_kind["audio"].append(soundtrack(ref, settings, where=where))
     return DecodedMedia(
         images=by_kind["image"] or None, videos=by_kind["video"] or None, audios=by_kind["audio"] or None
     )

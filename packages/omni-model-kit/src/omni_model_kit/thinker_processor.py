@@ -40,6 +40,31 @@ def dedup_pad_tokens(prompt_ids: Any, pad_token_ids: Iterable[int]) -> Any:
     return prompt_ids.new_tensor(kept) if is_tensor else kept
 
 
+def fold_soundtracks(prompt_ids: Any, vision_start: int, audio_start: int, audio_end: int, vision_end: int,
+                     video: int) -> Any:
+    """Fold each video whose soundtrack the processor interleaved (``vision_start
+    audio_start <frames and sound> audio_end vision_end``) back to the chat template's
+    ``vision_start video vision_end``: what an engine's own processor, told
+    ``use_audio_in_video``, expands again. A list or a 1-D tensor; the same kind comes back.
+    """
+    is_tensor = hasattr(prompt_ids, "new_tensor")
+    values = [int(token) for token in (prompt_ids.tolist() if is_tensor else prompt_ids)]
+    folded, i = [], 0
+    while i < len(values):
+        if values[i] == vision_start and values[i + 1:i + 2] == [audio_start]:
+            end = next((j for j in range(i + 2, len(values) - 1)
+                        if values[j] == audio_end and values[j + 1] == vision_end), None)
+            if end is not None:
+                folded += [vision_start, video, vision_end]
+                i = end + 2
+                continue
+        folded.append(values[i])
+        i += 1
+    if len(folded) == len(values):
+        return prompt_ids
+    return prompt_ids.new_tensor(folded) if is_tensor else folded
+
+
 def rope_index_kwargs(multi_modal_inputs: Mapping[str, Any]) -> dict[str, Any]:
     """``get_rope_index``'s arguments beyond ids, mask and grids, exactly as a thinker's
     forward derives them: audio lengths from ``feature_attention_mask``,
@@ -111,11 +136,17 @@ class ThinkerProcessorMixin:
         ``audio_seqlens`` are the audio feature lengths (``feature_attention_mask.sum(-1)``);
         they set how many positions each audio item takes. ``second_per_grids`` (one per
         video, ``video_second_per_grid``; a list is made a tensor) scales a video's temporal
-        positions.
+        positions. ``use_audio_in_video`` is also taken as on when ``input_ids`` hold a video
+        whose soundtrack is interleaved (a vision start followed by an audio start: the layout
+        transformers' own ``get_rope_index`` lays such a block out by); verl's agent loop, which
+        computes the actor's positions, never passes it.
         """
         import torch
 
-        self._config()
+        config = self._config()
+        vision, audio = (getattr(config, name, None) for name in ("vision_start_token_id", "audio_start_token_id"))
+        if not use_audio_in_video and vision is not None and audio is not None:
+            use_audio_in_video = bool(((input_ids[..., :-1] == vision) & (input_ids[..., 1:] == audio)).any())
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         if second_per_grids is not None and not isinstance(second_per_grids, torch.Tensor):
@@ -137,7 +168,14 @@ class ThinkerProcessorMixin:
         return rope_index_kwargs(multi_modal_inputs)
 
     def dedup_pad_tokens(self, prompt_ids: Any) -> Any:
-        """:func:`dedup_pad_tokens` with this checkpoint's image, video and audio pads."""
+        """:func:`dedup_pad_tokens` with this checkpoint's image, video and audio pads, after
+        :func:`fold_soundtracks` (a video with its soundtrack goes to the engine as one video
+        placeholder, which the engine's processor interleaves again with ``use_audio_in_video``)."""
+        tokens = [getattr(self, name, None) for name in
+                  ("vision_bos_token", "audio_bos_token", "audio_eos_token", "vision_eos_token", "video_token")]
+        if all(tokens):  # a processor that interleaves soundtracks names them all (Qwen-Omni's do)
+            tokenizer = self.tokenizer  # type: ignore[attr-defined]  # the transformers processor's
+            prompt_ids = fold_soundtracks(prompt_ids, *(tokenizer.convert_tokens_to_ids(t) for t in tokens))
         return dedup_pad_tokens(prompt_ids, self.pad_token_ids)
 
     def _config(self) -> Any:
@@ -149,4 +187,4 @@ class ThinkerProcessorMixin:
         return self.thinker_config
 
 
-__all__ = ["RopeIndexer", "ThinkerProcessorMixin", "dedup_pad_tokens", "rope_index_kwargs"]
+__all__ = ["RopeIndexer", "ThinkerProcessorMixin", "dedup_pad_tokens", "fold_soundtracks", "rope_index_kwargs"]

@@ -110,7 +110,9 @@ def media_inputs(
 ) -> dict[str, Any]:
     """The local engine's inputs for one prompt: ``input_ids`` ``[1, L]``, its mask, and the
     media features the adapter's processor computes from the prompt's decoded text and media,
-    exactly as verl's agent-loop worker computes the actor's (``_compute_multi_modal_inputs``).
+    exactly as verl's agent-loop worker computes the actor's (``_compute_multi_modal_inputs``),
+    and ``use_audio_in_video`` when the request's processor kwargs interleave soundtracks (the
+    thinker's forward then lays the prompt out as the actor's positions do).
     """
     ids = torch.tensor([prompt_ids], dtype=torch.long)
     inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
@@ -133,6 +135,8 @@ def media_inputs(
     # model checks its placeholder count against these features in the forward.
     features.pop("input_ids")
     features.pop("attention_mask", None)
+    if videos and (mm_processor_kwargs or {}).get("use_audio_in_video"):
+        features["use_audio_in_video"] = True
     return {**inputs, **features}
 
 

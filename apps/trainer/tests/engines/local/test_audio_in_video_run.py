@@ -1,6 +1,7 @@
 """``data.use_audio_in_video=true`` on the local engine: the built-in clip task (videos whose
 soundtracks beep) trains with each soundtrack interleaved among its frames, and the sampler and
-the actor see the same sequence; the keys that say it, and the runs that do not take it yet."""
+the actor see the same sequence; the keys that say it, and the runs that do not take it yet
+(the verl engine's runs: ``engines/verl/test_verl_cpu_run.py``, ``test_verl_translate.py``)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ def test_the_built_in_clip_task_trains_with_each_soundtrack_heard(tmp_path: Path
 
 
 def test_verl_omnis_spelling_says_the_same_and_the_runs_that_do_not_hear_yet_are_refused() -> None:
+    """verl-omni's key folds into ours; the talker stage, offline preference runs and a rollout
+    that lays soundtracks out otherwise (vLLM-Omni) are refused, naming why."""
     assert load_config(["data.mm_processor_kwargs.use_audio_in_video=true"]).data.use_audio_in_video
     with pytest.raises(ConfigError, match="data.mm_processor_kwargs.use_audio_in_video=False contradicts "
                                           "data.use_audio_in_video=True"):
@@ -47,6 +50,6 @@ def test_verl_omnis_spelling_says_the_same_and_the_runs_that_do_not_hear_yet_are
                             (["algorithm.sample_source=offline"], "algorithm.sample_source=offline")):
         with pytest.raises(ConfigError, match=f"data.use_audio_in_video=true: {what} does not take the videos' "):
             preflight(resolve_run(load_config(["data.use_audio_in_video=true", *overrides])))
-    with pytest.raises(ConfigError, match="data.use_audio_in_video=true .* the verl engine does not interleave the "
-                                          "videos' soundtracks yet"):
+    with pytest.raises(ConfigError, match="data.use_audio_in_video=true: vLLM-Omni's qwen3_omni_moe pipeline does not "
+                                          "lay a video's soundtrack out"):
         preflight(resolve_run(load_config(["data.mm_processor_kwargs.use_audio_in_video=true", "trainer.engine=verl"])))

@@ -83,18 +83,26 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, Path]:
 
 
 def mixed_rows(root: Path, image_audio: Path) -> Path:
-    """The built-in task's image+audio rows interleaved with video rows: with
-    ``data.shuffle=false`` and batches of two, every step trains on both modalities."""
+    """The built-in task's image+audio rows interleaved with video rows, each clip with a
+    soundtrack of its own length: with ``data.shuffle=false`` and batches of two, every step
+    trains on both modalities."""
+    import numpy as np
     import pyarrow.parquet as pq
 
-    sys.path.insert(0, str(HERE.parents[4] / "tests"))
-    from test_data_qwen3_processor import write_mp4
-
     from omni_data import rl_row, write_rl_parquet
+    from omni_trainer.builtin_files import write_clip
     from omni_trainer.builtin_task import DATA_SOURCE
 
     pictures = pq.read_table(image_audio).to_pylist()
-    clips = [write_mp4(root / f"clip{i}.mp4", frames=4 + 2 * i, fps=4, size=32 + 16 * i) for i in range(3)]
+
+    def clip(i: int) -> str:
+        frames, size = 4 + 2 * i, 32 + 16 * i
+        t = np.arange(frames * 4_000) / 16_000  # the frames' length, at 4 a second
+        sound = (0.3 * np.sin(2 * np.pi * 330 * (i + 1) * t)).astype(np.float32)[None]
+        pictures = [np.full((size, size, 3), 60 * i, np.uint8)] * frames
+        return str(write_clip(root / f"clip{i}.mp4", pictures, 4, sound, 16_000))
+
+    clips = [clip(i) for i in range(3)]
     videos = [
         rl_row(data_source=DATA_SOURCE, messages=[{"role": "user", "content": f"<video>How many seconds is this clip? ({i})"}],
                ground_truth=str(1 + i), ability="digits", extra_info={"split": "train", "index": 100 + i}, videos=[clip])
@@ -114,7 +122,10 @@ def test_two_nodes_distil_save_and_resume_after_a_kill(inputs: tuple[str, Path, 
     media) is scored by the teacher, which is the student's checkpoint, so before the first
     update verl's per-token divergence is zero to fp32 noise (a teacher answer one token off,
     or without the media, would not be). The run is killed after its first checkpoint and
-    rerun on the same cluster: it resumes at step 2 from that checkpoint's weights, bit for bit."""
+    rerun on the same cluster: it resumes at step 2 from that checkpoint's weights, bit for bit.
+    The clips' soundtracks are interleaved among their frames (``data.use_audio_in_video``) for
+    the actor, the replicas and the teacher alike: a side without them lays the prompt out
+    otherwise, and the log-probs part (0.98 on the local engine)."""
     from ray.cluster_utils import Cluster
 
     tiny, train, val = inputs
@@ -133,6 +144,7 @@ def test_two_nodes_distil_save_and_resume_after_a_kill(inputs: tuple[str, Path, 
             "distillation.enabled=true", f"distillation.teacher_models.teacher_model.model_path={tiny}",
             "distillation.nnodes=1", "distillation.n_gpus_per_node=1",
             "distillation.distillation_loss.loss_mode=kl", "distillation.distillation_loss.use_policy_gradient=true",
+            "data.use_audio_in_video=true",
         )
         dropped = ("trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "trainer.total_training_steps=3")
         command = [arg for arg in command if arg not in dropped] + ["trainer.n_gpus_per_node=1", "trainer.total_training_steps=2"]
@@ -167,6 +179,8 @@ def test_two_nodes_distil_save_and_resume_after_a_kill(inputs: tuple[str, Path, 
     assert len(placement["servers"]) == 2 and set(placement["servers"]) == set(placement["ranks"]), placement
     assert len(placement["teachers"]) == 1 and placement["teachers"][0] not in placement["ranks"], placement
     assert "omni_local teacher replica 0" in (tmp_path / "first.log").read_text(errors="replace")
+    # Our dataset class's load report, in the task runner: each clip's soundtrack among its frames.
+    assert "3 rows hear their videos' soundtracks (" in (tmp_path / "first.log").read_text(errors="replace")
     # The teacher is the student's checkpoint: no divergence before the first update; after
     # updates at lr 1e-3 the student has moved away from it.
     first_step = killed[0]

@@ -495,3 +495,29 @@ def test_every_task_the_local_engine_trains_has_its_verl_half() -> None:
     assert set(VERL_TASKS) == set(LOCAL_TASKS.keys())
     assert [name for name, task in VERL_TASKS.items() if task.offline] == [PREFERENCE]
     assert {name: task.agent_loop for name, task in VERL_TASKS.items() if task.agent_loop} == {SPEECH_RL: SPEECH_AGENT_LOOP}
+
+
+def test_a_videos_soundtrack_reaches_verl_by_verl_omnis_two_keys() -> None:
+    """On: our dataset class reads ``data.use_audio_in_video`` and verl's processor calls get the
+    switch in ``data.mm_processor_kwargs``. Off: neither key is sent (the recipes' goldens)."""
+    for overrides in (["data.use_audio_in_video=true"], ["data.mm_processor_kwargs.use_audio_in_video=true"]):
+        data = _verl("trainer.device=cpu", *overrides).data  # omni_local (vLLM-Omni refuses it)
+        assert data.use_audio_in_video is True and data.mm_processor_kwargs.use_audio_in_video is True
+    data = _verl("data.mm_processor_kwargs.fps=2.0").data
+    assert "use_audio_in_video" not in data and dict(data.mm_processor_kwargs) == {"fps": 2.0}
+
+
+def test_a_vllm_omni_pipeline_that_cannot_interleave_soundtracks_is_refused() -> None:
+    """Neither family's vLLM-Omni pipeline computes what transformers does with a video's
+    soundtrack (``interleaves_soundtracks``); the CPU replica, which runs transformers' thinker,
+    takes it."""
+    from omni_trainer.engines.verl.tasks import soundtrack_problems
+
+    for pipeline in ("qwen2_5_omni", "qwen3_omni_moe"):
+        run = ["trainer.engine=verl", "actor_rollout_ref.model.path=/m", "data.train_files=[/t.parquet]",
+               f"actor_rollout_ref.rollout.pipeline_name={pipeline}", "data.use_audio_in_video=true"]
+        (problem,) = soundtrack_problems(load_config(run))
+        assert problem.startswith(f"data.use_audio_in_video=true: vLLM-Omni's {pipeline} pipeline does not lay")
+        assert soundtrack_problems(load_config([*run, "trainer.device=cpu"])) == []  # omni_local
+        assert soundtrack_problems(load_config([*run, "trainer.device=cpu", "actor_rollout_ref.rollout.name=vllm_omni"]))
+        assert soundtrack_problems(load_config(run[:-1])) == []  # no soundtracks

@@ -23,7 +23,7 @@ from omni_qwen3.tiny.chat_template import CHAT_TEMPLATE
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-BUILDER_VERSION = 3  # bump whenever the written checkpoint changes for the same spec and seed
+BUILDER_VERSION = 4  # bump whenever the written checkpoint changes for the same spec and seed
 FAMILY = "tiny-qwen3-omni"
 PATCH_SIZE = 16  # the vision encoder's and the processor's
 CONTROL_BAND = 1024
@@ -79,7 +79,8 @@ def _write_checkpoint(out: Path, spec: TinySpec, seed: int) -> None:
 
 TOKENS = {
     "image": "<|image_pad|>", "video": "<|video_pad|>", "audio": "<|audio_pad|>", "vision_start": "<|vision_start|>",
-    "audio_start": "<|audio_start|>", "im_start": "<|im_start|>", "im_end": "<|im_end|>", "pad": "<|endoftext|>",
+    "audio_start": "<|audio_start|>", "audio_end": "<|audio_end|>", "im_start": "<|im_start|>", "im_end": "<|im_end|>",
+    "pad": "<|endoftext|>",
     "tts_pad": "<tts_pad>", "tts_bos": "<tts_text_bos>", "tts_eos": "<tts_text_eod>", "system": "system",
     "user": "user", "assistant": "assistant",
 }
@@ -112,6 +113,9 @@ def tiny_config(spec: TinySpec, tokenizer: PreTrainedTokenizerBase) -> Any:
         "image_token_id": ids["image"],
         "video_token_id": ids["video"],
         "audio_start_token_id": ids["audio_start"],
+        # vLLM's Qwen3-Omni lays a video's soundtrack out with it (use_audio_in_video), as the
+        # real checkpoint's config.json carries it; transformers' config class has no field for it.
+        "audio_end_token_id": ids["audio_end"],
         "vision_start_token_id": ids["vision_start"],
         "user_token_id": ids["user"],
         "position_id_per_seconds": 13,

@@ -6,7 +6,8 @@ the messages itself, so a row here is ``raw_prompt`` (messages with media refere
 plus the reward fields; the processor's tensors are not shipped. The agent loop decodes
 a prompt's media through the dataset class (``process_multi_modal_info``), here with
 omni-data's decoders -- the local engine's -- so both engines see the same pixels and
-the same 16 kHz float32 audio.
+the same 16 kHz float32 audio, each video's soundtrack among the audios with
+``data.use_audio_in_video`` (verl-omni's key, read from verl's data config).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class OmniRLHFDataset(Dataset):
                 prompt_key=str(config.get("prompt_key", "prompt")),
                 on_bad_row=str(config.get("on_bad_row", "raise")),  # type: ignore[arg-type]
                 mm_processor_kwargs=dict(config.get("mm_processor_kwargs") or {}),
+                use_audio_in_video=bool(config.get("use_audio_in_video", False)),
                 # a speech stage scores the audio, never against a ground truth
                 require_ground_truth=settings is None or settings.stage != "talker",
             ),
@@ -89,7 +91,8 @@ class OmniRLHFDataset(Dataset):
             video_fps=float(_get(config, "video_fps", 2.0)),
             video_max_frames=int(_get(config, "video_max_frames", 32)),
         )
-        media = decode_all(media_in_messages(messages, where="a rollout prompt"), settings, where="a rollout prompt")
+        media = decode_all(media_in_messages(messages, where="a rollout prompt"), settings, where="a rollout prompt",
+                           use_audio_in_video=bool(_get(config, "use_audio_in_video", False)))
         return media.images, media.videos, media.audios
 
     @classmethod

@@ -14,6 +14,7 @@ from omni_contracts import OmniContractError, rollout_adapters
 from omni_trainer.config import Config
 from omni_trainer.tasks import DISTILLATION, PREFERENCE, SPEECH_RL, TEXT_RL, task_name
 from omni_trainer.engines.verl.settings import ROLLOUT_NAME, SPEECH_AGENT_LOOP, TALKER_ROLLOUT_DTYPES, cpu_rollout_name
+from omni_verl_cpu import ROLLOUT_NAME as LOCAL_ROLLOUT_NAME
 
 
 def preference_problems(config: Config) -> list[str]:
@@ -85,13 +86,27 @@ def speech_problems(config: Config) -> list[str]:
     return problems
 
 
-def _none(config: Config) -> list[str]:
-    return []
+def soundtrack_problems(config: Config) -> list[str]:
+    """``data.use_audio_in_video`` on a vLLM-Omni pipeline that cannot lay soundtracks out
+    (:attr:`omni_contracts.RolloutAdapter.interleaves_soundtracks`); ``omni_local`` can."""
+    rollout = config.actor_rollout_ref.rollout
+    served = cpu_rollout_name(config) if config.trainer.device == "cpu" else rollout.name
+    if not config.data.use_audio_in_video or served != ROLLOUT_NAME:
+        return []
+    try:
+        adapter = rollout_adapters.get(rollout.pipeline() or "")
+    except OmniContractError:
+        return []  # the pipeline check names the problem
+    if adapter.interleaves_soundtracks:
+        return []
+    return [f"data.use_audio_in_video=true: vLLM-Omni's {rollout.pipeline()} pipeline does not lay a video's "
+            "soundtrack out among its frames in this version; train on the CPU with actor_rollout_ref.rollout.name="
+            f"{LOCAL_ROLLOUT_NAME}, or on the local engine"]
 
 
 @dataclass(frozen=True)
 class VerlTask:
-    problems: Callable[[Config], list[str]] = _none
+    problems: Callable[[Config], list[str]] = soundtrack_problems
     """Why the run cannot go to verl as configured (part of the pre-flight)."""
     agent_loop: str | None = None
     """verl's agent loop for the run; ``None``: ``actor_rollout_ref.rollout.agent.default_agent_loop``'s."""

@@ -150,11 +150,6 @@ def config_problems(config: Config) -> list[str]:
             f"rollout is {ROLLOUT_NAME}"
         )
     problems.extend(verl_task(config).problems(config))
-    if config.data.use_audio_in_video:
-        problems.append(
-            "data.use_audio_in_video=true (verl-omni: data.mm_processor_kwargs.use_audio_in_video): the verl engine does "
-            "not interleave the videos' soundtracks yet; run it on trainer.engine=local"
-        )
     resume_from = config.trainer.resume_from_path
     if config.trainer.resume_mode == "resume_path" and resume_from and "global_step_" not in Path(resume_from).name:
         problems.append(
@@ -323,7 +318,10 @@ def _values(
         "data.val_files": list(data.val_files or data.train_files or []),
         # Ours is on (the local engine always filters); verl's default is off.
         "data.filter_overlong_prompts": _or(data.filter_overlong_prompts, True),
-        "data.mm_processor_kwargs": dict(data.mm_processor_kwargs),
+        # Soundtracks (verl-omni's two keys): our dataset class decodes them, verl's processor
+        # calls interleave them. Off, neither is sent (verl's processor default is off).
+        "data.mm_processor_kwargs": dict(data.mm_processor_kwargs) | (
+            {"use_audio_in_video": True} if data.use_audio_in_video else {}),
         "data.custom_cls.path": DATASET_CLASS[0],
         "data.custom_cls.name": DATASET_CLASS[1],
         "actor_rollout_ref.model.path": model_path,
@@ -399,6 +397,8 @@ def _values(
         "ray_kwargs.timeline_json_file": config.ray_kwargs.timeline_json_file,
     }
     values.update({key: value for key, value in given_values(config).items() if value is not None})
+    if data.use_audio_in_video:
+        values["data.use_audio_in_video"] = True  # verl-omni's key, which our dataset class reads
     if ray_init.address is not None:
         values["ray_kwargs.ray_init.address"] = ray_init.address
     if ray_init.num_gpus is not None:
