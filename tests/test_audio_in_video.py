@@ -60,13 +60,16 @@ def write_video_with_sound(path: Path, frames: int, fps: int, seconds: float, ra
 def ffmpeg_on_path(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """Qwen's loader decodes a video's sound with an ``ffmpeg`` binary (audioread): the one
     imageio-ffmpeg ships, on PATH for this module."""
+    import audioread  # type: ignore[import-untyped]
     import imageio_ffmpeg  # type: ignore[import-untyped]
 
     folder = tmp_path_factory.mktemp("bin")
     (folder / "ffmpeg").symlink_to(imageio_ffmpeg.get_ffmpeg_exe())
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+        audioread.available_backends(flush_cache=True)  # librosa asks it, and it caches what it found
         yield
+    audioread.available_backends(flush_cache=True)
 
 
 def qwen_soundtrack(path: str) -> np.ndarray:

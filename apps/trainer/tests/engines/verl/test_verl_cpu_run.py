@@ -387,8 +387,9 @@ def test_fully_async_rollout_streams_samples_within_its_staleness_bound(
     agent-loop workers, the ``omni_local`` replica on a rank of its own) streams each prompt's
     samples into a queue; the trainer takes two prompts a step and broadcasts its weights after
     every update over gloo. With staleness_threshold=1 the rollouter draws at most two steps'
-    prompts per sync, so step 1 trains on samples of its own weights and steps 2 and 3 on
-    samples one update old; no sample lags beyond the bound of 2. The scorer fails on the last
+    prompts per sync, so step 1 trains on samples of its own weights, step 2 on samples one
+    update old, and step 3 on fresh or one-update-old ones (as the rollouter and the sync race);
+    no sample lags beyond the bound. The scorer fails on the last
     prompt, which step 4 takes: the run stops there, before that update."""
     run_dir, log, stderr = asynchronous_run(inputs, tmp_path, "index == 7", "async_training.max_staleness=2",
                                             "reward.max_error_rate=0.25")
@@ -397,16 +398,22 @@ def test_fully_async_rollout_streams_samples_within_its_staleness_bound(
     assert [row["step"] for row in steps] == [1, 2, 3], steps  # each step under its own number; 4 never trained
     assert [row["training/global_step"] for row in steps] == [1, 2, 3]
     assert_updates(steps)
-    # Step 1 trains on its own weights' samples; steps 2 and 3 on samples one update old.
+    # Step 1 trains on its own weights' samples; later steps on samples at most one update old
+    # (step 3's were one update old on most runs, and fresh on a CI run whose rollouter waited
+    # for the sync: the bound is what the threshold guarantees, not the schedule).
     assert abs(steps[0]["actor/ppo_kl"]) < 1e-5 and steps[0]["actor/pg_clipfrac"] == 0, steps[0]
-    assert [row["async/staleness_max"] for row in steps] == [0, 1, 1]
+    lags = [row["async/staleness_max"] for row in steps]
+    assert lags[0] == 0 and lags[1] == 1 and max(lags) <= 1, lags  # streamed ahead, within the bound
     for row in steps[1:]:
+        if row["async/staleness_max"] == 0:
+            continue
         # Moved past on-policy noise: the KL estimate (a signed mean: it measured 5.7e-5 on one CI
         # run, 1e-4 elsewhere) or sequences outside GSPO's clip band, which on-policy has none of.
         assert abs(row["actor/ppo_kl"]) > 1e-5 or row["actor/pg_clipfrac"] > 0, row
     # The histogram, responses trained so far at each lag (two a prompt), up to the bound.
-    assert {k: v for k, v in steps[-1].items() if k.startswith("async/staleness_") and k[-1].isdigit()} == {
-        "async/staleness_0": 4, "async/staleness_1": 8, "async/staleness_2": 0}
+    histogram = {k: v for k, v in steps[-1].items() if k.startswith("async/staleness_") and k[-1].isdigit()}
+    assert histogram["async/staleness_2"] == 0 and histogram["async/staleness_0"] >= 4, histogram
+    assert histogram["async/staleness_0"] + histogram["async/staleness_1"] == 12, histogram
     # Validation ran on the rollout's replica before training and at step 2.
     records = [json.loads(line) for line in sorted((run_dir / "metrics").glob("verl-*.jsonl"))[0].read_text().splitlines()]
     assert [r["step"] for r in records if any(k.startswith("val-core/") for k in r["data"])] == [0, 2]
