@@ -34,7 +34,8 @@ LOCAL_ON_CPU = {"ENGINE": "local"}
 their verl-only keys (which the local engine would refuse)."""
 SCRIPTS = ("gsm8k_gspo_lora.sh", "mmk12_gspo_lora.sh", "avqa_gspo_lora.sh", "mmk12_opd_lora.sh",
            "qwen25_mmk12_gspo_lora.sh", "qwen25_avqa_gspo_lora.sh", "qwen3_omni_dpo_lora.sh",
-           "gsm8k_gspo_lora_one_step_off.sh", "gsm8k_gspo_lora_fully_async.sh")
+           "gsm8k_gspo_lora_one_step_off.sh", "gsm8k_gspo_lora_fully_async.sh", "geometry3k_gspo.sh",
+           "audiomcq_gspo.sh", "nextqa_gspo.sh")
 
 
 def png(seed: int) -> bytes:
@@ -90,6 +91,49 @@ def raw_avqa(directory: Path) -> None:
                 "problem_id": f"{split}{i}", "problem_type": "which",
             })
         (directory / f"{split}.json").write_text(json.dumps(records))
+
+
+def raw_geometry3k(directory: Path) -> None:
+    """hiyouga/geometry3k as downloaded: data/<split>-00000-of-00001.parquet, images inline."""
+    (directory / "data").mkdir()
+    for k, split in enumerate(("train", "validation", "test")):
+        rows = {
+            "images": [[{"bytes": png(10 * k + i), "path": f"{i}.png"}] for i in range(4)],
+            "problem": ["<image>Find x.", "<image>Find the area of the triangle.", "<image>Find y. Round to the "
+                        "nearest tenth.", "<image>Find m \\angle 2."],
+            "answer": ["3", "24", "7.5", "34"],
+        }
+        pq.write_table(pa.table(rows), directory / "data" / f"{split}-00000-of-00001.parquet")
+
+
+def raw_audiomcq(directory: Path) -> None:
+    """An AudioMCQ JSONL (question, choices, answer, audio_path) and its audio files."""
+    (directory / "audio").mkdir()
+    records = []
+    for i in range(8):
+        wav(directory / "audio" / f"clip{i}.wav", hz=220.0 + 40 * i)
+        records.append({"id": f"q{i}", "question": "What makes this sound?", "audio_path": f"audio/clip{i}.wav",
+                        "choices": ["a bell", "a dog", "rain", "a car"], "answer": "a bell",
+                        "source_dataset": "synthetic"})
+    (directory / "records.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+
+
+def raw_nextqa(directory: Path) -> None:
+    """TinyLLaVA-Video-R1's NExT-QA: nextqa_0-30s.jsonl and the clips under NextQA/ (each 1 s
+    at 4 fps, with a tone as its soundtrack)."""
+    from omni_trainer.builtin_files import write_clip
+
+    problem = ("What does the man do after he stands up?\nA. He sits down.\nB. He waves.\nC. He runs away.\n"
+               "D. He jumps.\nE. He laughs.")
+    records = []
+    for i in range(6):
+        clip = Path("NextQA") / "NExTVideo" / f"{i:04d}.mp4"
+        (directory / clip).parent.mkdir(parents=True, exist_ok=True)
+        tone = (0.3 * np.sin(2 * np.pi * (220 + 40 * i) * np.arange(16_000) / 16_000)).astype(np.float32)
+        write_clip(directory / clip, [np.full((32, 32, 3), 40 * i, np.uint8)] * 4, 4, tone[None], 16_000)
+        records.append({"problem_id": i, "problem": problem, "data_type": "video", "problem_type": ["temporal"],
+                        "solution": f"<answer>{'ABCDE'[i % 5]}</answer>", "video_filename": f"./{clip}"})
+    (directory / "nextqa_0-30s.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
 
 
 def script_overrides(script: str, tmp_path: Path, **env: str) -> list[str]:
@@ -168,19 +212,23 @@ def tiny_qwen25(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def run_recipe(
     tmp_path: Path, model: Path, script: str, recipe: str, make_raw: object, val_split: str, scorer_metric: str,
+    *, convert_flags: tuple[str, ...] = (), lora: bool = True,
 ) -> dict[str, Any]:
-    """Convert synthetic raw files, run the script for two steps and check its metrics;
-    returns the run's resolved config."""
+    """Convert synthetic raw files (``convert_flags``: the converter's input flags, ``{raw}`` for
+    the raw directory; by default ``--input {raw}``), run the script for two steps and check its
+    metrics; ``lora`` false keeps the script's full fine-tune. Returns the run's resolved config."""
     raw, data, run = tmp_path / "raw", tmp_path / "data", tmp_path / "run"
     raw.mkdir()
     make_raw(raw)  # type: ignore[operator]
-    assert convert([recipe, "--input", str(raw), "--output-dir", str(data)]) == 0
+    flags = [flag.replace("{raw}", str(raw)) for flag in convert_flags or ("--input", "{raw}")]
+    assert convert([recipe, *flags, "--output-dir", str(data)]) == 0
     uv = shutil.which("uv")
     assert uv is not None, "the example scripts run through uv"
     env = {**os.environ, "MODEL_PATH": str(model), "TRAIN_FILE": str(data / "train.parquet"),
            "VAL_FILE": str(data / f"{val_split}.parquet"), "UV_PYTHON_DOWNLOADS": "never", **LOCAL_ON_CPU}
+    tiny_mode = TINY_MODE if lora else [o for o in TINY_MODE if not o.startswith("actor_rollout_ref.model.lora_rank")]
     done = subprocess.run(
-        ["bash", str(ROOT / "examples" / script), *TINY_MODE, f"trainer.default_local_dir={run}"],
+        ["bash", str(ROOT / "examples" / script), *tiny_mode, f"trainer.default_local_dir={run}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -198,7 +246,7 @@ def run_recipe(
 
     config: dict[str, Any] = yaml.safe_load((run / "config.yaml").read_text())
     actor_rollout_ref = config["actor_rollout_ref"]
-    assert actor_rollout_ref["model"]["lora_rank"] == 4 and actor_rollout_ref["rollout"]["n"] == 2  # "$@" wins
+    assert actor_rollout_ref["model"]["lora_rank"] == (4 if lora else 0) and actor_rollout_ref["rollout"]["n"] == 2
     return config
 
 
@@ -217,6 +265,31 @@ def test_recipe_runs_in_tiny_cpu_mode(
     config = run_recipe(tmp_path, tiny, script, recipe, make_raw, val_split, scorer_metric)
     assert config["trainer"]["experiment_name"] == f"qwen3_omni_{recipe}_gspo_lora"  # the script's setting
     assert config["trainer"]["engine"] == "local"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("script", "recipe", "make_raw", "val_split", "scorer_metric", "convert_flags"),
+    [
+        ("geometry3k_gspo.sh", "geometry3k", raw_geometry3k, "test", "reward/hiyouga/geometry3k/format/mean", ()),
+        ("audiomcq_gspo.sh", "audiomcq", raw_audiomcq, "validation",
+         "reward/Harland/AudioMCQ-StrongAC-GeminiCoT/format_valid/mean",
+         ("--input", "{raw}/records.jsonl", "--audio-root", "{raw}", "--validation-size", "2")),
+        ("nextqa_gspo.sh", "nextqa", raw_nextqa, "validation", "reward/nextqa/score/mean",
+         ("--input", "{raw}", "--validation-ratio", "0.34")),
+    ],
+)
+def test_full_fine_tune_recipe_runs_in_tiny_cpu_mode(
+    tmp_path: Path, tiny: Path, script: str, recipe: str, make_raw: object, val_split: str, scorer_metric: str,
+    convert_flags: tuple[str, ...],
+) -> None:
+    """verl-omni's full-parameter recipes: the tiny model's language model trains whole (the
+    towers frozen), scored by the recipe's scorer (AudioMCQ's ground truth is a mapping)."""
+    config = run_recipe(tmp_path, tiny, script, recipe, make_raw, val_split, scorer_metric,
+                        convert_flags=convert_flags, lora=False)
+    assert config["trainer"]["experiment_name"] == f"qwen3_omni_{recipe}_gspo"  # the script's setting
+    assert config["trainer"]["engine"] == "local"
+    assert config["data"]["use_audio_in_video"] is (recipe == "nextqa")  # NExT-QA hears its videos, as verl-omni
 
 
 @pytest.mark.slow

@@ -23,6 +23,8 @@ from omni_trainer.resolved import resolve_run
 
 ROOT = Path(__file__).resolve().parents[3]
 QWEN3_RECIPES = ("gsm8k_gspo_lora.sh", "mmk12_gspo_lora.sh", "avqa_gspo_lora.sh", "mmk12_opd_lora.sh")
+FULL_FINE_TUNE_RECIPES = {"geometry3k_gspo.sh": 4, "audiomcq_gspo.sh": 4, "nextqa_gspo.sh": 2}
+"""verl-omni's full-parameter recipes (Megatron or FSDP there) -> the rollout's tensor parallel size."""
 # Qwen3-Omni-30B-A3B's thinker text decoder, from the released checkpoint's config.json
 # (thinker_config.text_config; benchmarks/gpu.py lists the same sizes). The vision and audio
 # encoders keep transformers' defaults: 31.75B parameters in all, 59.1 GiB in bf16.
@@ -104,6 +106,18 @@ def test_qwen3_recipes_start_on_80gb_gpus_as_verl_omnis_do(script: str, qwen3_om
     # audio), the actor's parameters and optimizer state offloaded while vLLM holds the GPU.
     assert config.trainer.engine == "verl" and rollout.tensor_model_parallel_size == 2
     assert rollout.gpu_memory_utilization == (0.7 if script.startswith("avqa") else 0.8)
+    assert fsdp.param_offload and fsdp.optimizer_offload
+    assert gpu_plan.rollout_memory_problem(config, *model(config), None) is None
+
+
+@pytest.mark.parametrize("script", sorted(FULL_FINE_TUNE_RECIPES))
+def test_full_fine_tune_recipes_start_on_80gb_gpus(script: str, qwen3_omni_30b: Path, tmp_path: Path) -> None:
+    """The full fine-tunes share their GPUs with vLLM-Omni at 0.6 of each, as verl-omni's
+    rollouts take it, with the actor offloaded while vLLM-Omni holds the GPU."""
+    config = load_config(script_overrides(script, qwen3_omni_30b, tmp_path))
+    rollout, fsdp = config.actor_rollout_ref.rollout, config.actor_rollout_ref.actor.fsdp_config
+    assert config.trainer.engine == "verl" and config.actor_rollout_ref.model.lora_rank == 0
+    assert rollout.tensor_model_parallel_size == FULL_FINE_TUNE_RECIPES[script] and rollout.gpu_memory_utilization == 0.6
     assert fsdp.param_offload and fsdp.optimizer_offload
     assert gpu_plan.rollout_memory_problem(config, *model(config), None) is None
 

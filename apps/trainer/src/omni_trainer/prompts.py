@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from omni_rewards.api import GroundTruth, as_ground_truth
 from omni_trainer.config import Config
 
 
@@ -16,7 +17,7 @@ class Prepared:
 
     inputs: dict[str, Any]
     data_source: str
-    ground_truth: str
+    ground_truth: GroundTruth
     index: int
     extra_info: dict[str, Any] | None = None
 
@@ -82,8 +83,8 @@ class DatasetPrompts:
         row = self.dataset[item]
         inputs = {"input_ids": row["input_ids"][None], "attention_mask": row["attention_mask"][None],
                   **row["multi_modal_inputs"]}
-        return Prepared(inputs, row["data_source"], str(row["reward_model"]["ground_truth"]), int(row["index"]),
-                        row["extra_info"])
+        truth = as_ground_truth(row["reward_model"]["ground_truth"])
+        return Prepared(inputs, row["data_source"], truth, int(row["index"]), row["extra_info"])
 
 
 class SpokenPrompts:

@@ -75,6 +75,11 @@ class RolloutAdapter(abc.ABC):
     processor's ``dedup_pad_tokens``) as the training processor does. A run that interleaves
     soundtracks is refused on a pipeline that does not."""
 
+    vllm_plugins: ClassVar[tuple[str, ...]] = ()
+    """The vLLM general plugins (``vllm.general_plugins`` entry-point names) the pipeline's
+    results depend on. vLLM loads every installed one unless ``VLLM_PLUGINS`` lists a subset;
+    a run whose ``VLLM_PLUGINS`` leaves one of these out is refused."""
+
     @classmethod
     def register(cls, pipeline: str) -> Callable[[R], R]:
         """Class decorator: ``@RolloutAdapter.register("my_pipeline")``.

@@ -126,11 +126,50 @@ def _trimmed(ref: MediaRef, samples: Any, rate: int) -> Any:
     return samples[int(rate * (start or 0.0)) : None if end is None else int(rate * end)]
 
 
-def _video_frames(ref: MediaRef, settings: MediaSettings, where: str) -> tuple[list[Any], float]:
-    """Frames (PIL) and their sampling rate in frames per second (the entry's ``fps`` and
-    ``max_frames`` override the settings')."""
+QWEN_FRAME_FACTOR = 2
+"""Qwen's loader samples an even number of frames (the vision encoder's temporal patch)."""
+QWEN_MIN_FRAMES = 4
+"""Qwen's loader's ``min_frames`` when an entry gives none (``FPS_MIN_FRAMES``)."""
+
+
+def frame_indices(total: int, native_fps: float, ref: MediaRef, settings: MediaSettings) -> list[int]:
+    """Which of a video file's ``total`` frames (decoded at ``native_fps``) are sampled, as
+    Qwen's loader chooses them (``smart_nframes``, then frames spread evenly over the whole
+    clip): about ``fps`` a second, at least ``min_frames`` and at most ``max_frames`` (the
+    entry's, else the settings'), an even number, never more than the clip has.
+
+    Raises:
+        ValueError: the clip has fewer than two frames to sample.
+    """
+    import math
+
     fps = ref.option("fps") or settings.video_fps
-    max_frames = int(ref.option("max_frames") or settings.video_max_frames)
+    factor = QWEN_FRAME_FACTOR
+    least = math.ceil((ref.option("min_frames") or QWEN_MIN_FRAMES) / factor) * factor
+    most = math.floor(int(ref.option("max_frames") or settings.video_max_frames) / factor) * factor
+    count = math.floor(min(max(total / native_fps * fps, least), most, total) / factor) * factor
+    if count < factor:
+        raise ValueError(f"the video has {total} frame(s); at least {factor} are needed")
+    import torch
+
+    indices: list[int] = torch.linspace(0, total - 1, count).round().long().tolist()  # as Qwen's loader rounds
+    return indices
+
+
+def _frame_count(container: Any, stream: Any) -> int:
+    """The video stream's frames: its header's count, else its packets counted (no decoding)."""
+    if stream.frames:
+        return int(stream.frames)
+    count = sum(1 for packet in container.demux(stream) if packet.size)
+    container.seek(0)
+    return count
+
+
+def _video_frames(ref: MediaRef, settings: MediaSettings, where: str) -> tuple[list[Any], float]:
+    """Frames (PIL) and their sampling rate (frames per second of the clip), sampled as
+    :func:`frame_indices` chooses (Qwen's loader's rate: frames taken over frames the clip
+    has, times its own rate); a video given as frame images is taken whole at the entry's ``fps``."""
+    fps = ref.option("fps") or settings.video_fps
     if ref.frames is not None:
         return [_pil(frame, where) for frame in ref.frames], fps
     if ref.path is None or not os.path.exists(ref.path):
@@ -142,28 +181,32 @@ def _video_frames(ref: MediaRef, settings: MediaSettings, where: str) -> tuple[l
         with av.open(ref.path) as container:
             stream = container.streams.video[0]
             native = float(stream.average_rate or fps)
-            # Keep every step-th frame while decoding, so a long video never sits in memory.
-            step = max(1, round(native / fps))
+            total = _frame_count(container, stream)
+            wanted = frame_indices(total, native, ref, settings)
+            # Decode in order and keep the chosen frames, so a long video never sits in memory.
+            keep = iter(wanted)
+            target = next(keep)
             for index, frame in enumerate(container.decode(stream)):
-                if index % step == 0:
+                while index == target:
                     sampled.append(frame.to_image())
-                    if len(sampled) == max_frames:
-                        break
+                    target = next(keep, -1)
+                if target < 0:
+                    break
     except Exception as exc:
         raise _fail(ref, where, exc) from exc
-    if not sampled:
-        raise _fail(ref, where, "the file has no video frames")
-    return sampled, native / step
+    if len(sampled) != len(wanted):
+        raise _fail(ref, where, f"the file decodes to fewer frames than its {total} ({len(sampled)} of {len(wanted)} "
+                                "sampled)")
+    return sampled, len(wanted) / total * native
 
 
 def soundtrack(ref: MediaRef, settings: MediaSettings, *, where: str) -> Any:
     """A video file's audio track as float32 mono at ``settings.sampling_rate``: what
     ``use_audio_in_video`` interleaves with the video's frames.
 
-    The track is taken whole, as Qwen's loader takes it (a track longer or shorter than the
-    frames is the processor's to lay out: it appends whichever tokens are left), except where
-    ``max_frames`` stops the sampled frames before the video ends: then the track is cut where
-    the frames stop, so the model never hears what it is not shown.
+    The track is taken whole, as Qwen's loader takes it: the frames span the whole clip
+    (:func:`frame_indices`), and a track longer or shorter than the frames is the processor's
+    to lay out (it appends whichever tokens are left).
 
     Raises:
         MediaError: reason ``no_soundtrack`` for a video without an audio stream or given as
@@ -185,7 +228,6 @@ def soundtrack(ref: MediaRef, settings: MediaSettings, *, where: str) -> Any:
                     f"{where}: the video {ref.path} has no audio stream, and use_audio_in_video is on. Leave the row "
                     "out (data.on_bad_row=skip counts it), or turn data.use_audio_in_video off.",
                     reason="no_soundtrack")
-            until = _frames_end(container, ref, settings)
             stream = container.streams.audio[0]
             native = int(stream.rate or stream.codec_context.sample_rate)
             # The decoder returns whole codec frames; the stream's duration says where the sound
@@ -202,8 +244,6 @@ def soundtrack(ref: MediaRef, settings: MediaSettings, *, where: str) -> Any:
     if not chunks:
         raise MediaError(f"{where}: the audio stream of {ref.path} holds no samples.", reason="no_soundtrack")
     mono = np.concatenate([_as_float(chunk) for chunk in chunks], axis=1).mean(axis=0)[:length]
-    if until is not None:
-        mono = mono[: int(round(until * native))]
     if native != settings.sampling_rate:
         import librosa
 
@@ -220,25 +260,6 @@ def _as_float(samples: Any) -> Any:
     return samples.astype(np.float32)
 
 
-def _frames_end(container: Any, ref: MediaRef, settings: MediaSettings) -> float | None:
-    """Where the frames :func:`_video_frames` samples stop, in seconds, when ``max_frames``
-    stops them before the video's end; ``None`` when they run to its end."""
-    if not container.streams.video:
-        return None
-    stream = container.streams.video[0]
-    fps = ref.option("fps") or settings.video_fps
-    max_frames = int(ref.option("max_frames") or settings.video_max_frames)
-    native = float(stream.average_rate or fps)
-    end = max_frames * max(1, round(native / fps)) / native
-    if stream.duration is not None and stream.time_base is not None:
-        length = float(stream.duration * stream.time_base)
-    elif stream.frames:
-        length = stream.frames / native
-    else:
-        return end
-    return end if length > end + 1e-6 else None
-
-
 def decode(ref: MediaRef, settings: MediaSettings, *, where: str) -> Any:
     """One medium in the form the processor takes: a PIL image, a float32 audio array at
     ``settings.sampling_rate``, or ``(video tensor [T, C, H, W], metadata)``.
@@ -250,10 +271,12 @@ def decode(ref: MediaRef, settings: MediaSettings, *, where: str) -> Any:
 
     part: dict[str, Any] = {"type": ref.kind}
     # The entry's own settings (pixel budgets, fixed sizes) override the processor's, as in
-    # Qwen's loaders; fps/max_frames and audio_start/audio_end are applied here.
-    sizes = {k: int(v) for k, v in ref.options if k not in ("fps", "max_frames", "audio_start", "audio_end")}
+    # Qwen's loaders; fps, min/max_frames and audio_start/audio_end are applied here.
+    sizes = {k: int(v) for k, v in ref.options
+             if k not in ("fps", "min_frames", "max_frames", "audio_start", "audio_end")}
     if ref.kind == "image":
-        part.update(image=_pil(ref, where), **_budget(settings.image_min_pixels, settings.image_max_pixels), **sizes)
+        part.update({**_budget(settings.image_min_pixels, settings.image_max_pixels), **sizes},
+                    image=_pil(ref, where))
     elif ref.kind == "audio":
         if ref.data is None and ref.path is not None and settings.sampling_rate == QWEN_LOADER_RATE:
             if not os.path.exists(ref.path):
@@ -266,12 +289,8 @@ def decode(ref: MediaRef, settings: MediaSettings, *, where: str) -> Any:
             part.update(audio=samples)
     else:
         frames, fps = _video_frames(ref, settings, where)
-        part.update(
-            video=frames,
-            sample_fps=fps,
-            **_budget(settings.video_min_pixels, settings.video_max_pixels),
-            **sizes,
-        )
+        part.update({**_budget(settings.video_min_pixels, settings.video_max_pixels), **sizes},
+                    video=frames, sample_fps=fps)
     try:
         audios, images, videos, _ = process_mm_info(
             [{"role": "user", "content": [part]}],

@@ -44,11 +44,12 @@ SOURCE_KEYS: dict[str, tuple[str, ...]] = {
 OPTION_KEYS: dict[str, tuple[str, ...]] = {
     "image": ("min_pixels", "max_pixels", "resized_height", "resized_width"),
     "audio": ("audio_start", "audio_end"),
-    "video": ("fps", "max_frames", "min_pixels", "max_pixels", "total_pixels", "resized_height", "resized_width"),
+    "video": ("fps", "min_frames", "max_frames", "min_pixels", "max_pixels", "total_pixels", "resized_height",
+              "resized_width"),
 }
 """Per-medium settings honoured as Qwen's loaders honour them (pixel budgets, fixed sizes,
-audio start/end in seconds, video sampling rate and frame cap)."""
-_UNSUPPORTED_KEYS = ("nframes", "min_frames", "video_start", "video_end", "sample_fps")
+audio start/end in seconds, video sampling rate and frame bounds)."""
+_UNSUPPORTED_KEYS = ("nframes", "video_start", "video_end", "sample_fps")
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def _options(kind: MediaKind, entry: Mapping[str, Any], where: str) -> tuple[tup
     if unsupported:
         raise RowError(
             f"{where}: the {kind} entry sets {unsupported}, which omni-data does not honour (videos are "
-            "sampled at 'fps' up to 'max_frames'); remove them, or cut the file beforehand.",
+            "sampled at 'fps' within 'min_frames' and 'max_frames' over the whole clip); remove them, or cut the file beforehand.",
             reason="bad_media_column",
         )
     known = {"bytes", "path", "type", *SOURCE_KEYS[kind], *OPTION_KEYS[kind]}

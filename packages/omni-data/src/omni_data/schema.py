@@ -12,9 +12,10 @@ Columns:
 - ``audios`` (optional list): audio file paths (WAV/FLAC decode without ffmpeg), or dicts.
 - ``videos`` (optional list): each a video file path (str), a list of frame image paths, or
   ``{"video": ...}``.
-- ``ability`` (str), ``reward_model`` = ``{"style": "rule", "ground_truth": str}`` (never
-  null or empty), ``extra_info`` (dict: ``split``, ``index``, ids, raw fields; options as
-  JSON text).
+- ``ability`` (str), ``reward_model`` = ``{"style": "rule", "ground_truth": ...}`` (never
+  null or empty): text, or a struct where the scorer needs more than one field (AudioMCQ's
+  ``{answer, choices, correct_choice_index, correct_choice_indices}``).
+- ``extra_info`` (dict: ``split``, ``index``, ids, raw fields; options as JSON text).
 
 Every media form the dataset reads is listed in :mod:`omni_data.rows`.
 """
@@ -37,7 +38,7 @@ def rl_row(
     *,
     data_source: str,
     messages: Sequence[Mapping[str, str]],
-    ground_truth: str,
+    ground_truth: str | Mapping[str, Any],
     ability: str,
     extra_info: Mapping[str, Any],
     images: Sequence[Any] | None = None,

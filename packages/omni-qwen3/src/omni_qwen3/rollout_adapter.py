@@ -31,6 +31,7 @@ from omni_model_kit.rollout_adapter import (
     vllm_omni_installed,
 )
 
+from omni_qwen3.vllm_positions import PLUGIN_NAME as SOUNDTRACK_POSITIONS_PLUGIN
 from omni_qwen3.vllm_stage_inputs import ROLE_IDS_KEY, role_token_ids
 from omni_qwen3.vllm_pipeline import (
     TALKER_RL_PIPELINE,
@@ -97,11 +98,11 @@ class Qwen3OmniRolloutAdapter(OmniRolloutAdapter):
     in mode ``talker``, where the talker (stage 1) is."""
 
     modes = ("thinker_only", "thinker_talker", "full", TALKER_MODE)
-    # vLLM-Omni 0.28 lays a video with its soundtrack out token for token as transformers does,
-    # but its log-probs there part from the thinker's (0.016 nats on a 1-second clip with a
-    # half-second tone; the interleaved block's positions, we think); tests/test_tiny_models_on_vllm_cpu.py
-    # fails when that changes.
-    interleaves_soundtracks = False
+    # vLLM-Omni 0.28 lays a video with its soundtrack out token for token as transformers does;
+    # its positions after a soundtrack that ends before the frames are transformers' through
+    # our vLLM plugin (omni_qwen3.vllm_positions).
+    interleaves_soundtracks = True
+    vllm_plugins = (SOUNDTRACK_POSITIONS_PLUGIN,)
     stage_arches = STAGE_ARCHES
     pipeline_ids = PIPELINE_IDS
     deploy_file = "qwen3_omni_moe.yaml"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from numbers import Real
@@ -10,11 +11,33 @@ from typing import Any
 from omni_rewards.errors import ScorerOutputError
 from omni_rewards.registry import SCORERS, Scorer
 
+GroundTruth = str | Mapping[str, Any]
+"""What a scorer is scored against: a row's ``reward_model.ground_truth``, as text, or as a
+mapping where the recipe writes one (AudioMCQ's answer with its choices)."""
+
+
+def as_ground_truth(value: object) -> GroundTruth:
+    """A row's ground truth as scorers receive it: a mapping unchanged (``str()`` of it would
+    hand the scorer Python's repr), anything else as text, as verl passes a string."""
+    return value if isinstance(value, Mapping) else str(value)
+
+
+def ground_truth_text(value: object) -> str:
+    """A ground truth for logs and dumps: text as it is, a mapping as JSON (arrays as lists)."""
+    if not isinstance(value, Mapping):
+        return str(value)
+    return json.dumps(dict(value), ensure_ascii=False, sort_keys=True, default=_plain)
+
+
+def _plain(value: object) -> object:
+    tolist = getattr(value, "tolist", None)
+    return tolist() if callable(tolist) else str(value)
+
 
 def compute_score(
     data_source: str,
     solution_str: str,
-    ground_truth: str,
+    ground_truth: GroundTruth,
     extra_info: Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> dict[str, float]:
@@ -38,7 +61,7 @@ def compute_score(
 def run_scorer(
     scorer: Scorer,
     solution_str: str,
-    ground_truth: str,
+    ground_truth: GroundTruth,
     extra_info: Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> dict[str, float]:

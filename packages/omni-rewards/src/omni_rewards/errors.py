@@ -49,3 +49,9 @@ class AudioRewardConfigError(RewardError, ValueError):
 
 class AudioRewardError(RewardError, RuntimeError):
     """One component of a combined audio reward failed on a sample (the cause is chained)."""
+
+
+class JudgeRequiredError(RewardError, RuntimeError):
+    """A response can only be scored with a judge model, which omni-rl does not serve yet
+    (OmniVideo-R1 QI's intent rewards and open answers). Counted as a failed sample by the
+    reward manager, never scored 0 silently."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
-from omni_rewards.api import run_scorer
+from omni_rewards.api import GroundTruth, run_scorer
 from omni_rewards.equivalence import warm_up
 from omni_rewards.errors import UnknownDataSourceError
 from omni_rewards.metrics import DATA_PROBLEMS, batch_metrics, report_failures
@@ -135,7 +135,7 @@ class RewardManager:
         self,
         data_sources: Sequence[str],
         solution_strs: Sequence[str],
-        ground_truths: Sequence[str],
+        ground_truths: Sequence[GroundTruth],
         extra_infos: Sequence[Mapping[str, Any] | None] | None = None,
     ) -> BatchResult:
         """Score every sample (verl's batch reward function call shape).

@@ -39,9 +39,12 @@ def test_the_built_in_clip_task_trains_with_each_soundtrack_heard(tmp_path: Path
         assert step["training/rollout_actor_probs_pearson_corr"] >= 0.999, step
 
 
-def test_verl_omnis_spelling_says_the_same_and_the_runs_that_do_not_hear_yet_are_refused() -> None:
+def test_verl_omnis_spelling_says_the_same_and_the_runs_that_do_not_hear_yet_are_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """verl-omni's key folds into ours; the talker stage, offline preference runs and a rollout
-    that lays soundtracks out otherwise (vLLM-Omni) are refused, naming why."""
+    that lays soundtracks out otherwise (Qwen2.5-Omni's vLLM-Omni pipeline, or Qwen3-Omni's
+    without omni-qwen3's vLLM plugin) are refused, naming why."""
     assert load_config(["data.mm_processor_kwargs.use_audio_in_video=true"]).data.use_audio_in_video
     with pytest.raises(ConfigError, match="data.mm_processor_kwargs.use_audio_in_video=False contradicts "
                                           "data.use_audio_in_video=True"):
@@ -50,6 +53,11 @@ def test_verl_omnis_spelling_says_the_same_and_the_runs_that_do_not_hear_yet_are
                             (["algorithm.sample_source=offline"], "algorithm.sample_source=offline")):
         with pytest.raises(ConfigError, match=f"data.use_audio_in_video=true: {what} does not take the videos' "):
             preflight(resolve_run(load_config(["data.use_audio_in_video=true", *overrides])))
-    with pytest.raises(ConfigError, match="data.use_audio_in_video=true: vLLM-Omni's qwen3_omni_moe pipeline does not "
+    on_verl = ["data.mm_processor_kwargs.use_audio_in_video=true", "trainer.engine=verl"]
+    with pytest.raises(ConfigError, match="data.use_audio_in_video=true: vLLM-Omni's qwen2_5_omni pipeline does not "
                                           "lay a video's soundtrack out"):
-        preflight(resolve_run(load_config(["data.mm_processor_kwargs.use_audio_in_video=true", "trainer.engine=verl"])))
+        preflight(resolve_run(load_config([*on_verl, "actor_rollout_ref.rollout.pipeline_name=qwen2_5_omni"])))
+    monkeypatch.setenv("VLLM_PLUGINS", "vllm_omni_register_models")
+    with pytest.raises(ConfigError, match="VLLM_PLUGINS=vllm_omni_register_models leaves out "
+                                          "omni_qwen3_soundtrack_positions"):
+        preflight(resolve_run(load_config(on_verl)))

@@ -507,17 +507,28 @@ def test_a_videos_soundtrack_reaches_verl_by_verl_omnis_two_keys() -> None:
     assert "use_audio_in_video" not in data and dict(data.mm_processor_kwargs) == {"fps": 2.0}
 
 
-def test_a_vllm_omni_pipeline_that_cannot_interleave_soundtracks_is_refused() -> None:
-    """Neither family's vLLM-Omni pipeline computes what transformers does with a video's
-    soundtrack (``interleaves_soundtracks``); the CPU replica, which runs transformers' thinker,
-    takes it."""
+def test_a_vllm_omni_pipeline_that_cannot_interleave_soundtracks_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Qwen2.5-Omni's vLLM-Omni pipeline stops on a video with its soundtrack
+    (``interleaves_soundtracks``); the CPU replica, which runs transformers' thinker, takes it.
+    Qwen3-Omni's takes it with omni_qwen3's vLLM plugin, refused when ``VLLM_PLUGINS`` leaves
+    the plugin out."""
     from omni_trainer.engines.verl.tasks import soundtrack_problems
 
-    for pipeline in ("qwen2_5_omni", "qwen3_omni_moe"):
-        run = ["trainer.engine=verl", "actor_rollout_ref.model.path=/m", "data.train_files=[/t.parquet]",
-               f"actor_rollout_ref.rollout.pipeline_name={pipeline}", "data.use_audio_in_video=true"]
-        (problem,) = soundtrack_problems(load_config(run))
-        assert problem.startswith(f"data.use_audio_in_video=true: vLLM-Omni's {pipeline} pipeline does not lay")
-        assert soundtrack_problems(load_config([*run, "trainer.device=cpu"])) == []  # omni_local
-        assert soundtrack_problems(load_config([*run, "trainer.device=cpu", "actor_rollout_ref.rollout.name=vllm_omni"]))
-        assert soundtrack_problems(load_config(run[:-1])) == []  # no soundtracks
+    def run(pipeline: str) -> list[str]:
+        return ["trainer.engine=verl", "actor_rollout_ref.model.path=/m", "data.train_files=[/t.parquet]",
+                f"actor_rollout_ref.rollout.pipeline_name={pipeline}", "data.use_audio_in_video=true"]
+
+    monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+    qwen25 = run("qwen2_5_omni")
+    (problem,) = soundtrack_problems(load_config(qwen25))
+    assert problem.startswith("data.use_audio_in_video=true: vLLM-Omni's qwen2_5_omni pipeline does not lay")
+    assert soundtrack_problems(load_config([*qwen25, "trainer.device=cpu"])) == []  # omni_local
+    assert soundtrack_problems(load_config([*qwen25, "trainer.device=cpu", "actor_rollout_ref.rollout.name=vllm_omni"]))
+    assert soundtrack_problems(load_config(qwen25[:-1])) == []  # no soundtracks
+    qwen3 = load_config(run("qwen3_omni_moe"))
+    assert soundtrack_problems(qwen3) == []
+    monkeypatch.setenv("VLLM_PLUGINS", "omni_qwen3_soundtrack_positions,vllm_omni_register_models")
+    assert soundtrack_problems(qwen3) == []
+    monkeypatch.setenv("VLLM_PLUGINS", "vllm_omni_register_models")
+    (problem,) = soundtrack_problems(qwen3)
+    assert problem.startswith("VLLM_PLUGINS=vllm_omni_register_models leaves out omni_qwen3_soundtrack_positions")

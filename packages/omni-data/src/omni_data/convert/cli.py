@@ -3,6 +3,12 @@
 ``python -m omni_data.convert gsm8k --input DIR --output-dir DIR [--config main|socratic]``
 ``python -m omni_data.convert mmk12 --input DIR --output-dir DIR [--decode-images] [--inline-options]``
 ``python -m omni_data.convert avqa  --input DIR --output-dir DIR [--strict-split] [--normalize-labels]``
+``python -m omni_data.convert geometry3k --input DIR --output-dir DIR [--decode-images]``
+``python -m omni_data.convert audiomcq --input-jsonl FILE --audio-root DIR --output-dir DIR [--validation-size 256]
+[--seed 42]``
+``python -m omni_data.convert nextqa --input DIR --output-dir DIR [--validation-ratio 0.05] [--fps 1.0] ...``
+``python -m omni_data.convert omnivideo_qi --input FILE --output-dir DIR --path-map SOURCE=DEST [...]
+[--no-audio-from-video] [--fps 2.0] [--max-frames 64] [--val-size 256]``
 ``python -m omni_data.convert omni_preference --input DIR --output-dir DIR [--modalities image video audio]
 [--test-ratio 0.1] [--seed 42] [--max-samples -1]`` (also with the spellings of verl-omni's script:
 ``--dataset_root``, ``--output_dir``, ``--test_ratio``, ``--max_samples``)
@@ -23,9 +29,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from omni_data.convert import avqa, gsm8k, mmk12, omni_preference
+from omni_data.convert import audiomcq, avqa, geometry3k, gsm8k, mmk12, nextqa, omni_preference, omnivideo_qi
 from omni_data.convert.report import ConversionReport
 from omni_data.errors import InputFormatError
+
+
+RECIPES = ("gsm8k", "mmk12", "avqa", "geometry3k", "audiomcq", "nextqa", "omnivideo_qi", "omni_preference")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("gsm8k", "GSM8K: OpenAI's grade-school-math data dir, or HF main/ and socratic/ parquet"),
         ("mmk12", "MMK12 train-*/test-*.parquet shards with inline images"),
         ("avqa", "AVQA-R1-6K: the AVQA_R1 release directory, or one <split>.json list per split"),
+        ("geometry3k", "Geometry3K (hiyouga/geometry3k): data/<split>-*.parquet shards with inline images"),
         ("omni_preference", "Omni-Preference (Omni-RRM) release: preference pairs for offline DPO"),
     ):
         sub = recipes.add_parser(name, help=help_text)
@@ -67,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
                 help="write ground truths as <answer>X</answer> with the letter upper-cased (default: "
                 "as written, as verl-omni does; its choice reward is case-sensitive)",
             )
-        if name == "mmk12":
+        if name in ("mmk12", "geometry3k"):
             sub.add_argument(
                 "--decode-images",
                 action="store_true",
@@ -104,7 +114,87 @@ def build_parser() -> argparse.ArgumentParser:
                 default=-1,
                 help="read only the first N records per modality, for a quick try (default: all)",
             )
+    audio_mcq = recipes.add_parser(
+        "audiomcq", help="AudioMCQ: a JSONL of question/choices/answer/audio_path records, and their audio root"
+    )
+    # verl-omni's spelling; --input as the other recipes spell it
+    audio_mcq.add_argument("--input-jsonl", "--input", dest="input", type=Path, required=True,
+                           help="the JSONL file, one record per line")
+    audio_mcq.add_argument("--audio-root", dest="audio_root", type=Path, required=True,
+                           help="the directory the records' audio_path values are relative to")
+    audio_mcq.add_argument("--output-dir", dest="output_dir", type=Path, required=True,
+                           help="where train.parquet and validation.parquet go (existing ones are never overwritten)")
+    audio_mcq.add_argument("--validation-size", dest="validation_size", type=_positive_int, default=256,
+                           help="distinct audio files held out for validation, each with all its questions "
+                           "(default 256)")
+    audio_mcq.add_argument("--seed", type=int, default=42, help="seed of the split (default 42, as verl-omni)")
+    nextqa_parser = recipes.add_parser(
+        "nextqa", help="NExT-QA (TinyLLaVA-Video-R1): the directory with nextqa_0-30s.jsonl and the extracted NextQA/"
+    )
+    # verl-omni's spellings (--input_dir, --output_dir, ...) and ours
+    nextqa_parser.add_argument("--input", "--input_dir", dest="input", type=Path, required=True,
+                               help="the directory with the annotation JSONL and the extracted NextQA/ tree")
+    nextqa_parser.add_argument("--output-dir", "--output_dir", dest="output_dir", type=Path, required=True,
+                               help="where train.parquet and validation.parquet go")
+    nextqa_parser.add_argument("--input-file", "--input_file", dest="input_file", default=nextqa.DEFAULT_INPUT_FILE,
+                               help="the annotation JSONL, relative to --input (default nextqa_0-30s.jsonl)")
+    nextqa_parser.add_argument("--validation-ratio", "--validation_ratio", dest="validation_ratio",
+                               type=_validation_ratio, default=0.05,
+                               help="share of distinct clips for validation, whole clips at a time "
+                               "(default 0.05; 0 writes no validation.parquet)")
+    nextqa_parser.add_argument("--seed", type=int, default=42, help="seed of the split (default 42, as verl-omni)")
+    nextqa_parser.add_argument("--fps", type=float, default=1.0,
+                               help="frames per second each video entry asks for (default 1.0)")
+    nextqa_parser.add_argument("--min-pixels", "--min_pixels", dest="min_pixels", type=int, default=32 * 28 * 28,
+                               help="least pixels per sampled frame (default 32 * 28 * 28)")
+    nextqa_parser.add_argument("--max-pixels", "--max_pixels", dest="max_pixels", type=int, default=128 * 28 * 28,
+                               help="most pixels per sampled frame (default 128 * 28 * 28)")
+    nextqa_parser.add_argument("--max-frames", "--max_frames", dest="max_frames", type=int, default=32,
+                               help="most sampled frames per video (default 32)")
+    qi_parser = recipes.add_parser(
+        "omnivideo_qi", help="OmniVideo-R1 QI: merged_train_all_qi.jsonl, its media found through --path-map"
+    )
+    qi_parser.add_argument("--input", dest="input", type=Path, required=True, help="the annotation JSONL")
+    qi_parser.add_argument("--output-dir", "--output_dir", dest="output_dir", type=Path, required=True,
+                           help="where train.parquet and validation.parquet go")
+    qi_parser.add_argument("--path-map", "--path_map", dest="path_maps", action="append", type=_path_map,
+                           required=True, metavar="SOURCE=DEST",
+                           help="an annotation path prefix and the local directory it stands for; repeatable, the "
+                           "longest matching prefix wins (e.g. ./data/LLaVA-Video-178K=/shared/LLaVA-Video-178K)")
+    qi_parser.add_argument("--audio-from-video", "--audio_from_video", dest="audio_from_video",
+                           action=argparse.BooleanOptionalAction, default=True,
+                           help="hear each video's own soundtrack (train with data.use_audio_in_video=true; "
+                           "default); --no-audio-from-video reads the annotation's extracted audio files instead")
+    qi_parser.add_argument("--fps", type=float, default=2.0, help="frames per second each video entry asks for")
+    qi_parser.add_argument("--max-frames", "--max_frames", dest="max_frames", type=int, default=64,
+                           help="most sampled frames per video (default 64; at least 4)")
+    qi_parser.add_argument("--max-samples", "--max_samples", dest="max_samples", type=int, default=0,
+                           help="stop once this many rows are kept, for a quick try (default 0: all)")
+    qi_parser.add_argument("--val-size", "--val_size", dest="val_size", type=_positive_int, default=256,
+                           help="validation rows wanted, whole videos at a time (default 256)")
+    qi_parser.add_argument("--seed", type=int, default=42, help="seed of the split (default 42, as verl-omni)")
     return parser
+
+
+def _validation_ratio(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 0 and below 1, got {text}")
+    return value
+
+
+def _path_map(text: str) -> tuple[str, Path]:
+    try:
+        return omnivideo_qi.parse_path_map(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
 
 
 def _ratio(text: str) -> float:
@@ -125,6 +215,12 @@ def run(args: argparse.Namespace) -> ConversionReport:
         return avqa.convert(
             args.input, args.output_dir, strict_split=args.strict_split, normalize_labels=args.normalize_labels
         )
+    if args.recipe == "audiomcq":
+        return audiomcq.convert(
+            args.input, args.audio_root, args.output_dir, validation_size=args.validation_size, seed=args.seed
+        )
+    if args.recipe == "geometry3k":
+        return geometry3k.convert(args.input, args.output_dir, full_decode=args.decode_images)
     if args.recipe == "omni_preference":
         return omni_preference.convert(
             args.input,
@@ -134,14 +230,25 @@ def run(args: argparse.Namespace) -> ConversionReport:
             seed=args.seed,
             max_samples=args.max_samples,
         )
-    raise ValueError(f"Unknown recipe {args.recipe!r}; choose gsm8k, mmk12, avqa or omni_preference.")
+    if args.recipe == "nextqa":
+        return nextqa.convert(
+            args.input, args.output_dir, input_file=args.input_file, validation_ratio=args.validation_ratio,
+            seed=args.seed, fps=args.fps, min_pixels=args.min_pixels, max_pixels=args.max_pixels,
+            max_frames=args.max_frames,
+        )
+    if args.recipe == "omnivideo_qi":
+        return omnivideo_qi.convert(
+            args.input, args.output_dir, args.path_maps, audio_from_video=args.audio_from_video, fps=args.fps,
+            max_frames=args.max_frames, max_samples=args.max_samples, val_size=args.val_size, seed=args.seed,
+        )
+    raise ValueError(f"Unknown recipe {args.recipe!r}; choose one of: {', '.join(RECIPES)}.")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         report = run(args)
-    except InputFormatError as exc:
+    except (InputFormatError, FileExistsError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(report.format())

@@ -88,3 +88,21 @@ def read_records(files: Sequence[Path], required: Sequence[str] = ()) -> Iterato
                     if missing:
                         raise InputFormatError(f"{path}:{line_no} lacks field(s) {missing}.")
                     yield record
+
+
+def jsonl_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Each line of a UTF-8 text file with its 0-based number, split as Python's text mode
+    splits them (``\\n``, ``\\r\\n`` or ``\\r``).
+
+    Raises:
+        InputFormatError: the file cannot be read, or a line is not UTF-8 (named).
+    """
+    try:
+        with path.open(encoding="utf-8") as handle:
+            yield from enumerate(handle)
+    except UnicodeDecodeError:
+        for line_no, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
+            decode_utf8(raw, path, line_no)
+        raise
+    except OSError as exc:
+        raise InputFormatError(f"Cannot read {path}: {exc}") from exc

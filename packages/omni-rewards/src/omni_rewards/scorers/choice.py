@@ -1,5 +1,7 @@
-"""Multiple choice (``avqa_r1_6k``): exact match of the first ``<answer>`` payload, as
-verl-omni's ``choice_reward.py`` scores the seeds' AVQA recipe.
+"""Multiple choice (``avqa_r1_6k``, ``nextqa``): exact match of the first ``<answer>``
+payload, as verl-omni's ``choice_reward.py`` scores the seeds' AVQA recipe and its NExT-QA
+recipe (TinyLLaVA-Video-R1's NextQA: five options A-E, ground truth ``<answer>X</answer>``
+with the letter upper-cased by ``omni_data.convert.nextqa``).
 
 The ground truth is the tagged label (``<answer>B</answer>``) or the bare label (``B``).
 Only an exact match (surrounding whitespace ignored) scores: an empty payload, several
@@ -8,8 +10,8 @@ letters ("A or B") or a letter outside the options all score 0.
 One deliberate difference: a ground truth whose label is blank (``<answer> </answer>``,
 or empty) is a data problem. The reference then compares the prediction with an empty
 label and pays 1.0 for an empty or missing answer; here it scores 0 and is counted
-(``data_problem`` = 1, summed into ``reward/data_problems``). The AVQA converter drops
-such rows before training.
+(``data_problem`` = 1, summed into ``reward/data_problems``). The AVQA and NExT-QA
+converters drop such rows before training.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ def label_of(ground_truth: str) -> str:
     return payload if payload is not None else ground_truth.strip()
 
 
-@SCORERS.register("avqa_r1_6k", "choice")
+@SCORERS.register("avqa_r1_6k", "nextqa", "choice")
 def score_choice(
     solution_str: str,
     ground_truth: str,

@@ -26,6 +26,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from omni_rewards import SCORERS, RewardManager, RewardManagerConfig, ScorerRegistry
+from omni_rewards.api import as_ground_truth
 from omni_trainer import builtin_task
 from omni_trainer.custom_reward import custom_scorer, load_reward_function
 
@@ -90,7 +91,7 @@ def compute_score(
     manager = _manager(num_workers, timeout_s, on_unknown_data_source, custom)
     if custom is not None:
         _route(manager, data_source, custom)
-    outcome = manager.score_batch([data_source], [solution_str], [str(ground_truth)], [dict(extra_info or {})]).outcomes[0]
+    outcome = manager.score_batch([data_source], [solution_str], [as_ground_truth(ground_truth)], [dict(extra_info or {})]).outcomes[0]
     result = {"score": float(outcome.score), "acc": float(outcome.result.get("acc", outcome.score))}
     result.update({f"reward_{status}": float(outcome.status == status) for status in STATUS_KEYS})
     return result

@@ -6,6 +6,8 @@ A new task that runs on verl adds its entry to :data:`VERL_TASKS`.
 
 from __future__ import annotations
 
+import os
+
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -97,11 +99,15 @@ def soundtrack_problems(config: Config) -> list[str]:
         adapter = rollout_adapters.get(rollout.pipeline() or "")
     except OmniContractError:
         return []  # the pipeline check names the problem
-    if adapter.interleaves_soundtracks:
-        return []
-    return [f"data.use_audio_in_video=true: vLLM-Omni's {rollout.pipeline()} pipeline does not lay a video's "
-            "soundtrack out among its frames in this version; train on the CPU with actor_rollout_ref.rollout.name="
-            f"{LOCAL_ROLLOUT_NAME}, or on the local engine"]
+    if not adapter.interleaves_soundtracks:
+        return [f"data.use_audio_in_video=true: vLLM-Omni's {rollout.pipeline()} pipeline does not lay a video's "
+                "soundtrack out among its frames in this version; train on the CPU with "
+                f"actor_rollout_ref.rollout.name={LOCAL_ROLLOUT_NAME}, or on the local engine"]
+    allowed = os.environ.get("VLLM_PLUGINS")
+    left_out = [name for name in adapter.vllm_plugins if allowed is not None and name not in allowed.split(",")]
+    return [f"VLLM_PLUGINS={allowed} leaves out {', '.join(left_out)}, which vLLM-Omni's {rollout.pipeline()} "
+            "pipeline needs to place a video's soundtrack as the actor does; add it to VLLM_PLUGINS, or unset it"
+            ] if left_out else []
 
 
 @dataclass(frozen=True)

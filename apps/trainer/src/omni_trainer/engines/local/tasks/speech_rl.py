@@ -18,6 +18,7 @@ import torch
 
 from omni_contracts import RolloutSample
 from omni_contracts.speech import SpeechPolicy, find_speech_policy
+from omni_rewards.api import ground_truth_text
 from omni_rewards.audio import SpeechSample, WeightedAudioReward
 from omni_rollout.local_engine import LocalEngine
 from omni_rollout.sampling import SamplingSettings
@@ -203,7 +204,8 @@ def score_speech(speech: SpeechSampler, owners: Sequence[Prepared]) -> tuple[lis
     rate = speech.policy.speech_sample_rate
     spoken = [i for i, w in enumerate(speech.waveforms) if w.size > 0]
     result = speech.rewards.score_batch([
-        SpeechSample(speech.waveforms[i], rate, speech.texts[i], owners[i].ground_truth, owners[i].data_source)
+        SpeechSample(speech.waveforms[i], rate, speech.texts[i], ground_truth_text(owners[i].ground_truth),
+                     owners[i].data_source)
         for i in spoken
     ])
     scores = [0.0] * len(speech.waveforms)

@@ -13,6 +13,7 @@ import torch
 from omni_contracts import RolloutAdapter, RolloutSample
 from omni_contracts.speech import TalkerDriftProbe, talker_drift_probe
 from omni_rewards import SCORERS, RewardManager, ScorerRegistry
+from omni_rewards.api import ground_truth_text
 from omni_rewards.audio import SpeechSample, WeightedAudioReward
 from omni_rollout.agent_loops import get_agent_loop
 from omni_rollout.local_engine import LocalEngine
@@ -228,7 +229,7 @@ class TextRL(Task):
             prompts = [tokenizer.decode(p.inputs["input_ids"][0], skip_special_tokens=True) for p in val_rows]
             inputs = [text for text, r in zip(prompts, rollouts, strict=True) for _ in r.outputs]
             generations.log(step, [
-                ValGeneration(prompt, text, outcome.score, p.ground_truth, p.data_source, outcome.status)
+                ValGeneration(prompt, text, outcome.score, ground_truth_text(p.ground_truth), p.data_source, outcome.status)
                 for prompt, text, outcome, p in zip(inputs, texts, result.outcomes, owners, strict=True)
             ])
         return {**metrics, **drift}

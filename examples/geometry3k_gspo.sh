@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Geometry3K (image -> text, geometry answers graded as verl grades them), GSPO + GRPO advantages,
+# full fine-tune of the thinker's language model (the vision and audio towers frozen).
+# Data: uv run trainer convert geometry3k --input <hiyouga/geometry3k download> --output-dir ~/data/geometry3k
+# Sized as verl-omni's recipe (run_qwen3_omni_megatron_geo3k_separate_async.sh): 16 prompts x 8
+# samples a step, one mini-batch, prompts up to 1024 tokens, answers up to 3072, lr 1e-6, GSPO's
+# clip range 3e-4/4e-4, weight decay 0.1, greedy validation every 10 steps, 150 steps, on one node
+# of 8 x 80 GB GPUs. verl-omni trains it with Megatron (TP 4, EP 4) and its V1 separate-async
+# trainer, the actor on 4 GPUs and vLLM-Omni on the other 4, weights synced after every update;
+# our verl engine trains with FSDP, synchronously, the actor and vLLM-Omni (TP 4) sharing the 8
+# GPUs, the actor's parameters and optimizer state on the CPU while vLLM-Omni holds the GPU.
+# ENGINE=local runs it on the local engine (the tiny model on a CPU), without the verl-only keys.
+# Any key can be overridden after the script, e.g.: bash examples/<this script> trainer.total_epochs=2
+set -euo pipefail
+ENGINE=${ENGINE:-verl}
+MODEL_PATH=${MODEL_PATH:-$HOME/models/Qwen/Qwen3-Omni-30B-A3B-Instruct}
+TRAIN_FILE=${TRAIN_FILE:-$HOME/data/geometry3k/train.parquet}
+VAL_FILE=${VAL_FILE:-$HOME/data/geometry3k/test.parquet}
+
+verl_only=(
+    actor_rollout_ref.actor.fsdp_config.param_offload=true
+    actor_rollout_ref.actor.fsdp_config.optimizer_offload=true
+    actor_rollout_ref.rollout.tensor_model_parallel_size=4
+    actor_rollout_ref.rollout.gpu_memory_utilization=0.6
+    actor_rollout_ref.rollout.max_num_seqs=32
+    trainer.nnodes=1
+    trainer.n_gpus_per_node=8
+)
+if [ "$ENGINE" != verl ]; then verl_only=(); fi
+
+exec uv run trainer \
+    actor_rollout_ref.model.path="$MODEL_PATH" \
+    data.train_files="[$TRAIN_FILE]" \
+    data.val_files="[$VAL_FILE]" \
+    data.train_batch_size=16 \
+    data.max_prompt_length=1024 \
+    data.max_response_length=3072 \
+    actor_rollout_ref.model.lora_rank=0 \
+    actor_rollout_ref.model.freeze_vision_tower=true \
+    actor_rollout_ref.actor.policy_loss.loss_mode=gspo \
+    actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean \
+    actor_rollout_ref.actor.clip_ratio_low=3e-4 \
+    actor_rollout_ref.actor.clip_ratio_high=4e-4 \
+    actor_rollout_ref.actor.clip_ratio_c=10.0 \
+    actor_rollout_ref.actor.optim.lr=1e-6 \
+    actor_rollout_ref.actor.optim.weight_decay=0.1 \
+    actor_rollout_ref.actor.ppo_mini_batch_size=16 \
+    actor_rollout_ref.rollout.n=8 \
+    actor_rollout_ref.rollout.val_kwargs.temperature=0 \
+    actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe \
+    algorithm.adv_estimator=grpo \
+    trainer.engine="$ENGINE" \
+    trainer.experiment_name=qwen3_omni_geometry3k_gspo \
+    trainer.total_training_steps=150 \
+    trainer.test_freq=10 \
+    "${verl_only[@]}" \
+    "$@"
