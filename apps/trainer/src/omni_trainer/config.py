@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import ConfigKeyError, ValidationError
+from omegaconf.errors import ConfigKeyError, InterpolationResolutionError, ValidationError
 
 from omni_trainer.files import checkpoint
+from omni_trainer.foreign_keys import foreign_message
 from omni_trainer.keys import MAPPED, NOT_SENT, actor_value, any_value, choice_problems, key, section
 from omni_trainer.loggers import LOGGERS
 from omni_trainer.model_folder import model_fingerprint
@@ -368,11 +369,14 @@ class AgentConfig:
 @dataclass
 class VllmOmniKwargs:
     """verl-omni's ``rollout.engine_kwargs.vllm_omni.*``; each folds into our key of the same
-    meaning (``pipeline_name`` -> ``rollout.pipeline_name``, ``max_num_seqs`` ->
-    ``rollout.max_num_seqs``); ``output_mode`` must be ``ar`` (text out)."""
+    meaning (``pipeline_name`` -> ``rollout.pipeline_name``, ``pipeline_mode`` ->
+    ``rollout.pipeline_mode``, ``max_num_seqs`` -> ``rollout.max_num_seqs``); ``output_mode``
+    must be ``ar`` (text out)."""
 
     pipeline_name: str | None = key(
         None, "verl-omni's spelling of actor_rollout_ref.rollout.pipeline_name (folded into it)", verl=NOT_SENT)
+    pipeline_mode: str | None = key(
+        None, "verl-omni's spelling of actor_rollout_ref.rollout.pipeline_mode (folded into it)", verl=NOT_SENT)
     output_mode: str | None = key(
         None, "verl-omni: the server's output mode, ar for autoregressive tokens", engines="verl",
         other_engine="samples token by token (honours ar, the one mode the loader accepts)",
@@ -697,7 +701,10 @@ class RewardConfig:
 @dataclass
 class TrainerConfig:
     engine: str = key("local", "the engine that runs the job", choices=("local", "verl"), verl=NOT_SENT)
-    total_epochs: int = key(1, "passes over the train rows", at_least=1, verl=MAPPED)
+    total_epochs: int = key(
+        1, "passes over the train rows; with trainer.total_training_steps set, the steps govern and the passes "
+        "repeat past total_epochs (verl stops at whichever ends first: verl gets enough epochs for the steps)",
+        at_least=1, verl=MAPPED)
     total_training_steps: int | None = key(
         None, "steps of the run; null: total_epochs x steps per epoch", at_least=1,
         note=", or null (total_epochs x steps per epoch)")
@@ -962,7 +969,12 @@ def _edit_distance(a: str, b: str) -> int:
 
 
 def unknown_key_message(key: str, origin: str) -> str:
-    """``unknown key ...`` with the closest known key(s), or a pointer to the list of keys."""
+    """``unknown key ...`` with the closest known key(s), or a pointer to the list of keys; a key
+    of an engine or feature omni-rl does not have says so and what to use instead
+    (:mod:`omni_trainer.foreign_keys`)."""
+    foreign = foreign_message(key)
+    if foreign:
+        return f"{foreign} (in {origin})"
     found = closest_keys(key)
     if not found:
         hint = "no known key is close (`uv run trainer --print-config` prints every key)"
@@ -991,6 +1003,7 @@ AGENT_LOOP_ALIASES = {"omni_single_turn_agent": "single_turn_agent"}
 KEY_ALIASES = {
     "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.pipeline_name": "actor_rollout_ref.rollout.pipeline_name",
     "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.max_num_seqs": "actor_rollout_ref.rollout.max_num_seqs",
+    "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.pipeline_mode": "actor_rollout_ref.rollout.pipeline_mode",
     "actor_rollout_ref.actor.freeze_vision_tower": "actor_rollout_ref.model.freeze_vision_tower",
     "actor_rollout_ref.actor.optim.clip_grad": "actor_rollout_ref.actor.grad_clip",
     "data.mm_processor_kwargs.use_audio_in_video": "data.use_audio_in_video",
@@ -1053,7 +1066,12 @@ def load_config(*override_groups: list[str]) -> Config:
     OmegaConf.update(config, "given_keys", given, merge=False)
     if OmegaConf.select(config, "trainer.experiment_name") is None:
         OmegaConf.update(config, "trainer.experiment_name", derived_experiment_name(config))
-    resolved = OmegaConf.to_object(config)
+    try:
+        resolved = OmegaConf.to_object(config)
+    except InterpolationResolutionError as exc:
+        raise ConfigError(f"Invalid configuration:\n  - {exc.full_key}: {_first_line(exc)} (set what the "
+                          "interpolation names, e.g. the environment variable of ${oc.env:NAME}, or give the value)"
+                          ) from exc
     assert isinstance(resolved, Config)
     non_finite = _non_finite_keys(resolved)
     if non_finite:
@@ -1197,15 +1215,18 @@ def _yaml_value(raw: str) -> Any:
         return raw
 
 
-def _flatten(node: DictConfig, prefix: str = "") -> list[tuple[str, Any]]:
+def _flatten(node: DictConfig | dict[Any, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """The dotted leaves of ``node``, interpolations (``${oc.env:X}``, ``${other.key}``) left
+    unresolved: they resolve once the whole config is built, as Hydra resolves them."""
+    plain = OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig) else node
+    assert isinstance(plain, dict)
     items: list[tuple[str, Any]] = []
-    for key in node:
-        value = node[key]
+    for key, value in plain.items():
         dotted = f"{prefix}{key!s}"
-        if isinstance(value, DictConfig) and len(value) > 0:
+        if isinstance(value, dict) and len(value) > 0:
             items.extend(_flatten(value, dotted + "."))
         else:
-            items.append((dotted, OmegaConf.to_container(value) if isinstance(value, DictConfig) else value))
+            items.append((dotted, value))
     return items
 
 

@@ -1,6 +1,6 @@
 """``reward.custom_reward_function.path/name``: a user's scorer file, loaded as verl loads it.
 
-verl imports the Python file at ``path`` and calls ``name`` (default ``compute_score``) as
+verl imports the Python file at ``path`` (or the module ``pkg://<import name>``) and calls ``name`` (default ``compute_score``) as
 ``name(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)`` for every
 response; it returns a number or a mapping with a ``"score"``. Here the call runs in the
 reward manager's worker processes (timed, crash-safe): each worker imports the file once.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import importlib.util
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -26,13 +27,26 @@ class CustomRewardError(ValueError):
     """The custom reward file cannot be loaded or has no such function."""
 
 
+PKG_PREFIX = "pkg://"
+"""verl's spelling of a module by import name (``pkg://verl_omni.utils.reward_score.audio_mcq``)."""
+
+
 @functools.cache
 def load_reward_function(path: str, name: str) -> Callable[..., Any]:
-    """``name`` from the Python file at ``path`` (the module is imported once per process).
+    """``name`` from the Python file at ``path``, or from the module ``pkg://<import name>``
+    (as verl resolves it); the module is imported once per process.
 
     Raises:
-        CustomRewardError: the file is missing, fails to import, or has no callable ``name``.
+        CustomRewardError: the file is missing, the module fails to import, or has no callable ``name``.
     """
+    if path.startswith(PKG_PREFIX):
+        try:
+            module = importlib.import_module(path.removeprefix(PKG_PREFIX))
+        except Exception as exc:
+            raise CustomRewardError(f"path={path}: importing {path.removeprefix(PKG_PREFIX)} failed: "
+                                    f"{type(exc).__name__}: {exc} (is its package installed where the run starts?)"
+                                    ) from exc
+        return _callable(module, name, path)
     file = Path(path).expanduser().resolve()
     if not file.is_file():
         raise CustomRewardError(f"path={path} does not exist (a Python file defining {name}())")
@@ -47,6 +61,10 @@ def load_reward_function(path: str, name: str) -> Callable[..., Any]:
     except Exception as exc:
         del sys.modules[module_name]
         raise CustomRewardError(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
+    return _callable(module, name, path)
+
+
+def _callable(module: Any, name: str, path: str) -> Callable[..., Any]:
     function = getattr(module, name, None)
     if not callable(function):
         found = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_"))

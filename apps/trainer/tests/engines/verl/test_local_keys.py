@@ -65,6 +65,7 @@ READ_BY_THE_VERL_ENGINE = {
     "actor_rollout_ref.rollout.pipeline_mode": "engines/verl/translate.py",
     "actor_rollout_ref.rollout.speaker": "engines/verl/tasks.py",
     "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.pipeline_name": "config.py",  # an alias (KEY_ALIASES)
+    "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.pipeline_mode": "config.py",  # an alias
     "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.output_mode": "engines/verl/translate.py",
     "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.max_num_seqs": "config.py",  # an alias
     "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.stage_configs_path": "preflight.py",  # refused on both

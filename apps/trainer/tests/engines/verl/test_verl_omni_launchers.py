@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -29,11 +30,11 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from omni_trainer.config import LIST_KEYS, Config, load_config
+from omni_trainer.config import LIST_KEYS, Config, ConfigError, load_config
 from omni_trainer.engines import engine_for
 from omni_trainer.findings import Findings
 from omni_trainer.preflight import COMMON_CHECKS, preflight
-from omni_trainer.keys import value_at
+from omni_trainer.keys import help_text, value_at
 from omni_trainer.engines.local.verl_keys import verl_key
 
 if importlib.util.find_spec("verl") is None:  # pragma: no cover
@@ -45,8 +46,13 @@ from omni_trainer.engines.verl.translate import to_verl_config  # noqa: E402
 from omni_trainer.resolved import resolve_run
 
 LAUNCHERS = sorted((Path(__file__).parent / "verl_omni_launchers").glob("*.overrides"))
+REFUSED_LAUNCHERS = sorted((Path(__file__).parent / "verl_omni_launchers" / "refused").glob("*.overrides"))
+"""Launchers of engines or features omni-rl does not have (Megatron, VeOmni, NPUs, verl's V1
+asynchronous modes, a judge, DAPO, NitroBrew): each such key is refused by name with why and
+what to use instead; the rest are taken."""
 EXCLUDE_MODULES = ".*talker.*|.*code2wav.*|.*code_predictor.*|.*visual.*|.*audio_tower.*"
-REWARD_FILES = ("verl_omni/utils/reward_score/mmk12_reward.py", "verl_omni/utils/reward_score/choice_reward.py")
+REWARD_FILES = ("verl_omni/utils/reward_score/mmk12_reward.py", "verl_omni/utils/reward_score/choice_reward.py",
+                "verl_omni/utils/reward_score/omnivideo_qi.py", "verl_omni/utils/reward_score/audio_mcq.py")
 EXTERNAL_LIB = "verl_omni/models/transformers/qwen3_omni_thinker.py"
 """Stand-ins for the files of a verl-omni checkout the launchers name (verl imports the
 ``external_lib`` module in its workers; the pre-flight checks that it can)."""
@@ -65,8 +71,13 @@ AT_VERL: dict[str, Callable[[Any, Any], Any]] = {
     "reward.custom_reward_function.path":
         lambda verl, settings: os.path.relpath(verl.reward.custom_reward_function.reward_kwargs.custom_path),
     "reward.custom_reward_function.name": lambda verl, settings: verl.reward.custom_reward_function.reward_kwargs.custom_name,
+    # verl-omni's spellings, folded into ours (KEY_ALIASES), which reach verl at their own paths.
+    "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.max_num_seqs":
+        lambda verl, settings: verl.actor_rollout_ref.rollout.max_num_seqs,
 }
 """Where a launcher value lands when it is not verl's config at the key's own path."""
+DIFFERENT_ON_PURPOSE = {"trainer.total_epochs": "the steps govern and the passes repeat past total_epochs"}
+"""Launcher keys taken with a meaning of ours, each with what its help text says of it."""
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +87,11 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     directory = tmp_path_factory.mktemp("launchers")
     (directory / "model").symlink_to(build_tiny_qwen3_omni())
-    for name in ("train", "test"):
-        pq.write_table(pa.table({"data_source": ["openai/gsm8k"] * 256, "prompt": ["q"] * 256}),
-                       directory / f"{name}.parquet")
+    for folder in (directory, *(directory / modality for modality in ("image", "video", "audio"))):
+        folder.mkdir(exist_ok=True)
+        for name in ("train", "test"):
+            pq.write_table(pa.table({"data_source": ["openai/gsm8k"] * 256, "prompt": ["q"] * 256}),
+                           folder / f"{name}.parquet")
     for reward in REWARD_FILES:
         (directory / reward).parent.mkdir(parents=True, exist_ok=True)
         (directory / reward).write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
@@ -96,6 +109,54 @@ def in_workdir(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(launch, "verl_problems", lambda config: [])
 
 
+MODALITY_FILES = {
+    "TRAIN_FILES": "['{w}/image/train.parquet','{w}/video/train.parquet','{w}/audio/train.parquet']",
+    "VAL_FILES": "['{w}/image/test.parquet','{w}/video/test.parquet','{w}/audio/test.parquet']",
+    "IMAGE_RATIO": "1.0", "VIDEO_RATIO": "1.0", "AUDIO_RATIO": "1.0",
+}
+RUN_DIR = {"RUN_DIR": "{w}/launcher_run", "TENSORBOARD_DIR": "{w}/launcher_run/tensorboard",
+           "CUDA_DEVICE_MAX_CONNECTIONS": "1"}  # what the scripts export ({oc.env:...} values read them)
+OPD = {"STUDENT_MODEL": "{w}/model", "TEACHER_MODEL": "{w}/model", "N_GPUS_PER_NODE": "16",
+       "TEACHER_N_GPUS_PER_NODE": "16"}
+LAUNCHER_ENV: dict[str, dict[str, str]] = {
+    "run_qwen3_omni_thinker_gspo_npu_nextqa_v1": {"N_GPUS_PER_NODE": "16", "NNODES": "1", "TOTAL_TRAINING_STEPS": "200",
+                                                  "USE_AUDIO_IN_VIDEO": "true", "TOTAL_NPUS": "16"},
+    "run_qwen3_omni_megatron_audiomcq_separate_async": RUN_DIR,
+    "run_qwen3_omni_megatron_avqa_separate_async": {**RUN_DIR, "ROLLOUT_GPUS": "4", "MAX_PROMPT_LENGTH": "4096",
+                                                    "MAX_RESPONSE_LENGTH": "2048", "TOTAL_TRAINING_STEPS": "150",
+                                                    "TEST_FREQ": "30"},
+    "run_qwen3_omni_megatron_avqa_video_separate_async": {**RUN_DIR, "ROLLOUT_GPUS": "4"},
+    "run_qwen3_omni_megatron_geo3k_separate_async": RUN_DIR,
+    "run_qwen3_omni_thinker_geo3k_megatron_fully_async": {
+        "NNODES": "4", "TRAIN_GPUS_PER_NODE": "4", "ROLLOUT_GPUS_PER_NODE": "4", "TOTAL_TRAINING_STEPS": "150",
+        "TOTAL_EPOCHS": "2", "PPO_MINI_BATCH_SIZE": "16", "N_RESP_PER_PROMPT": "8", "TOTAL_ROLLOUT_STEPS": "2400",
+        "RAY_ADDRESS": "auto"},
+    "run_qwen3_omni_thinker_gspo_lora_mmk12_v1_opd": OPD,
+    "run_qwen3_omni_thinker_gspo_lora_mmk12_v1_opd_npu": OPD,
+    "run_qwen3_omni_thinker_gspo_lora_mmk12_v1_nitrobrew_opd_npu": OPD,
+    "run_qwen3_omni_thinker_gspo_npu_omnivideo_qi_v1": {
+        "REWARD_TP": "8", "REWARD_NUM_WORKERS": "2", "REWARD_GPU_MEMORY_UTILIZATION": "0.4", "TRAIN_BATCH_SIZE": "32",
+        "PPO_MINI_BATCH_SIZE": "16", "ROLLOUT_N": "8", "OMNIVIDEO_QI_JUDGE_MODEL": "Qwen/Qwen3-VL-8B-Instruct",
+        "REWARD_MODEL_ENABLE": "true"},
+    "run_qwen3_omni_thinker_gspo_veomni": {"NNODES": "2", "ACTOR_EP": "8", "ATTN_IMPL": "flash_attention_2",
+                                           "MOE_IMPL": "fused_triton"},
+    "run_qwen3_omni_omni_preference_lora": {
+        **MODALITY_FILES, "TRAIN_BATCH_SIZE": "32", "VAL_BATCH_SIZE": "32", "VAL_MAX_SAMPLES": "96",
+        "TOTAL_TRAINING_STEPS": "200", "ATTN_IMPLEMENTATION": "sdpa", "LORA_RANK": "32", "LORA_ALPHA": "64",
+        "LORA_DROPOUT": "0.05", "LORA_TARGET_MODULES": '["q_proj","k_proj","v_proj","o_proj"]',
+        "LORA_TARGET_PARAMS": '["gate_up_proj","down_proj"]', "LR": "1.0e-6", "PPO_MINI_BATCH_SIZE": "8",
+        "PPO_MICRO_BATCH_SIZE_PER_GPU": "2", "TEST_FREQ": "50", "SAVE_FREQ": "50"},
+    "run_qwen3_omni_thinker_only_offline_mllm_dpo": {
+        **MODALITY_FILES, "TRAIN_BATCH_SIZE": "8", "IMAGE_MAX_PIXELS": "262144", "DPO_BETA": "0.1", "LR": "1.0e-6",
+        "PPO_MINI_BATCH_SIZE": "8", "PPO_MICRO_BATCH_SIZE_PER_GPU": "1", "NUM_GPUS_ACTOR": "8",
+        "TOTAL_TRAINING_STEPS": "1000"},
+    "run_qwen3_omni_thinker_only_offline_mllm_dpo_lora": {
+        **MODALITY_FILES, "DPO_BETA": "0.1", "LR": "1.0e-6", "PPO_MINI_BATCH_SIZE": "4",
+        "PPO_MICRO_BATCH_SIZE_PER_GPU": "1", "NUM_GPUS_ACTOR": "8", "TOTAL_TRAINING_STEPS": "1000"},
+}
+"""A launcher's own shell variables, with its script's defaults (``{w}``: the test directory)."""
+
+
 def launcher_overrides(launcher: Path, workdir: Path) -> list[str]:
     """The launcher's overrides as its script passes them, its shell variables set here."""
     lines = [line for line in launcher.read_text().splitlines() if line and not line.startswith("#")]
@@ -104,6 +165,7 @@ def launcher_overrides(launcher: Path, workdir: Path) -> list[str]:
         "VAL_FILE": str(workdir / "test.parquet"), "DATA_DIR": str(workdir), "EXCLUDE_MODULES": EXCLUDE_MODULES,
         "NUM_GPUS": "2", "TOTAL_TRAIN_STEPS": "2", "ROLLOUT_TP": "2", "NUM_GPUS_ACTOR_ROLLOUT_REWARD": "16",
         "REWARD_FUNCTION_PATH": REWARD_FILES[0], "STAGE_CONFIG": str(workdir / "stage.yaml"),
+        **{name: value.format(w=workdir) for name, value in LAUNCHER_ENV.get(launcher.stem, {}).items()},
     }
     script = "set -eu\nprintf '%s\\n' " + " ".join(lines)
     return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, check=True).stdout.splitlines()
@@ -144,6 +206,9 @@ def test_every_key_reaches_verl_with_the_launchers_value(launcher: Path, workdir
     problems, warnings = findings(config)
     missing = []
     for key, expected in map(split, overrides):
+        if key in DIFFERENT_ON_PURPOSE:
+            assert DIFFERENT_ON_PURPOSE[key] in (help_text(Config, key) or ""), key
+            continue
         if key in OWN_WAY_ON_VERL:
             assert any(OWN_WAY_ON_VERL[key] in line for line in problems + warnings), (key, problems, warnings)
             continue
@@ -247,3 +312,43 @@ def test_each_launcher_translates_to_its_golden_verl_config(launcher: Path, work
         golden.parent.mkdir(parents=True, exist_ok=True)
         golden.write_text(resolved)
     assert resolved == golden.read_text()
+
+
+def refusals(overrides: list[str]) -> tuple[dict[str, str], Config | None]:
+    """``{launcher key: the message refusing it}`` as the CLI finds them stage by stage (the
+    config's keys, then the pre-flight), and the config of the keys taken (``None`` when a
+    refused key left out makes another of the launcher's values impossible with our default)."""
+    refused: dict[str, str] = {}
+    keys = [split(o)[0] for o in overrides]
+    for _ in range(8):
+        kept = [o for o in overrides if split(o)[0] not in refused]
+        try:
+            config = load_config([*kept, "trainer.engine=verl"])
+        except ConfigError as exc:
+            problems = exc.problems
+        else:
+            problems, _ = findings(config)
+            if not problems:
+                return refused, config
+        before = len(refused)
+        for problem in problems:
+            named = problem.removeprefix("trainer.engine=verl: ")
+            lead = re.match(r"[\w.]+", named)
+            matching = [key for key in keys if named.startswith(key)
+                        or (lead is not None and key.startswith(lead.group() + "."))]
+            assert matching, f"a refusal that names no launcher key: {problem}"
+            refused.setdefault(max(matching, key=len), problem)
+        if len(refused) == before:
+            return refused, None
+    raise AssertionError(f"still refused after dropping {sorted(refused)}: {problems}")
+
+
+@pytest.mark.parametrize("launcher", REFUSED_LAUNCHERS, ids=lambda path: path.stem)
+def test_a_launcher_of_what_omni_rl_lacks_is_refused_key_by_key_with_why(launcher: Path, workdir: Path) -> None:
+    """Each key it cannot take is refused by its own name with the reason (never a bare
+    ``unknown key``); once those are dropped, the rest load and pass the pre-flight."""
+    refused, config = refusals(launcher_overrides(launcher, workdir))
+    assert refused, "this launcher is taken whole: move it up to verl_omni_launchers/"
+    bare = {key: message for key, message in refused.items() if "unknown key" in message}
+    assert bare == {}
+    assert config is None or config.trainer.engine == "verl"

@@ -23,6 +23,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from omni_trainer.custom_reward import PKG_PREFIX
 from omni_trainer.config import Config, ConfigError
 from omni_trainer.keys import passthrough_values
 from omni_trainer.engines.verl.adapters import adapter_options
@@ -519,12 +520,13 @@ def custom_reward_kwargs(config: Config) -> dict[str, Any]:
     """A user's ``reward.custom_reward_function``, for our reward function (verl's slot holds
     ours, which gives every sample a timeout and counts failures): the file's absolute path
     (verl resolves a relative one from its worker's directory, which need not be the user's),
-    the function's name and its ``reward_kwargs``."""
+    the function's name and its ``reward_kwargs``. A ``pkg://`` module stays as it is."""
     custom = config.reward.custom_reward_function
     if not custom.path:
         return {}
     return {
-        "custom_path": os.path.abspath(os.path.expanduser(custom.path)),
+        "custom_path": custom.path if custom.path.startswith(PKG_PREFIX) else os.path.abspath(
+            os.path.expanduser(custom.path)),
         "custom_name": custom.name,
         "custom_kwargs": dict(custom.reward_kwargs),
     }
