@@ -154,7 +154,7 @@ def count_parameters(config: Any, lora_rank: int) -> Any:
     from omni_training.model_loading import count_parameters as count
     from omni_training.settings import LoraSettings
 
-    return count(config, Qwen3OmniThinkerAdapter(), LoraSettings(rank=lora_rank))
+    return count(config, Qwen3OmniThinkerAdapter(), LoraSettings(rank=lora_rank, alpha=16))
 
 
 # --- our side -----------------------------------------------------------------------------------
@@ -201,8 +201,6 @@ def run_ours(setup: Setup, config: Any, tiny_path: str, rows: Sequence[dict[str,
         stage_id=rollout_adapter.policy_stage_id(mode),
         suppress_token_ids=(*placeholder_token_ids(tokenizer, processor), eos),  # every sample runs to the limit
     )
-    if builtin_task.DATA_SOURCE not in SCORERS:
-        SCORERS.add(builtin_task.DATA_SOURCE, builtin_task.score_digits)
     rewards = RewardManager(reward_manager_config(cfg), registry=SCORERS)
     sampler = TextSampler(cfg, engine, get_agent_loop(cfg.actor_rollout_ref.rollout.agent.default_agent_loop),
                           rollout_adapter, mode, adapter.extra_field_specs, tokenizer, rewards)

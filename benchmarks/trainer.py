@@ -301,7 +301,7 @@ class TrlRewardProbe:
         self, completions: list[list[dict[str, str]]], completion_ids: list[list[int]],
         ground_truth: list[str], trainer_state: Any, **_: Any,
     ) -> list[float | None]:
-        from omni_trainer.builtin_task import score_digits
+        from omni_rewards.scorers.builtin_digits import score_digits
 
         scores = [
             score_digits(completion[0]["content"], truth)["score"]

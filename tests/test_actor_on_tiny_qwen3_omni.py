@@ -15,6 +15,7 @@ from omni_contracts import get_training_adapter
 from omni_training.actor import Actor
 from omni_training.batching import MicroBatch, collate
 from omni_training.consistency import rollout_actor_consistency
+from omni_training.policy_loss import PolicyLossConfig
 from omni_training.settings import ActorSettings, LoraSettings, OptimizerSettings
 
 
@@ -49,7 +50,9 @@ def test_lora_actor_on_multimodal_prompts(tiny: Path) -> None:
     adapter = get_training_adapter("Qwen3OmniMoeForConditionalGeneration", "thinker")
     actor = Actor.from_pretrained(
         str(tiny), adapter, lora=LoraSettings(rank=4, alpha=8),
-        settings=ActorSettings(loss_mode="gspo"), optim=OptimizerSettings(lr=1e-2, weight_decay=0.0),
+        settings=ActorSettings(loss_mode="gspo", policy_loss=PolicyLossConfig(loss_agg_mode="token-mean"),
+                               gradient_checkpointing=False),
+        optim=OptimizerSettings(lr=1e-2, weight_decay=0.0),
     )
     processor, rows = prompts(tiny, actor)
     eos = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")

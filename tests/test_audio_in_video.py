@@ -103,10 +103,18 @@ def family(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     import importlib
 
     from omni_training.actor import Actor
+    from omni_training.policy_loss import PolicyLossConfig
+    from omni_training.settings import NO_LORA, ActorSettings, OptimizerSettings
 
     architecture, module, builder = FAMILIES[request.param]
     checkpoint = getattr(importlib.import_module(module), builder)(tmp_path_factory.mktemp("tiny") / request.param, seed=0)
-    actor = Actor.from_pretrained(str(checkpoint), get_training_adapter(architecture, "thinker"))
+    settings = ActorSettings(
+        loss_mode="vanilla", policy_loss=PolicyLossConfig(loss_agg_mode="token-mean"), gradient_checkpointing=False
+    )
+    actor = Actor.from_pretrained(
+        str(checkpoint), get_training_adapter(architecture, "thinker"),
+        settings=settings, lora=NO_LORA, optim=OptimizerSettings(lr=1e-6),
+    )
     return actor, actor.adapter.configure_processor(str(checkpoint), actor.model_config)
 
 

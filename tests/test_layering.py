@@ -41,7 +41,7 @@ def test_every_workspace_package_is_a_root_package() -> None:
     text = CONFIG.read_text()
     assert {package.name for package in SOURCES if package.is_dir()} == {
         "omni_contracts", "omni_model_kit", "omni_training", "omni_rollout", "omni_rewards",
-        "omni_data", "omni_qwen3", "omni_qwen25", "omni_vllm_cpu", "omni_verl_cpu", "omni_trainer",
+        "omni_data", "omni_qwen3", "omni_qwen25", "omni_vllm_cpu", "omni_verl_cpu", "omni_verl", "omni_trainer",
     }
     for package in SOURCES:
         assert f"    {package.name}\n" in text, f"{package.name} is not linted"
@@ -50,7 +50,7 @@ def test_every_workspace_package_is_a_root_package() -> None:
 def test_the_real_tree_keeps_every_contract() -> None:
     done = lint(ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "13 kept, 0 broken" in done.stdout
+    assert "15 kept, 0 broken" in done.stdout
 
 
 @pytest.mark.parametrize(
@@ -78,7 +78,12 @@ def test_the_real_tree_keeps_every_contract() -> None:
         ("app-layers", "omni_trainer", "import omni_trainer.config\n"),  # a module no layer names
         ("app-acyclic", "omni_trainer/engines", "def f():\n    import omni_trainer.preflight\n"),
         ("app-acyclic", "omni_trainer/engines/local/tasks", "def f():\n    import omni_trainer.engines.local.trainer\n"),
-        ("verl-cpu-standalone", "omni_verl_cpu", "def f():\n    from omni_trainer.engines.verl import settings\n"),
+        ("verl-cpu-standalone", "omni_verl_cpu", "def f():\n    from omni_trainer.engines.verl import translate\n"),
+        ("verl-cpu-standalone", "omni_verl_cpu", "from omni_verl import settings\n"),
+        ("verl-standalone", "omni_verl", "def f():\n    from omni_trainer.engines.verl import translate\n"),
+        ("verl-cpu-above-components", "omni_data", "import omni_verl.settings\n"),
+        ("local-engine-without-verl", "omni_trainer/engines/local", "import omni_verl.settings\n"),
+        ("verl-cpu-plugin-by-name", "omni_verl", "import omni_verl_cpu.speech\n"),
         ("verl-cpu-above-components", "omni_rollout", "import omni_verl_cpu\n"),
         ("verl-cpu-plugin-by-name", "omni_trainer/engines/verl", "def f():\n    from omni_verl_cpu.rollout import LocalRolloutReplica\n"),
         ("verl-cpu-plugin-by-name", "omni_trainer", "import omni_verl_cpu.gloo_checkpoint\n"),

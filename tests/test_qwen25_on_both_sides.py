@@ -36,8 +36,16 @@ def test_actor_log_probs_change_when_the_audio_changes(tiny: Path) -> None:
     audio features, and two different tones give identical log-probs."""
     from omni_training.actor import Actor
     from omni_training.batching import MicroBatch, collate
+    from omni_training.policy_loss import PolicyLossConfig
+    from omni_training.settings import NO_LORA, ActorSettings, OptimizerSettings
 
-    actor = Actor.from_pretrained(str(tiny), get_training_adapter(ARCHITECTURE, "thinker"))
+    settings = ActorSettings(
+        loss_mode="vanilla", policy_loss=PolicyLossConfig(loss_agg_mode="token-mean"), gradient_checkpointing=False
+    )
+    actor = Actor.from_pretrained(
+        str(tiny), get_training_adapter(ARCHITECTURE, "thinker"),
+        settings=settings, lora=NO_LORA, optim=OptimizerSettings(lr=1e-6),
+    )
     processor = actor.adapter.configure_processor(str(tiny), actor.model_config)
     content = [{"type": "audio"}, {"type": "text", "text": "How many beeps?"}]
     text = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False)

@@ -4,7 +4,7 @@ The tiny Qwen3-Omni's talker samples speech for a thinker answer in the local en
 samples are then returned the way vLLM-Omni 0.28 returns a request of the talker-RL pipeline
 (a recording stand-in for ``AsyncOmni``: the thinker's text, the talker's codec-0 tokens and
 log-probs, its prefill placeholder and ``codes.audio``, code2wav's waveform), go through our
-rollout server (``omni_trainer.engines.verl.rollout.VllmOmniHttpServer``: verl's own
+rollout server (``omni_verl.rollout.VllmOmniHttpServer``: verl's own
 ``generate`` on the vLLM-Omni driver, real vLLM ``SamplingParams``) and the speech sample it
 adds (the ``omni_single_turn`` agent loop and the rollout adapter's
 ``postprocess_agent_loop_output``), and reach the actor, which rebuilds the talker's
@@ -95,8 +95,15 @@ def actor_log_probs(tiny: Path, samples: Sequence[Any]) -> torch.Tensor:
     """The local actor on samples as the trainer batches them (absent optional fields: None)."""
     from omni_training.actor import Actor
     from omni_training.batching import MicroBatch, collate
+    from omni_training.policy_loss import PolicyLossConfig
+    from omni_training.settings import NO_LORA, ActorSettings, OptimizerSettings
 
-    actor = Actor.from_pretrained(str(tiny), Qwen3OmniTalkerAdapter())
+    settings = ActorSettings(
+        loss_mode="vanilla", policy_loss=PolicyLossConfig(loss_agg_mode="token-mean"), gradient_checkpointing=False
+    )
+    actor = Actor.from_pretrained(
+        str(tiny), Qwen3OmniTalkerAdapter(), settings=settings, lora=NO_LORA, optim=OptimizerSettings(lr=1e-6)
+    )
     prompts = [{"input_ids": torch.tensor([s.prompt_ids]), "attention_mask": torch.ones(1, len(s.prompt_ids))} for s in samples]
     inputs, responses, mask = collate(prompts, [s.response_ids for s in samples], pad_token_id=0)
     extra = {key: [s.extra_fields.get(key) for s in samples] for key in TALKER_FIELDS

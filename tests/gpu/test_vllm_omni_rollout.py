@@ -1,7 +1,7 @@
 """vLLM-Omni serves the tiny Qwen3-Omni in thinker-only AR mode on the production path, and
 verl's own server code drives it.
 
-Our rollout server (``omni_trainer.engines.verl.rollout.VllmOmniHttpServer``) starts it with its
+Our rollout server (``omni_verl.rollout.VllmOmniHttpServer``) starts it with its
 own ``run_server``: the replica's deploy config, ``AsyncOmni``, the one driver, the policy
 stage's logit mask through verl's worker extension. Then, as verl calls the server: ``generate``
 with sampled-token log-probs (seeded: the same tokens twice), ``clear_kv_cache`` (the driver's
@@ -63,7 +63,7 @@ class Replica:
 def replica(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
     skip_without_engine()
     from omni_qwen3.tiny import TinySpec, build_tiny_qwen3_omni
-    from omni_trainer.engines.verl.settings import VerlSettings
+    from omni_verl.settings import VerlSettings
 
     root = tmp_path_factory.mktemp("vllm_omni")
     spec = dataclasses.replace(TinySpec(), text_hidden_size=128, text_heads=2, text_kv_heads=2)

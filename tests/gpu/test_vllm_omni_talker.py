@@ -42,7 +42,7 @@ ANSWER_TOKENS = 3
 def talker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     skip_without_engine()
     from omni_qwen3.tiny import SERVED_TALKER_SPEC, build_tiny_qwen3_omni
-    from omni_trainer.engines.verl.settings import VerlSettings
+    from omni_verl.settings import VerlSettings
 
     model_dir = build_tiny_qwen3_omni(tmp_path_factory.mktemp("talker") / "tiny", spec=SERVED_TALKER_SPEC)
     settings = VerlSettings(model_path=str(model_dir), stage="talker", pipeline_mode="talker",
@@ -98,8 +98,16 @@ def _actor_log_probs(served: Served, samples: list[Any]) -> tuple[torch.Tensor, 
     from omni_qwen3.talker_fields import TALKER_FIELDS
     from omni_training.actor import Actor
     from omni_training.batching import MicroBatch, collate
+    from omni_training.policy_loss import PolicyLossConfig
+    from omni_training.settings import NO_LORA, ActorSettings, OptimizerSettings
 
-    actor = Actor.from_pretrained(served.server.model_config.local_path, Qwen3OmniTalkerAdapter())
+    settings = ActorSettings(
+        loss_mode="vanilla", policy_loss=PolicyLossConfig(loss_agg_mode="token-mean"), gradient_checkpointing=False
+    )
+    actor = Actor.from_pretrained(
+        served.server.model_config.local_path, Qwen3OmniTalkerAdapter(),
+        settings=settings, lora=NO_LORA, optim=OptimizerSettings(lr=1e-6),
+    )
     prompts = [{"input_ids": torch.tensor([s.prompt_ids]), "attention_mask": torch.ones(1, len(s.prompt_ids))}
                for s in samples]
     inputs, responses, mask = collate(prompts, [s.response_ids for s in samples], pad_token_id=0)
@@ -115,7 +123,7 @@ def _actor_log_probs(served: Served, samples: list[Any]) -> tuple[torch.Tensor, 
 def test_a_finished_answer_is_spoken_and_the_actor_scores_the_talkers_codes(talker: Served) -> None:
     from omni_qwen3.talker_fields import RESIDUAL_CODES, SOURCE_IDS
     from omni_training.consistency import rollout_actor_consistency
-    from omni_rollout.speech_sample import SOURCE_TRUNCATED
+    from omni_contracts.speech import SOURCE_TRUNCATED
 
     im_end = talker.hf_config.im_end_token_id
     pairs = _samples(_speak(talker, "How many fruits?", min_tokens=ANSWER_TOKENS, logit_bias={im_end: 100.0}))
@@ -140,7 +148,7 @@ def test_a_finished_answer_is_spoken_and_the_actor_scores_the_talkers_codes(talk
 
 
 def test_an_answer_cut_at_its_length_limit_is_never_trained(talker: Served) -> None:
-    from omni_rollout.speech_sample import SOURCE_TRUNCATED
+    from omni_contracts.speech import SOURCE_TRUNCATED
 
     results = _speak(talker, "Count to a hundred.", max_tokens=ANSWER_TOKENS, min_tokens=ANSWER_TOKENS)
     for sample, speech in _samples(results):

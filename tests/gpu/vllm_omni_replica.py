@@ -22,7 +22,7 @@ import torch
 ON_GPU = torch.cuda.is_available()
 DEVICE = "cuda" if ON_GPU else "cpu"
 CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VERL_PLATFORM": "cpu",
-           "VERL_USE_EXTERNAL_MODULES": "omni_trainer.engines.verl.external"}
+           "VERL_USE_EXTERNAL_MODULES": "omni_verl.external"}
 """On the CPU: vLLM's KV cache in host memory (GiB), and verl's CPU platform (registered by our
 external module) in the vLLM worker that receives the weights."""
 JOB_ENV = ("VERL_RAY_JOB_ID", "VERL_REPLICA_RANK")
@@ -87,8 +87,8 @@ def serve(settings: Any, **server_config: Any) -> Iterator[Served]:
     from transformers import AutoConfig
     from verl.workers.rollout.replica import RolloutMode
 
-    from omni_trainer.engines.verl.adapters import training_adapter
-    from omni_trainer.engines.verl.processor import adapter_processor
+    from omni_verl.adapters import training_adapter
+    from omni_verl.processor import adapter_processor
     from omni_rollout.placeholders import policy_logit_mask
 
     if str(STUB) not in sys.path:

@@ -170,7 +170,7 @@ VERL_BASE = ["trainer.engine=verl", "actor_rollout_ref.model.path=/m", "data.tra
 def test_verl_runs_staleness_one_as_its_one_step_off_trainer() -> None:
     from omni_trainer.config import load_config
     from omni_trainer.engines.verl.async_training import async_training_values
-    from omni_trainer.engines.verl.settings import BATCH_AGENT_LOOP_MANAGER
+    from omni_verl.settings import BATCH_AGENT_LOOP_MANAGER
     from omni_verl_cpu import GLOO_BACKEND
     from omni_trainer.engines.verl.translate import config_problems
 
@@ -301,7 +301,7 @@ def test_the_fully_async_trainers_update_count_follows_its_version_counter_acros
     after resuming from global_step_2 (version 2, a new cycle) follows 2 at T=1 and 8 at T=4,
     where verl's own global_steps would say 3 and 9."""
     pytest.importorskip("verl", reason="needs the distributed extra (uv sync --extra distributed --extra gpu)")
-    from omni_trainer.engines.verl.fully_async import updates_so_far
+    from omni_verl.fully_async import updates_so_far
 
     for interval in (1, 2, 4):
         # verl's counters before the k-th step of a fresh run: version, then step within the cycle

@@ -97,7 +97,7 @@ def test_the_verl_rollouts_mask_of_verl_omnis_tiny_checkpoint(verl_omni_tiny: Pa
 
     from omni_contracts import get_rollout_adapter
     from omni_qwen3.training_adapter import Qwen3OmniThinkerAdapter
-    from omni_trainer.engines.verl.processor import policy_logit_mask
+    from omni_rollout.placeholders import policy_logit_mask
 
     config = AutoConfig.from_pretrained(verl_omni_tiny)
     processor = Qwen3OmniThinkerAdapter().configure_processor(str(verl_omni_tiny), config)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -135,6 +136,56 @@ def test_the_schemas_rollout_correction_is_omni_trainings_settings_field_for_fie
     schema = {f.name: f.default for f in dataclasses.fields(RolloutCorrectionConfig)}
     settings = {f.name: f.default for f in dataclasses.fields(CorrectionSettings)}
     assert schema == settings
+
+
+DERIVED_FIELDS = {
+    "ActorSettings.policy_loss.loss_scale_factor": "the run's data.max_response_length when the key is unset, "
+                                                   "as the translation gives verl",
+    "ActorSettings.dtype": "actor.dtype=auto resolves by device",
+    "SamplingSettings.seed": "each step's seed, from trainer.seed and the step (settings_builders.rollout_seed)",
+}
+"""Component fields whose built value is computed from the run, not copied from one key."""
+
+
+def _disagreements(built: Any, owner: str) -> list[str]:
+    """The fields of ``built`` whose component default differs from the value the schema's
+    defaults gave them (a field without a default cannot disagree)."""
+    found = []
+    for f in dataclasses.fields(built):
+        value, name = getattr(built, f.name), f"{owner}.{f.name}"
+        if dataclasses.is_dataclass(value):
+            found += _disagreements(value, name)
+        elif f.default is not dataclasses.MISSING and f.default != value and name not in DERIVED_FIELDS:
+            found.append(f"{name}: component default {f.default!r}, schema default {value!r}")
+    return found
+
+
+def test_component_settings_default_to_the_schemas_values_or_have_no_default() -> None:
+    """Every settings object the config builds, built from the schema's defaults: a component
+    field that keeps a default keeps the schema's (it is declared once, on the schema; a
+    component default that disagreed, such as lr 1e-6 against 3e-6, was removed)."""
+    from omni_trainer import settings_builders as build
+
+    config = Config()
+    config.distillation.enabled = True
+    built = [
+        build.actor_settings(config, build.distillation_settings(config), device="cpu"),
+        build.lora_settings(config), build.optim_settings(config, total_steps=None), build.correction_settings(config),
+        build.sampling_settings(config, step=0), build.reward_manager_config(config),
+    ]
+    assert [problem for settings in built for problem in _disagreements(settings, type(settings).__name__)] == []
+
+
+def test_the_defaults_check_catches_a_component_default_that_disagrees() -> None:
+    from omni_training.settings import OptimizerSettings
+
+    @dataclasses.dataclass(frozen=True)
+    class OldOptimizerSettings(OptimizerSettings):
+        lr: float = 1e-6  # the default omni-training had, against the schema's 3e-6
+
+    built = OldOptimizerSettings(lr=Config().actor_rollout_ref.actor.optim.lr)
+    assert _disagreements(built, "OptimizerSettings") == [
+        "OptimizerSettings.lr: component default 1e-06, schema default 3e-06"]
 
 
 def test_every_key_of_the_schema_is_declared() -> None:

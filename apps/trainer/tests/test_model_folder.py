@@ -15,7 +15,8 @@ from safetensors.numpy import save_file
 
 from omni_trainer.cli import main
 from omni_trainer.config import ConfigError, load_config
-from omni_trainer.model_folder import folder_problems, model_fingerprint, require_usable_tokenizer, same_model
+from omni_contracts import require_usable_tokenizer
+from omni_trainer.model_folder import folder_problems, model_fingerprint, same_model
 from omni_trainer.preflight import preflight
 from omni_trainer.resolved import resolve_run
 

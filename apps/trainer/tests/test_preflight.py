@@ -239,7 +239,7 @@ def test_seed_v1_run_script_overrides_pass_print_config(
 
 def test_custom_reward_function_scores_in_the_reward_workers(tmp_path: Path) -> None:
     from omni_rewards import RewardManager, RewardManagerConfig
-    from omni_trainer.custom_reward import custom_registry
+    from omni_rewards.reward_file import custom_registry
 
     scorer = tmp_path / "my_reward.py"
     scorer.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):\n"

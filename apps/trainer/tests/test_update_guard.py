@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from omni_trainer.update_guard import SkippedUpdateWatch, UpdatesSkippedError, step_was_skipped
+from omni_training.run_guards import SkippedUpdateWatch, UpdatesSkippedError, step_was_skipped
 
 
 def test_three_skipped_steps_in_a_row_stop_and_one_finite_step_resets_the_count() -> None:
@@ -63,9 +63,9 @@ def test_the_verl_trainer_stops_on_skipped_updates_and_at_a_requested_stop(
     from verl.trainer.ppo.v1.trainer_base import get_trainer_cls
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-    from omni_trainer.engines.verl.settings import TRAINER_MODE
-    from omni_trainer.engines.verl.stop import stop_file
-    from omni_trainer.engines.verl.trainer import OmniSyncTrainer
+    from omni_verl.settings import TRAINER_MODE
+    from omni_verl.stop import stop_file
+    from omni_verl.trainer import OmniSyncTrainer
 
     assert get_trainer_cls(TRAINER_MODE) is OmniSyncTrainer  # registered with verl's registry
 

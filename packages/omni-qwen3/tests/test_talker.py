@@ -54,8 +54,15 @@ def actor_log_probs(tiny_path: Path, samples: list[Any]) -> torch.Tensor:
     codec-0 tokens, the extra fields batched as the trainer batches them."""
     from omni_training.actor import Actor
     from omni_training.batching import MicroBatch, collate
+    from omni_training.policy_loss import PolicyLossConfig
+    from omni_training.settings import NO_LORA, ActorSettings, OptimizerSettings
 
-    actor = Actor.from_pretrained(str(tiny_path), Qwen3OmniTalkerAdapter())
+    settings = ActorSettings(
+        loss_mode="vanilla", policy_loss=PolicyLossConfig(loss_agg_mode="token-mean"), gradient_checkpointing=False
+    )
+    actor = Actor.from_pretrained(
+        str(tiny_path), Qwen3OmniTalkerAdapter(), settings=settings, lora=NO_LORA, optim=OptimizerSettings(lr=1e-6)
+    )
     prompts = [{"input_ids": torch.tensor([s.prompt_ids]), "attention_mask": torch.ones(1, len(s.prompt_ids))} for s in samples]
     inputs, responses, mask = collate(prompts, [s.response_ids for s in samples], pad_token_id=0)
     extra = {key: [s.extra_fields[key] for s in samples] for key in TALKER_FIELDS if key in samples[0].extra_fields}
@@ -153,13 +160,17 @@ def test_an_update_moves_the_talker_and_nothing_it_consumes(talker: Any, tiny_pa
     into the talker are bit-identical."""
     from omni_training.actor import Actor
     from omni_training.batching import MicroBatch, collate
-    from omni_training.settings import LoraSettings, OptimizerSettings
+    from omni_training.policy_loss import PolicyLossConfig
+    from omni_training.settings import NO_LORA, ActorSettings, OptimizerSettings
 
     torch.manual_seed(2)
     sequence, inputs = spoken_sequence(tiny_path, tiny_config)
     samples = talker.sample_speech(sequence, n=4, max_new_tokens=8, media=inputs)
+    settings = ActorSettings(
+        loss_mode="vanilla", policy_loss=PolicyLossConfig(loss_agg_mode="token-mean"), gradient_checkpointing=False
+    )
     actor = Actor.from_pretrained(
-        str(tiny_path), Qwen3OmniTalkerAdapter(), lora=LoraSettings(rank=0), optim=OptimizerSettings(lr=1e-2)
+        str(tiny_path), Qwen3OmniTalkerAdapter(), settings=settings, lora=NO_LORA, optim=OptimizerSettings(lr=1e-2)
     )
     before = {name: p.detach().clone() for name, p in actor.model.named_parameters()}
     prompts = [{"input_ids": torch.tensor([s.prompt_ids]), "attention_mask": torch.ones(1, len(s.prompt_ids))} for s in samples]

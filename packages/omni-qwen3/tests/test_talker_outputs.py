@@ -19,7 +19,8 @@ from omni_qwen3.talker_fields import (
     check_conditioning,
     missing_conditioning,
 )
-from omni_qwen3.talker_outputs import SAMPLE_RATE, SOURCE_TRUNCATED, WAVEFORM, engine_codes, residual_codes
+from omni_contracts.speech import SOURCE_TRUNCATED
+from omni_qwen3.talker_outputs import SAMPLE_RATE, WAVEFORM, engine_codes, residual_codes
 
 PROMPT = (5, 6, 7, 8)
 THINKER_TEXT = (20, 21, 22, 2)  # the last one, the end of the turn, is never fed back

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,13 @@ from omni_training.batching import MicroBatch, collate
 from omni_training.checkpoint import checkpoint_dirs, latest_checkpoint, load_checkpoint, save_checkpoint
 from omni_training.consistency import rollout_actor_consistency
 from omni_training.merge import merge_lora
-from omni_training.settings import ActorSettings, LoraSettings, OptimizerSettings
+from omni_training.policy_loss import PolicyLossConfig
+from omni_training.settings import NO_LORA, ActorSettings, LoraSettings, OptimizerSettings
 
+SETTINGS = ActorSettings(
+    loss_mode="vanilla", policy_loss=PolicyLossConfig(loss_agg_mode="token-mean"), gradient_checkpointing=False
+)
+OPTIM = OptimizerSettings(lr=1e-6)
 LORA = LoraSettings(rank=4, alpha=8)
 FAST = OptimizerSettings(lr=5e-3, weight_decay=0.0)
 
@@ -52,10 +58,10 @@ def surrogate(actor: Actor, batch: MicroBatch) -> float:
     return float(-(batch.advantages * logp).sum() / batch.response_mask.sum())
 
 
-@pytest.mark.parametrize("lora", [LORA, LoraSettings(rank=0)], ids=["lora", "full"])
+@pytest.mark.parametrize("lora", [LORA, NO_LORA], ids=["lora", "full"])
 def test_updates_reduce_a_fixed_loss(tiny_lm_path: Path, tiny_adapter: TrainingAdapter, lora: LoraSettings) -> None:
     torch.manual_seed(0)  # LoRA's A init and the batch must not depend on which tests ran before
-    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=lora, optim=FAST)
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, settings=SETTINGS, lora=lora, optim=FAST)
     batch = make_batch()
     (batch.old_log_probs,) = actor.compute_log_probs([batch])
     before = surrogate(actor, batch)
@@ -69,7 +75,7 @@ def test_updates_reduce_a_fixed_loss(tiny_lm_path: Path, tiny_adapter: TrainingA
 
 
 def test_lora_trains_only_the_adapter(tiny_lm_path: Path, tiny_adapter: TrainingAdapter) -> None:
-    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LORA)
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, settings=SETTINGS, lora=LORA, optim=OPTIM)
     names = [n for n, p in actor.model.named_parameters() if p.requires_grad]
     assert names and all("lora_" in n for n in names)
     assert {n.split(".")[-4] for n in names} == {"q_proj", "k_proj", "v_proj", "o_proj"}  # x.q_proj.lora_A.default.weight
@@ -80,10 +86,12 @@ def test_reference_is_the_base_model(tiny_lm_path: Path, tiny_adapter: TrainingA
 
     batch = make_batch(1)
     base = AutoModelForCausalLM.from_pretrained(tiny_lm_path)
-    base_actor = Actor(base, tiny_adapter, base.config, ActorSettings(), FAST)
+    base_actor = Actor(base, tiny_adapter, base.config, SETTINGS, FAST)
     (expected,) = base_actor.compute_log_probs([batch])
-    for lora in (LORA, LoraSettings(rank=0)):
-        actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=lora, optim=FAST, keep_reference=True)
+    for lora in (LORA, NO_LORA):
+        actor = Actor.from_pretrained(
+            str(tiny_lm_path), tiny_adapter, settings=SETTINGS, lora=lora, optim=FAST, keep_reference=True
+        )
         (batch.old_log_probs,) = actor.compute_log_probs([batch])
         actor.update([batch])
         actor.update([batch])
@@ -95,7 +103,7 @@ def test_reference_is_the_base_model(tiny_lm_path: Path, tiny_adapter: TrainingA
 
 
 def test_full_parameter_reference_must_be_kept(tiny_lm_path: Path, tiny_adapter: TrainingAdapter) -> None:
-    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LoraSettings(rank=0), optim=FAST)
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, settings=SETTINGS, lora=NO_LORA, optim=FAST)
     batch = make_batch(1)
     (batch.old_log_probs,) = actor.compute_log_probs([batch], reference=True)  # before any update: fine
     actor.update([batch])
@@ -105,8 +113,8 @@ def test_full_parameter_reference_must_be_kept(tiny_lm_path: Path, tiny_adapter:
 
 def test_micro_batches_accumulate_to_the_full_batch(tiny_lm_path: Path, tiny_adapter: TrainingAdapter) -> None:
     batch = make_batch(2)
-    whole = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LoraSettings(rank=0), optim=FAST)
-    parts = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LoraSettings(rank=0), optim=FAST)
+    whole = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, settings=SETTINGS, lora=NO_LORA, optim=FAST)
+    parts = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, settings=SETTINGS, lora=NO_LORA, optim=FAST)
     (batch.old_log_probs,) = whole.compute_log_probs([batch])
     m_whole = whole.update([batch])
     m_parts = parts.update(split(batch, [slice(0, 1), slice(1, 4)]))
@@ -124,7 +132,7 @@ def test_on_policy_update_takes_old_log_probs_from_its_own_forward(
 ) -> None:
     """One pass fewer, the same step: the update's detached log-probs equal a separate
     pass's, and loss, gradients and parameters follow."""
-    settings = ActorSettings(loss_mode=loss_mode)
+    settings = replace(SETTINGS, loss_mode=loss_mode)
     def make() -> Actor:
         torch.manual_seed(0)  # the same LoRA initialisation for both
         return Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LORA, optim=FAST, settings=settings)
@@ -150,7 +158,7 @@ def test_on_policy_update_takes_old_log_probs_from_its_own_forward(
 def test_generation_log_probs_match_the_actor(tiny_lm_path: Path, tiny_adapter: TrainingAdapter) -> None:
     from transformers import GenerationConfig
 
-    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LORA)
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, settings=SETTINGS, lora=LORA, optim=OPTIM)
     torch.manual_seed(0)
     prompt = torch.randint(2, 48, (6, 5))
     generation = GenerationConfig(
@@ -176,7 +184,9 @@ def test_generation_log_probs_match_the_actor(tiny_lm_path: Path, tiny_adapter: 
 def test_extra_fields_are_validated_per_micro_batch(
     tiny_lm_path: Path, tiny_adapter_with_extra_field: TrainingAdapter
 ) -> None:
-    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter_with_extra_field, lora=LORA)
+    actor = Actor.from_pretrained(
+        str(tiny_lm_path), tiny_adapter_with_extra_field, settings=SETTINGS, lora=LORA, optim=OPTIM
+    )
     batch = make_batch(3, rows=2)
     lengths = batch.response_mask.sum(-1).tolist()
     batch.extra = {"tiny.trace": [[0] * int(n) for n in lengths]}  # response_length each
@@ -189,13 +199,13 @@ def test_extra_fields_are_validated_per_micro_batch(
         actor.compute_log_probs([batch])
 
 
-@pytest.mark.parametrize("lora", [LORA, LoraSettings(rank=0)], ids=["lora", "full"])
+@pytest.mark.parametrize("lora", [LORA, NO_LORA], ids=["lora", "full"])
 def test_resume_continues_exactly(
     tmp_path: Path, tiny_lm_path: Path, tiny_adapter: TrainingAdapter, lora: LoraSettings
 ) -> None:
     def fresh() -> Actor:
         torch.manual_seed(123)
-        return Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=lora, optim=FAST)
+        return Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, settings=SETTINGS, lora=lora, optim=FAST)
 
     batches = [make_batch(seed) for seed in (4, 5)]
 
@@ -226,7 +236,7 @@ def test_resume_continues_exactly(
 
 
 def test_checkpoints_are_atomic_and_pruned(tmp_path: Path, tiny_lm_path: Path, tiny_adapter: TrainingAdapter) -> None:
-    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LORA)
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, settings=SETTINGS, lora=LORA, optim=OPTIM)
     for step in (1, 2, 3):
         save_checkpoint(tmp_path, step, actor, keep_last=2)
     assert [p.name for p in checkpoint_dirs(tmp_path)] == ["step_000002", "step_000003"]
@@ -244,9 +254,9 @@ def test_checkpoints_are_atomic_and_pruned(tmp_path: Path, tiny_lm_path: Path, t
 
 
 def test_full_checkpoint_refused_by_a_lora_actor(tmp_path: Path, tiny_lm_path: Path, tiny_adapter: TrainingAdapter) -> None:
-    full = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LoraSettings(rank=0))
+    full = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, settings=SETTINGS, lora=NO_LORA, optim=OPTIM)
     path = save_checkpoint(tmp_path, 1, full)
-    lora = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LORA)
+    lora = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, settings=SETTINGS, lora=LORA, optim=OPTIM)
     with pytest.raises(ValueError, match=r"holds full weights but the actor trains LoRA"):
         load_checkpoint(path, lora)
 
@@ -255,7 +265,7 @@ def test_lora_adapter_loads_in_peft_and_merges(tmp_path: Path, tiny_lm_path: Pat
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LORA, optim=FAST)
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, settings=SETTINGS, lora=LORA, optim=FAST)
     batch = make_batch(6)
     (batch.old_log_probs,) = actor.compute_log_probs([batch])
     actor.update([batch])
@@ -273,8 +283,8 @@ def test_lora_adapter_loads_in_peft_and_merges(tmp_path: Path, tiny_lm_path: Pat
 
 
 def test_kl_loss_uses_the_reference(tiny_lm_path: Path, tiny_adapter: TrainingAdapter) -> None:
-    settings = ActorSettings(use_kl_loss=True, kl_loss_coef=0.1, kl_loss_type="low_var_kl")
-    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LoraSettings(rank=0), settings=settings, optim=FAST)
+    settings = replace(SETTINGS, use_kl_loss=True, kl_loss_coef=0.1, kl_loss_type="low_var_kl")
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=NO_LORA, settings=settings, optim=FAST)
     batch = make_batch(7)
     (batch.old_log_probs,) = actor.compute_log_probs([batch])
     (batch.ref_log_probs,) = actor.compute_log_probs([batch], reference=True)
@@ -289,14 +299,14 @@ def test_kl_loss_uses_the_reference(tiny_lm_path: Path, tiny_adapter: TrainingAd
 
 def test_learning_rate_warmup_then_cosine(tiny_lm_path: Path, tiny_adapter: TrainingAdapter) -> None:
     optim = OptimizerSettings(lr=1.0, warmup_steps=2, schedule="cosine", total_steps=6, min_lr_ratio=0.1)
-    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LORA, optim=optim)
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, settings=SETTINGS, lora=LORA, optim=optim)
     factors = [actor._lr_factor(step) for step in range(7)]
     # warmup 1/2, 2/2; then cosine from 1 down to 0.1 over the remaining 4 steps.
     assert factors[:3] == pytest.approx([0.5, 1.0, 1.0])
     assert factors[4] == pytest.approx(0.1 + 0.9 * 0.5)
     assert factors[6] == pytest.approx(0.1)
     with pytest.raises(ValueError, match="cosine schedule needs total_steps"):
-        OptimizerSettings(schedule="cosine")
+        OptimizerSettings(lr=1e-6, schedule="cosine")
 
 
 def test_the_entropy_bonus_reaches_the_gradient_and_the_metric_alone_does_not(
@@ -308,7 +318,7 @@ def test_the_entropy_bonus_reaches_the_gradient_and_the_metric_alone_does_not(
     for coeff in (0.0, 1.0):
         torch.manual_seed(0)
         actor = Actor.from_pretrained(
-            str(tiny_lm_path), tiny_adapter, lora=LoraSettings(rank=0), settings=ActorSettings(entropy_coeff=coeff),
+            str(tiny_lm_path), tiny_adapter, lora=NO_LORA, settings=replace(SETTINGS, entropy_coeff=coeff),
             optim=FAST,
         )
         batch = make_batch(3)
@@ -339,14 +349,14 @@ def test_an_objective_update_accumulates_as_one_batch_and_lowers_its_objective(
     grads = []
     for parts in ([slice(0, 4)], [slice(0, 1), slice(1, 3), slice(3, 4)]):
         torch.manual_seed(0)
-        actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LoraSettings(rank=0),
+        actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, settings=SETTINGS, lora=NO_LORA,
                                       optim=OptimizerSettings(lr=0.0, weight_decay=0.0, grad_clip=1e9))
         metrics = actor.update_objective(split(batch, parts), objective)
         grads.append(metrics["actor/grad_norm"])
         whole = metrics["actor/objective"]
     assert grads[0] == pytest.approx(grads[1], rel=1e-4) and grads[0] > 0
     torch.manual_seed(0)
-    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LORA, optim=FAST)
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, settings=SETTINGS, lora=LORA, optim=FAST)
     first = actor.update_objective([batch], objective)
     for _ in range(6):
         last = actor.update_objective([batch], objective)
@@ -370,9 +380,9 @@ def test_bypass_mode_trains_on_the_rollout_log_probs_without_the_rejected_tokens
     from omni_training.rollout_correction import CorrectionSettings, correct
 
     settings = CorrectionSettings(rollout_rs="token_k1", rollout_rs_threshold="0.5_2.0", bypass_mode=True)
-    bypass = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LoraSettings(rank=0), optim=FAST,
-                                   settings=ActorSettings(bypass_correction=settings))
-    plain = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LoraSettings(rank=0), optim=FAST)
+    bypass = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=NO_LORA, optim=FAST,
+                                   settings=replace(SETTINGS, bypass_correction=settings))
+    plain = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, settings=SETTINGS, lora=NO_LORA, optim=FAST)
     batch = make_batch(3)
     (current,) = plain.compute_log_probs([batch])
     rollout = (current + offsets_like(current)) * batch.response_mask
@@ -405,12 +415,12 @@ def _update_with_mask(actor: Actor, batch: MicroBatch, kept: torch.Tensor) -> di
 def test_bypass_reinforce_weights_the_policy_gradient(tiny_lm_path: Path, tiny_adapter: TrainingAdapter) -> None:
     """Bypass with loss_type=reinforce: ``-w * A * log pi`` over the mini-batch's tokens, ``w``
     the truncated ratio of the current policy to the rollout."""
-    from omni_training.policy_loss import BatchCounts, PolicyLossConfig, reinforce_loss
+    from omni_training.policy_loss import BatchCounts, reinforce_loss
     from omni_training.rollout_correction import CorrectionSettings, correct
 
     settings = CorrectionSettings(rollout_is="token", rollout_is_threshold=1.5, bypass_mode=True, loss_type="reinforce")
-    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LoraSettings(rank=0), optim=FAST,
-                                  settings=ActorSettings(bypass_correction=settings))
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=NO_LORA, optim=FAST,
+                                  settings=replace(SETTINGS, bypass_correction=settings))
     batch = make_batch(4)
     (current,) = actor.compute_log_probs([batch])
     batch.rollout_log_probs = batch.old_log_probs = (current + offsets_like(current)) * batch.response_mask
@@ -420,7 +430,8 @@ def test_bypass_reinforce_weights_the_policy_gradient(tiny_lm_path: Path, tiny_a
     assert batch.advantages is not None
     expected = reinforce_loss(
         rollout_log_prob=batch.rollout_log_probs, log_prob=current, advantages=batch.advantages, response_mask=mask,
-        config=PolicyLossConfig(), counts=BatchCounts(num_tokens=float(mask.sum())), rollout_is_weights=correction.weights,
+        config=PolicyLossConfig(loss_agg_mode="token-mean"), counts=BatchCounts(num_tokens=float(mask.sum())),
+        rollout_is_weights=correction.weights,
     )
     metrics = actor.update([batch])
     assert metrics["actor/pg_loss"] == pytest.approx(float(expected.loss), abs=1e-6)
@@ -439,7 +450,7 @@ def test_a_save_that_runs_out_of_disk_says_so_and_keeps_the_last_checkpoint(
     import omni_training.checkpoint as checkpoint
     from omni_training.checkpoint import CheckpointSpaceError, checkpoint_bytes
 
-    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LoraSettings(rank=0))
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, settings=SETTINGS, lora=NO_LORA, optim=OPTIM)
     save_checkpoint(tmp_path, 1, actor)
     needed = checkpoint_bytes(actor)
     assert needed >= sum(p.numel() * 4 for p in actor.model.parameters())  # fp32 weights at least

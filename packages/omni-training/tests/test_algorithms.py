@@ -61,7 +61,7 @@ def test_unknown_names_list_the_registered_ones() -> None:
     with pytest.raises(ValueError, match=r"Unknown KL estimator 'k4'; valid: kl, k1, abs"):
         kl_estimate(torch.zeros(1), torch.zeros(1), "k4")
     with pytest.raises(ValueError, match=r"clip_ratio_c must be > 1"):
-        PolicyLossConfig(clip_ratio_c=1.0)
+        PolicyLossConfig(clip_ratio_c=1.0, loss_agg_mode="token-mean")
 
 
 def test_micro_batch_losses_add_up_to_the_mini_batch_loss() -> None:

@@ -4,6 +4,7 @@ layers run twice). CPU, tiny causal LM."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,12 @@ from omni_contracts import TrainingAdapter
 from omni_training.actor import Actor
 from omni_training.batching import MicroBatch, TeacherLogProbs, collate
 from omni_training.model_loading import Precision, precision
-from omni_training.settings import ActorSettings, LoraSettings, OptimizerSettings
+from omni_training.policy_loss import PolicyLossConfig
+from omni_training.settings import NO_LORA, ActorSettings, LoraSettings, OptimizerSettings
 
+SETTINGS = ActorSettings(
+    loss_mode="vanilla", policy_loss=PolicyLossConfig(loss_agg_mode="token-mean"), gradient_checkpointing=False
+)
 LORA = LoraSettings(rank=4, alpha=8)
 FAST = OptimizerSettings(lr=5e-3, weight_decay=0.0)
 
@@ -52,7 +57,7 @@ def test_micro_batch_moves_every_tensor() -> None:
 def test_actor_moves_batches_to_its_device_and_returns_cpu_log_probs(
     tiny_lm_path: Path, tiny_adapter: TrainingAdapter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LoraSettings(rank=0), optim=FAST)
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, settings=SETTINGS, lora=NO_LORA, optim=FAST)
     moved_to: list[torch.device] = []
     real_to = MicroBatch.to
 
@@ -74,7 +79,7 @@ def test_bfloat16_policy_trains_with_fp32_log_probs(tiny_lm_path: Path, tiny_ada
     """What a GPU run loads (``actor.dtype`` auto = bfloat16 there), run on the CPU."""
     with torch.random.fork_rng():  # LoRA's initialisation leaves other tests' RNG untouched
         torch.manual_seed(0)
-        actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, settings=ActorSettings(dtype="bfloat16"),
+        actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, settings=replace(SETTINGS, dtype="bfloat16"),
                                       lora=LORA, optim=FAST)
     base = next(p for n, p in actor.model.named_parameters() if "q_proj.base_layer" in n)
     lora = next(p for n, p in actor.model.named_parameters() if "lora_A" in n)
@@ -124,8 +129,8 @@ def test_full_fine_tune_in_bf16_keeps_fp32_master_weights_and_learns(
 ) -> None:
     """``actor.dtype=bfloat16`` (a GPU's auto) with LoRA off, on the CPU: the weights load in
     fp32, the forward computes in bf16, and a 3e-6 step moves (nearly) every weight."""
-    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, settings=ActorSettings(dtype="bfloat16"),
-                                  lora=LoraSettings(rank=0), optim=OptimizerSettings(lr=3e-6, weight_decay=0.0))
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, settings=replace(SETTINGS, dtype="bfloat16"),
+                                  lora=NO_LORA, optim=OptimizerSettings(lr=3e-6, weight_decay=0.0))
     assert {p.dtype for p in actor.model.parameters()} == {torch.float32}
     assert actor.autocast_dtype == torch.bfloat16
     q_proj = actor.model.model.layers[0].self_attn.q_proj
@@ -155,7 +160,7 @@ def decoder_layer_calls(actor: Actor) -> list[int]:
     return calls
 
 
-@pytest.mark.parametrize("lora", [LORA, LoraSettings(rank=0)], ids=["lora", "full"])
+@pytest.mark.parametrize("lora", [LORA, NO_LORA], ids=["lora", "full"])
 def test_gradient_checkpointing_changes_memory_not_the_step(
     tiny_lm_path: Path, tiny_adapter: TrainingAdapter, lora: LoraSettings
 ) -> None:
@@ -164,7 +169,7 @@ def test_gradient_checkpointing_changes_memory_not_the_step(
         with torch.random.fork_rng():  # the same LoRA initialisation; other tests' RNG untouched
             torch.manual_seed(0)
             actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=lora, optim=FAST,
-                                          settings=ActorSettings(gradient_checkpointing=checkpointing))
+                                          settings=replace(SETTINGS, gradient_checkpointing=checkpointing))
         batch = make_batch()
         (batch.old_log_probs,) = actor.compute_log_probs([batch])
         calls = decoder_layer_calls(actor)

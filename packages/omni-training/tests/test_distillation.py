@@ -4,6 +4,7 @@ tokenizer check, and the noised-student tool."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -24,7 +25,13 @@ from omni_training.distillation import (
 from omni_training.kl import kl_estimate
 from omni_training.logprobs import gather_response_log_probs
 from omni_training.noise import noise_checkpoint
-from omni_training.settings import ActorSettings, LoraSettings, OptimizerSettings
+from omni_training.policy_loss import PolicyLossConfig
+from omni_training.settings import NO_LORA, ActorSettings, LoraSettings, OptimizerSettings
+
+SETTINGS = ActorSettings(
+    loss_mode="vanilla", policy_loss=PolicyLossConfig(loss_agg_mode="token-mean"), gradient_checkpointing=False
+)
+OPTIM = OptimizerSettings(lr=1e-6)
 
 # --- settings and divergences -------------------------------------------------------------
 
@@ -141,8 +148,8 @@ def test_distillation_updates_move_the_student_toward_the_teacher(
 ) -> None:
     teacher = Teacher.from_pretrained(str(sharp_teacher_path), tiny_adapter)
     actor = Actor.from_pretrained(
-        str(tiny_lm_path), tiny_adapter, settings=ActorSettings(loss_mode="vanilla", distillation=settings),
-        lora=LoraSettings(rank=0), optim=OptimizerSettings(lr=3e-3, weight_decay=0.0),
+        str(tiny_lm_path), tiny_adapter, settings=replace(SETTINGS, distillation=settings),
+        lora=NO_LORA, optim=OptimizerSettings(lr=3e-3, weight_decay=0.0),
     )
     batch = _batch(0)
     topk = settings.topk if settings.uses_topk else None
@@ -163,8 +170,8 @@ def test_distillation_updates_move_the_student_toward_the_teacher(
 
 def test_update_without_teacher_scores_is_an_error(tiny_lm_path: Path, tiny_adapter: TrainingAdapter) -> None:
     actor = Actor.from_pretrained(
-        str(tiny_lm_path), tiny_adapter, settings=ActorSettings(distillation=DistillationSettings()),
-        lora=LoraSettings(rank=4),
+        str(tiny_lm_path), tiny_adapter, settings=replace(SETTINGS, distillation=DistillationSettings()),
+        lora=LoraSettings(rank=4, alpha=16), optim=OPTIM,
     )
     batch = _batch(1)
     (batch.old_log_probs,) = actor.compute_log_probs([batch])
@@ -174,7 +181,7 @@ def test_update_without_teacher_scores_is_an_error(tiny_lm_path: Path, tiny_adap
 
 def test_teacher_scores_are_the_models_log_probs_masked(tiny_lm_path: Path, tiny_adapter: TrainingAdapter) -> None:
     teacher = Teacher.from_pretrained(str(tiny_lm_path), tiny_adapter)
-    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=LoraSettings(rank=0))
+    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, settings=SETTINGS, lora=NO_LORA, optim=OPTIM)
     batch = _batch(2)
     (scored,) = teacher.score([batch], topk=5)
     (expected,) = actor.compute_log_probs([batch])

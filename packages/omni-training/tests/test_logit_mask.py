@@ -13,7 +13,8 @@ from omni_training.batching import MicroBatch, collate
 from omni_training.consistency import rollout_actor_consistency
 from omni_training.kl import entropy_from_logits
 from omni_training.logit_mask import mask_logits, masked_ids
-from omni_training.settings import ActorSettings, LoraSettings
+from omni_training.policy_loss import PolicyLossConfig
+from omni_training.settings import NO_LORA, ActorSettings, LoraSettings, OptimizerSettings
 
 
 def test_masked_ids_get_no_probability_and_the_entropy_stays_finite() -> None:
@@ -33,7 +34,7 @@ def test_masked_ids_get_no_probability_and_the_entropy_stays_finite() -> None:
         mask_logits(torch.zeros(1, 4), mask)
 
 
-@pytest.mark.parametrize("lora", [LoraSettings(rank=4, alpha=8), LoraSettings(rank=0)], ids=["lora", "full"])
+@pytest.mark.parametrize("lora", [LoraSettings(rank=4, alpha=8), NO_LORA], ids=["lora", "full"])
 def test_the_actor_and_its_reference_score_what_a_suppressing_sampler_drew(
     tiny_lm_path: Path, tiny_adapter: TrainingAdapter, lora: LoraSettings
 ) -> None:
@@ -41,8 +42,13 @@ def test_the_actor_and_its_reference_score_what_a_suppressing_sampler_drew(
     actor recomputing over the whole vocabulary is off by log(1 - P(those ids)) per token."""
     from transformers import GenerationConfig
 
-    settings = ActorSettings(use_kl_loss=True)  # a full fine-tune keeps a frozen reference copy
-    actor = Actor.from_pretrained(str(tiny_lm_path), tiny_adapter, lora=lora, settings=settings)
+    settings = ActorSettings(  # use_kl_loss: a full fine-tune keeps a frozen reference copy
+        loss_mode="vanilla", policy_loss=PolicyLossConfig(loss_agg_mode="token-mean"), use_kl_loss=True,
+        gradient_checkpointing=False,
+    )
+    actor = Actor.from_pretrained(
+        str(tiny_lm_path), tiny_adapter, lora=lora, settings=settings, optim=OptimizerSettings(lr=1e-6)
+    )
     width = int(actor.model.get_output_embeddings().weight.shape[0])
     banned = tuple(range(2, width, 3))  # a third of the vocabulary: a bias no rounding hides
     torch.manual_seed(0)

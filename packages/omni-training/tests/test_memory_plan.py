@@ -21,7 +21,7 @@ from omni_training.memory_plan import (
     memory_plan,
 )
 from omni_training.model_loading import apply_lora, count_parameters, load_policy
-from omni_training.settings import LoraSettings
+from omni_training.settings import NO_LORA, LoraSettings
 
 # h=8, 2 layers, vocab 10, 2 heads x 4 (q 8), 1 kv head x 4 (kv 4), dense MLP of width 16.
 DENSE = TextShape(hidden_size=8, num_layers=2, vocab_size=10, q_dim=8, kv_dim=4, mlp_width=16)
@@ -105,8 +105,8 @@ def _peft_trainable(model: torch.nn.Module) -> int:
     "lora",
     [
         LoraSettings(rank=4, alpha=8),
-        LoraSettings(rank=2, target_modules=("q_proj", "v_proj"), exclude_modules=r".*layers\.0\..*"),
-        LoraSettings(rank=3, target_modules=r".*\.(k_proj|o_proj)"),
+        LoraSettings(rank=2, alpha=16, target_modules=("q_proj", "v_proj"), exclude_modules=r".*layers\.0\..*"),
+        LoraSettings(rank=3, alpha=16, target_modules=r".*\.(k_proj|o_proj)"),
     ],
     ids=["adapter-targets", "list-with-exclude", "regex"],
 )
@@ -116,7 +116,7 @@ def test_parameter_count_matches_what_peft_builds(
     from transformers import AutoConfig
 
     counts = count_parameters(AutoConfig.from_pretrained(tiny_lm_path), tiny_adapter, lora)
-    model, _ = load_policy(str(tiny_lm_path), tiny_adapter, LoraSettings(rank=0))
+    model, _ = load_policy(str(tiny_lm_path), tiny_adapter, NO_LORA)
     assert counts.total == counts.trainable_full == sum(p.numel() for p in model.parameters())
     assert counts.lora == _peft_trainable(apply_lora(model, tiny_adapter, lora))
     assert sum(n for _, n in counts.parts) == counts.total

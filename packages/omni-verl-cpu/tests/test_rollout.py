@@ -146,13 +146,14 @@ def test_the_speakers_thinker_never_answers_what_the_local_engines_answers_never
     from omni_rollout.placeholders import policy_logit_mask
     from omni_verl_cpu.speech import THINKER_MODE, LocalSpeaker
     from omni_training.logit_mask import masked_ids
-    from omni_training.model_loading import LoraSettings, load_policy
+    from omni_training.model_loading import load_policy
+    from omni_training.settings import NO_LORA
 
     tiny = str(build_tiny_qwen3_omni())
     hf_config = AutoConfig.from_pretrained(tiny)
     processor = AutoProcessor.from_pretrained(tiny)
     tokenizer = processor.tokenizer
-    model, _ = load_policy(tiny, resolve_training_adapter(hf_config, "talker"), LoraSettings(), dtype="float32")
+    model, _ = load_policy(tiny, resolve_training_adapter(hf_config, "talker"), NO_LORA, dtype="float32")
     model.thinker.resize_token_embeddings(len(tokenizer) + 8)  # a head with a tail, as Qwen3-Omni's has
     pipeline = get_rollout_adapter("qwen3_omni_moe")
     speaker = LocalSpeaker.for_model(model, pipeline, hf_config, processor, tokenizer, answer_tokens=4)

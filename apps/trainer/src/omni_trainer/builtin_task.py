@@ -4,22 +4,17 @@ Each prompt carries a small generated picture and a synthetic tone (so the image
 paths of the model run every step) and asks for a number. With ``data.use_audio_in_video``
 each prompt is a short clip instead, whose soundtrack beeps one to three times
 (:func:`clip_specs`; the files: :func:`omni_trainer.builtin_files.write_builtin_clips`). The reward is verifiable and
-has variance soon after random initialisation, which a tiny model needs to learn from:
-
-- 1.0 when the response starts with a digit (this is also ``acc``),
-- 0.5 when a digit appears later in the response,
-- 0.0 otherwise.
-
-This module stays light (no torch): reward worker processes import it for the scorer.
+has variance soon after random initialisation, which a tiny model needs to learn from
+(``omni_rewards.scorers.builtin_digits``, registered with omni-rewards' built-in scorers).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
 from typing import Any
 
-DATA_SOURCE = "omni_rl/builtin_digits"
+from omni_rewards.scorers.builtin_digits import DATA_SOURCE
+
 QUESTIONS = (
     "How many dots are in the picture?",
     "How many beeps do you hear?",
@@ -31,33 +26,13 @@ QUESTIONS = (
     "What is {a} times {b}?",
 )
 
-
-def score_digits(
-    solution_str: str, ground_truth: str, extra_info: Mapping[str, Any] | None = None, **_: Any
-) -> dict[str, float]:
-    """The built-in task's reward (see the module docstring)."""
-    text = solution_str.strip()
-    starts = bool(text) and text[0].isdigit()
-    contains = any(ch.isdigit() for ch in text)
-    score = 1.0 if starts else 0.5 if contains else 0.0
-    return {"score": score, "acc": float(starts)}
-
-
-def register_scorer() -> None:
-    """Register :func:`score_digits` for :data:`DATA_SOURCE` in omni-rewards (idempotent)."""
-    from omni_rewards import SCORERS
-
-    if DATA_SOURCE not in SCORERS:
-        SCORERS.add(DATA_SOURCE, score_digits)
-
-
 ANY_NUMBER = "any number"
 """The ground truth of a question with no single right number (the reward asks for a number)."""
 
 
 def expected_answer(template: str, a: int, b: int) -> str:
     """What a row's question asks for, written as its ground truth (the reward is the number's
-    format, not its value: see :func:`score_digits`)."""
+    format, not its value: see ``omni_rewards.scorers.builtin_digits``)."""
     if "+" in template:
         return str(a + b)
     if "times" in template:

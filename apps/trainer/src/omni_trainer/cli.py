@@ -104,8 +104,8 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from omni_data.errors import OmniDataError
     from omni_rewards import UnknownDataSourceError
     from omni_trainer.config import ConfigError
-    from omni_trainer.custom_reward import CustomRewardError
-    from omni_trainer.reward_guard import RewardFailureError
+    from omni_rewards.reward_file import CustomRewardError
+    from omni_training.run_guards import RewardFailureError
     from omni_trainer.run_lock import RunDirBusyError
     from omni_trainer.engines.verl.errors import MissingExtrasError
     from omni_training.checkpoint import CheckpointSpaceError
@@ -138,7 +138,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _check_and_train(args: argparse.Namespace, stop: StopRequest) -> int:
-    from omni_trainer import builtin_task
     from omni_trainer.config import ConfigError, load_config, to_yaml
     from omni_trainer.engines import engine_for
     from omni_trainer.preflight import preflight
@@ -146,7 +145,6 @@ def _check_and_train(args: argparse.Namespace, stop: StopRequest) -> int:
 
     try:
         config = load_config(list(args.overrides))
-        builtin_task.register_scorer()  # its rows may come as files too (omni_trainer.builtin_files)
         engine = engine_for(config.trainer.engine)
         for note in engine.prepare(config):
             print(f"note: {note}", file=sys.stderr)

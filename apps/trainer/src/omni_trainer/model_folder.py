@@ -6,7 +6,7 @@
   loads such folders without a word or fails deep inside loading: without ``tokenizer.json``
   (or the files one is built from) it builds a tokenizer of the special tokens alone, which
   encodes every prompt as nothing, and the run "trains" and exits 0.
-- :func:`require_usable_tokenizer` refuses such a tokenizer once loaded, whatever the files.
+- ``omni_contracts.require_usable_tokenizer`` refuses such a tokenizer once loaded, whatever the files.
 - :func:`model_fingerprint` digests what the folder holds, so a run resumed through a
   symlink or a copy of its model is recognised, and another model at the same path is not
   (:func:`same_model`).
@@ -41,7 +41,6 @@ INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 SAMPLE_BYTES = 64
 """Bytes read at the start, middle and end of every tensor for :func:`model_fingerprint`."""
-PROBE_TEXT = "The quick brown fox counts 12 + 30 = 42."
 
 
 # --- the pre-flight ------------------------------------------------------------------------------
@@ -215,28 +214,6 @@ def _zip_problem(file: Path) -> str | None:
     if is_zip and not zipfile.is_zipfile(file):
         return "is truncated: the zip archive torch.save writes lacks its end"
     return None
-
-
-# --- the loaded tokenizer ------------------------------------------------------------------------
-
-
-def require_usable_tokenizer(tokenizer: Any, model_path: str) -> None:
-    """Refuse a tokenizer that encodes plain text as nothing (or as unknown tokens only): the
-    one transformers builds for a folder without its vocabulary.
-
-    Raises:
-        CheckpointError: the tokenizer has no vocabulary (a user error: exit status 2).
-    """
-    from omni_contracts import CheckpointError
-
-    ids = list(tokenizer.encode(PROBE_TEXT, add_special_tokens=False))
-    unknown = getattr(tokenizer, "unk_token_id", None)
-    if not ids or all(token == unknown for token in ids):
-        raise CheckpointError(
-            f"The tokenizer loaded from {model_path} encodes {PROBE_TEXT!r} as {ids} ({len(tokenizer)} tokens in "
-            "all): the directory lacks the tokenizer's vocabulary, so every prompt would be empty. Copy the "
-            "model's tokenizer.json (or vocab.json and merges.txt) into it."
-        )
 
 
 # --- identity by content -------------------------------------------------------------------------

@@ -350,7 +350,7 @@ def _custom_reward_function(run: ResolvedRun, found: Findings) -> None:
     custom = config.reward.custom_reward_function
     if not custom.path:
         return
-    from omni_trainer.custom_reward import CustomRewardError, load_reward_function
+    from omni_rewards.reward_file import CustomRewardError, load_reward_function
 
     try:
         load_reward_function(custom.path, custom.name)

@@ -31,7 +31,7 @@ from omni_contracts.rollout_adapter import (
     select_synced_weights,
 )
 from omni_contracts.sample import RolloutSample, StageOutput, collate_extra_fields
-from omni_contracts.thinker_processor import OmniProcessor, require_omni_processor
+from omni_contracts.thinker_processor import OmniProcessor, load_processor, require_omni_processor, require_usable_tokenizer
 from omni_contracts.topology import OUTPUT_TYPES, OutputType, StageConfig, validate_stage_topology
 from omni_contracts.training_adapter import (
     MODALITIES,
@@ -84,7 +84,9 @@ __all__ = [
     "get_training_adapter",
     "is_namespaced",
     "keep_final_outputs",
+    "load_processor",
     "require_omni_processor",
+    "require_usable_tokenizer",
     "resolve_training_adapter",
     "rollout_adapters",
     "select_synced_weights",

@@ -16,6 +16,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 
+SOURCE_TRUNCATED = "source_truncated"
+"""A speech sample's engine-side flag: the text it spoke was cut at its length limit (the
+thinker's answer), so the rollout adapter masks it out of training; the rollout servers carry
+it in ``reward_extra_info`` and the trainer counts it per step."""
+
+
 @dataclass
 class SpeechRollout:
     """One sampled rendition of a text as speech.

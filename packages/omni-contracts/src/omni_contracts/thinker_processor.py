@@ -13,7 +13,7 @@
   them by these names).
 
 ``omni_model_kit.thinker_processor.ThinkerProcessorMixin`` implements them for transformers'
-Qwen-Omni processors.
+Qwen-Omni processors. :func:`load_processor` is how every engine process gets one.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from omni_contracts.errors import CheckpointError
 from omni_contracts.training_adapter import TrainingAdapter
 
 
@@ -72,3 +73,39 @@ def require_omni_processor(processor: object, adapter: object) -> None:
             "ThinkerProcessorMixin implements them for a Qwen-Omni processor (a text-only model keeps "
             "the default modalities, ('text',), and may return its tokenizer)."
         )
+
+
+PROBE_TEXT = "The quick brown fox counts 12 + 30 = 42."
+
+
+def require_usable_tokenizer(tokenizer: Any, model_path: str) -> None:
+    """Refuse a tokenizer that encodes plain text as nothing (or as unknown tokens only): the
+    one transformers builds for a folder without its vocabulary, which would make every prompt
+    empty and let the run "train" and exit 0.
+
+    Raises:
+        CheckpointError: the tokenizer has no vocabulary (a user error: exit status 2).
+    """
+    ids = list(tokenizer.encode(PROBE_TEXT, add_special_tokens=False))
+    unknown = getattr(tokenizer, "unk_token_id", None)
+    if not ids or all(token == unknown for token in ids):
+        raise CheckpointError(
+            f"The tokenizer loaded from {model_path} encodes {PROBE_TEXT!r} as {ids} ({len(tokenizer)} tokens in "
+            "all): the directory lacks the tokenizer's vocabulary, so every prompt would be empty. Copy the "
+            "model's tokenizer.json (or vocab.json and merges.txt) into it."
+        )
+
+
+def load_processor(adapter: TrainingAdapter, model_path: str, model_config: Any) -> Any:
+    """The adapter's processor for the checkpoint, checked as every engine process checks it:
+    the members the engines call (:func:`require_omni_processor`) and a tokenizer with its
+    vocabulary (:func:`require_usable_tokenizer`).
+
+    Raises:
+        TypeError: the processor lacks members.
+        CheckpointError: its tokenizer has no vocabulary.
+    """
+    processor = adapter.configure_processor(model_path, model_config)
+    require_omni_processor(processor, adapter)
+    require_usable_tokenizer(getattr(processor, "tokenizer", processor), model_path)
+    return processor

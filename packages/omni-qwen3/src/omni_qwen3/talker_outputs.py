@@ -26,7 +26,7 @@ length cut leaves no such row). The talker is then conditioned on one text row f
 the stored source (prompt + answer[:-1]) holds, so the actor would recompute the log-probs on
 other conditioning, silently. Such a sample (the thinker's ``finish_reason`` is ``"length"``) keeps
 its tokens and waveform for the reward, but its ``response_mask`` is all 0 (no token is
-trained) and :data:`SOURCE_TRUNCATED` flags it, for the trainer to count.
+trained) and :data:`~omni_contracts.speech.SOURCE_TRUNCATED` flags it, for the trainer to count.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ import torch
 from torch import Tensor
 
 from omni_contracts import RolloutSample, SchemaError, StageOutput
+from omni_contracts.speech import SOURCE_TRUNCATED
 from omni_qwen3.talker_fields import RESIDUAL_CODES, SOURCE_IDS
 
 logger = logging.getLogger(__name__)
@@ -49,9 +50,6 @@ SAMPLE_RATE = "sample_rate"
 SPOKEN_IDS = "spoken_ids"
 """Engine-side extra fields (not namespaced: the actor does not read them) for the reward:
 the waveform, its rate, and the thinker's tokens the talker spoke."""
-SOURCE_TRUNCATED = "source_truncated"
-"""Engine-side flag: the thinker's answer was cut at its length limit, so the sample is masked
-out of training (see the module docstring)."""
 LENGTH = "length"
 
 

@@ -14,7 +14,7 @@ class SamplingSettings:
     sampled from (after temperature, top-k and top-p).
     """
 
-    n: int = 1
+    n: int
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1

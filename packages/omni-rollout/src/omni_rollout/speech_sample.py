@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from omni_contracts import ExtraFieldSpec, RolloutAdapter, SchemaError, is_namespaced
+from omni_contracts.speech import SOURCE_TRUNCATED
 from omni_rollout.agent_loops import get_agent_loop
 from omni_rollout.vllm_omni.outputs import convert_request
 
@@ -22,11 +23,6 @@ SPEECH_SAMPLE = "omni_rl_speech_sample"
 """The ``TokenOutput.extra_fields`` entry holding :func:`speech_sample`'s result."""
 ENGINE_KEYS = ("waveform", "sample_rate", "spoken_ids")
 """The rollout adapter's engine-side fields a speech sample carries for its reward."""
-SOURCE_TRUNCATED = "source_truncated"
-"""The rollout adapter's flag on a speech sample it masked out of training because the text it
-spoke was cut at the length limit (omni_qwen3: the thinker's answer; see
-``omni_qwen3.talker_outputs``); reported per sample in ``reward_extra_info``, so each step
-counts them."""
 
 
 def speech_sample(

@@ -103,17 +103,16 @@ class Actor:
         model_path: str,
         adapter: TrainingAdapter,
         *,
-        settings: ActorSettings | None = None,
-        lora: LoraSettings | None = None,
-        optim: OptimizerSettings | None = None,
+        settings: ActorSettings,
+        lora: LoraSettings,
+        optim: OptimizerSettings,
         keep_reference: bool | None = None,
     ) -> Actor:
-        settings = settings or ActorSettings()
         model, config = load_policy(
-            model_path, adapter, lora or LoraSettings(), dtype=settings.dtype, device=settings.device,
+            model_path, adapter, lora, dtype=settings.dtype, device=settings.device,
             gradient_checkpointing=settings.gradient_checkpointing,
         )
-        return cls(model, adapter, config, settings, optim or OptimizerSettings(), keep_reference=keep_reference)
+        return cls(model, adapter, config, settings, optim, keep_reference=keep_reference)
 
     def _lr_factor(self, step: int) -> float:
         optim = self.optim_settings

@@ -33,7 +33,7 @@ from omni_training.kl import KL_MODES, kl_estimate
 from omni_training.logprobs import response_log_probs
 from omni_training.model_loading import load_policy
 from omni_training.policy_loss import BatchCounts, PolicyLossConfig, get_policy_loss
-from omni_training.settings import LoraSettings
+from omni_training.settings import NO_LORA
 
 TOPK_MODES = ("forward_kl_topk",)
 DISTILLATION_LOSS_MODES = (*KL_MODES, *TOPK_MODES)
@@ -176,7 +176,7 @@ class Teacher:
         device: str | torch.device = "cpu",
         offload: bool = False,
     ) -> Teacher:
-        model, config = load_policy(model_path, adapter, LoraSettings(rank=0), dtype=dtype, frozen=True)
+        model, config = load_policy(model_path, adapter, NO_LORA, dtype=dtype, frozen=True)
         return cls(model, adapter, config, device=device, offload=offload)
 
     @contextlib.contextmanager

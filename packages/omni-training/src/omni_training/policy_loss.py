@@ -20,7 +20,7 @@ correction's bypass ``loss_type=reinforce``, not a ``loss_mode``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
@@ -41,7 +41,7 @@ class PolicyLossConfig:
     clip_ratio_low: float | None = None
     clip_ratio_high: float | None = None
     clip_ratio_c: float = 3.0
-    loss_agg_mode: str = "token-mean"
+    loss_agg_mode: str = field(kw_only=True)
     # The constant ``seq-mean-token-sum-norm`` (Dr.GRPO) divides by; None: the longest response
     # of the mini-batch. The trainer sets the run's response limit, as it gives verl (verl's name).
     loss_scale_factor: int | None = None

@@ -13,7 +13,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from omni_contracts import RolloutAdapter, TrainingAdapter, get_rollout_adapter, require_omni_processor, resolve_training_adapter
+from omni_contracts import RolloutAdapter, TrainingAdapter, get_rollout_adapter, load_processor, resolve_training_adapter
 
 POLICY_ENV = "OMNI_VERL_CPU_POLICY"
 
@@ -60,7 +60,4 @@ class CpuPolicy:
 
     def processor(self, hf_config: Any) -> Any:
         """The training adapter's processor, as the actor's: the rollout computes the same features."""
-        adapter = self.training_adapter(hf_config)
-        processor = adapter.configure_processor(self.model_path, hf_config)
-        require_omni_processor(processor, adapter)
-        return processor
+        return load_processor(self.training_adapter(hf_config), self.model_path, hf_config)

@@ -287,7 +287,7 @@ class LocalRolloutServer:
         from transformers import AutoConfig
 
         from omni_training.model_loading import load_policy
-        from omni_training.settings import LoraSettings
+        from omni_training.settings import NO_LORA
 
         policy = CpuPolicy.from_env()
         hf_config = AutoConfig.from_pretrained(policy.model_path)
@@ -309,7 +309,7 @@ class LocalRolloutServer:
             print(f"{ROLLOUT_NAME} teacher replica {self.replica_rank}: {path} loaded", flush=True)
             return
         adapter = policy.training_adapter(hf_config)
-        self.model, _ = load_policy(policy.model_path, adapter, LoraSettings(), dtype="float32")
+        self.model, _ = load_policy(policy.model_path, adapter, NO_LORA, dtype="float32")
         self.model.eval()
         pipeline = policy.rollout_adapter()
         tokenizer = getattr(self.processor, "tokenizer", self.processor)

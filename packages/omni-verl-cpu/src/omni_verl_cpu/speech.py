@@ -33,7 +33,8 @@ from omni_contracts.speech import SpeechPolicy, find_speech_policy
 from omni_rollout.local_engine import LocalEngine, find_policy_module
 from omni_rollout.placeholders import policy_logit_mask
 from omni_rollout.sampling import SamplingSettings
-from omni_rollout.speech_sample import SOURCE_TRUNCATED, SPEECH_SAMPLE
+from omni_contracts.speech import SOURCE_TRUNCATED
+from omni_rollout.speech_sample import SPEECH_SAMPLE
 from omni_training.logit_mask import masked_ids
 
 THINKER_MODE = "thinker_only"

@@ -19,8 +19,8 @@ def test_the_experts_fused_parameters_get_lora_and_train() -> None:
     from omni_qwen3.tiny import build_tiny_qwen3_omni
     from omni_training.actor import Actor
     from omni_training.model_loading import load_policy, lora_parameter_count
-    from omni_training.settings import LoraSettings
-    from omni_training.settings import OptimizerSettings
+    from omni_training.policy_loss import PolicyLossConfig
+    from omni_training.settings import NO_LORA, ActorSettings, OptimizerSettings
 
     path = str(build_tiny_qwen3_omni())
     config = load_config([f"actor_rollout_ref.model.path={path}", "actor_rollout_ref.model.lora_rank=4",
@@ -30,11 +30,16 @@ def test_the_experts_fused_parameters_get_lora_and_train() -> None:
     assert lora.target_parameters == tuple(EXPERTS)
     adapter = resolve_training_adapter(AutoConfig.from_pretrained(path), "thinker")
     torch.manual_seed(0)
-    actor = Actor.from_pretrained(path, adapter, lora=lora, optim=OptimizerSettings(lr=1e-2, weight_decay=0.0))
+    settings = ActorSettings(
+        loss_mode="vanilla", policy_loss=PolicyLossConfig(loss_agg_mode="token-mean"), gradient_checkpointing=False
+    )
+    actor = Actor.from_pretrained(
+        path, adapter, settings=settings, lora=lora, optim=OptimizerSettings(lr=1e-2, weight_decay=0.0)
+    )
     trainable = {n: p for n, p in actor.model.named_parameters() if p.requires_grad}
     experts = {n for n in trainable if ".mlp.experts." in n}
     assert experts and all("lora_" in n for n in trainable)
-    base, _ = load_policy(path, adapter, LoraSettings(rank=0), dtype="float32", device="cpu", gradient_checkpointing=False)
+    base, _ = load_policy(path, adapter, NO_LORA, dtype="float32", device="cpu", gradient_checkpointing=False)
     assert sum(p.numel() for p in trainable.values()) == lora_parameter_count(base, adapter, lora)  # the plan's count
     from omni_training.batching import MicroBatch, collate
 

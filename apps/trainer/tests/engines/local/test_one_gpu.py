@@ -165,6 +165,7 @@ def test_gradient_checkpointing_on_the_tiny_omni_model(lora_rank: int) -> None:
     from omni_trainer.prompts import encode_builtin
     from omni_training.actor import Actor
     from omni_training.batching import MicroBatch, collate
+    from omni_training.policy_loss import PolicyLossConfig
     from omni_training.settings import ActorSettings, LoraSettings, OptimizerSettings
 
     path, hf_config, adapter = tiny_setup()
@@ -178,7 +179,9 @@ def test_gradient_checkpointing_on_the_tiny_omni_model(lora_rank: int) -> None:
         with torch.random.fork_rng():  # the same LoRA initialisation; other tests' RNG untouched
             torch.manual_seed(0)
             actor = Actor.from_pretrained(
-                path, adapter, settings=ActorSettings(loss_mode="gspo", gradient_checkpointing=checkpointing),
+                path, adapter,
+                settings=ActorSettings(loss_mode="gspo", policy_loss=PolicyLossConfig(loss_agg_mode="token-mean"),
+                                       gradient_checkpointing=checkpointing),
                 lora=LoraSettings(rank=lora_rank, alpha=2 * max(lora_rank, 1)), optim=OptimizerSettings(lr=1e-3),
             )
         batch = MicroBatch(dict(inputs), responses, mask)

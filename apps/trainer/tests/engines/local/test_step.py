@@ -14,7 +14,7 @@ from omni_trainer.config import load_config
 from omni_trainer.prompts import Prepared
 from omni_rewards.metrics import batch_metrics
 from omni_rewards.outcomes import BatchResult, SampleOutcome
-from omni_trainer.reward_guard import RewardFailureError, check_reward_failures
+from omni_training.run_guards import RewardFailureError, check_reward_failures
 from omni_trainer.engines.local.step import StepDiscarded, StepParts, TrainBatch, advantage_phase, train_step
 from omni_trainer.engines.local.tasks.speech_rl import SpeechSampler
 from omni_trainer.engines.local.tasks.text_rl import TextSampler

@@ -37,7 +37,7 @@ REFUSED = {
 
 READ_BY_THE_VERL_ENGINE = {
     "data.builtin_task_size": "builtin_files.py",
-    "data.on_bad_row": "engines/verl/dataset.py",  # passed through (declared), read by our dataset class
+    "data.on_bad_row": "../../../../packages/omni-verl/src/omni_verl/dataset.py",  # passed through (declared), read by our dataset class
     "data.spoken_text": "engines/verl/tasks.py",  # the talker half refuses the local engine's
     "data.max_spoken_tokens": "engines/verl/translate.py",
     "data.use_audio_in_video": "engines/verl/translate.py",
@@ -74,8 +74,8 @@ READ_BY_THE_VERL_ENGINE = {
     "algorithm.trainer_type": "preflight.py",  # must agree with sample_source
     "algorithm.paired_preference": "preflight.py",
     "reward.custom_reward_function.reward_kwargs": "engines/verl/translate.py",
-    "reward.timeout_s": "engines/verl/reward.py",
-    "reward.on_unknown_data_source": "engines/verl/reward.py",
+    "reward.timeout_s": "../../../../packages/omni-verl/src/omni_verl/reward.py",
+    "reward.on_unknown_data_source": "../../../../packages/omni-verl/src/omni_verl/reward.py",
     "reward.max_error_rate": "engines/verl/translate.py",
     "reward.audio_rewards": "engines/verl/translate.py",
     "trainer.engine": "engines/__init__.py",

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from omni_trainer.engines.verl.settings import EXTERNAL_MODULE, EXTERNAL_MODULES_ENV, external_modules
+from omni_trainer.engines.verl.external_modules import EXTERNAL_MODULES_ENV, external_modules
+from omni_verl.settings import EXTERNAL_MODULE
 
 
 def test_verl_omnis_module_gives_way_to_ours_and_the_users_others_are_kept() -> None:

@@ -41,7 +41,7 @@ if importlib.util.find_spec("verl") is None:  # pragma: no cover
     pytest.skip("needs the distributed extra (uv sync --extra distributed --extra gpu)", allow_module_level=True)
 
 from omni_trainer.engines.verl import launch  # noqa: E402
-from omni_trainer.engines.verl.settings import SETTINGS_ENV  # noqa: E402
+from omni_verl.settings import SETTINGS_ENV  # noqa: E402
 from omni_trainer.engines.verl.translate import to_verl_config  # noqa: E402
 from omni_trainer.resolved import resolve_run
 

@@ -16,7 +16,7 @@ import pytest
 
 from omni_trainer.config import ConfigError, load_config
 from omni_trainer.resume_check import data_fingerprint, record_run
-from omni_trainer.reward_guard import RewardFailureError, StepFailureWatch, StepTally, count_sample
+from omni_training.run_guards import RewardFailureError, StepFailureWatch, StepTally, count_sample
 
 if importlib.util.find_spec("verl") is None:  # pragma: no cover
     pytest.skip("needs the distributed extra (uv sync --extra distributed)", allow_module_level=True)
@@ -24,7 +24,7 @@ if importlib.util.find_spec("verl") is None:  # pragma: no cover
 from omni_trainer.engines.verl.launch import record_start, resumed_step  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parent))
 from test_verl_checkpoints import save_step  # noqa: E402
-from omni_trainer.engines.verl.settings import SETTINGS_ENV, VerlSettings  # noqa: E402
+from omni_verl.settings import SETTINGS_ENV, VerlSettings  # noqa: E402
 from omni_trainer.engines.verl.translate import config_problems, settings_for, to_verl_config  # noqa: E402
 
 
@@ -107,7 +107,7 @@ def test_a_step_with_no_sample_left_to_train_stops_with_its_cause() -> None:
     """Every talker sample of a step masked (each thinker answer cut at its length limit):
     verl would stop on an empty response mask; the watch names the cause and the way out.
     One trainable sample is enough to go on."""
-    from omni_trainer.reward_guard import NothingToTrainError
+    from omni_training.run_guards import NothingToTrainError
 
     cut = {"reward_ok": 1.0, "reward_error": 0.0, "reward_timeout": 0.0, "source_truncated": True}
     spoken = {**cut, "source_truncated": False}
@@ -137,7 +137,7 @@ def test_our_workers_tally_training_samples_and_the_step_stops_before_its_update
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
     from verl.utils.import_utils import load_extern_object
 
-    from omni_trainer.engines.verl import agent_loop
+    from omni_verl import agent_loop
 
     worker: Any = object.__new__(agent_loop.OmniAgentLoopWorkerTQ)  # the tally needs none of verl's set-up
     failed = SimpleNamespace(extra_fields={"reward_extra_info": {"reward_ok": 0.0, "reward_error": 1.0}})
@@ -196,7 +196,7 @@ def test_verls_postprocessing_still_scores_before_our_hook_sees_the_trajectory()
     kwargs carry ``global_steps``."""
     from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
 
-    from omni_trainer.engines.verl.compat import AfterPostprocess, ray_actor_class
+    from omni_verl.compat import AfterPostprocess, ray_actor_class
 
     method = vars(ray_actor_class(AgentLoopWorkerTQ))["_agent_loop_postprocess"]
     parameters = [name for name in inspect.signature(method).parameters if name != "_ray_trace_ctx"]  # Ray's tracing

@@ -20,7 +20,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from omni_trainer.config import ConfigError, load_config
-from omni_trainer.engines.verl.settings import EXTERNAL_MODULE, SETTINGS_ENV, VerlSettings
+from omni_verl.settings import EXTERNAL_MODULE, SETTINGS_ENV, VerlSettings
 from omni_trainer.engines.verl.translate import to_verl_config, verl_config_dir
 
 ROOT = Path(__file__).resolve().parents[5]
@@ -79,7 +79,7 @@ def test_translation_uses_our_extension_points_and_keys(tmp_path: Path) -> None:
     assert arr.actor.optim.clip_grad == 0.5  # what verl's FSDP engine clips with (not actor.grad_clip)
     assert arr.rollout.agent.default_agent_loop == "single_turn_agent"
     # verl starts our agent-loop workers (they carry the adapter's processor) through its hook.
-    assert arr.rollout.agent.agent_loop_manager_class == "omni_trainer.engines.verl.agent_loop.OmniAgentLoopManager"
+    assert arr.rollout.agent.agent_loop_manager_class == "omni_verl.agent_loop.OmniAgentLoopManager"
     assert verl.data.custom_cls.name == "OmniRLHFDataset"
     assert verl.reward.custom_reward_function.name == "compute_score"
     assert verl.data.max_prompt_length == 4096 and verl.data.val_files == ["/data/val.parquet"]
@@ -145,7 +145,7 @@ def test_prefix_caching_is_off_unless_the_run_turns_it_on() -> None:
 def test_deploy_options_serve_no_lora_when_verl_merges() -> None:
     """The replica reads the resolved model config: a merged run enables no LoRA in vLLM-Omni."""
     pytest.importorskip("vllm_omni", reason="needs the gpu extra (uv sync --extra distributed --extra gpu)")
-    from omni_trainer.engines.verl.rollout import _lora_rank
+    from omni_verl.rollout import _lora_rank
 
     verl = to_verl_config(load_config(["actor_rollout_ref.model.path=/m", "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe",
             "data.train_files=[/d.parquet]",
@@ -489,7 +489,7 @@ def test_every_task_the_local_engine_trains_has_its_verl_half() -> None:
     and only the offline one drives verl's actor workers without a rollout."""
     from omni_trainer.engines.local.tasks import LOCAL_TASKS
     from omni_trainer.engines.verl.tasks import VERL_TASKS
-    from omni_trainer.engines.verl.settings import SPEECH_AGENT_LOOP
+    from omni_verl.settings import SPEECH_AGENT_LOOP
     from omni_trainer.tasks import PREFERENCE, SPEECH_RL
 
     assert set(VERL_TASKS) == set(LOCAL_TASKS.keys())

@@ -58,9 +58,9 @@ def test_external_module_registers_in_every_verl_registry() -> None:
     from verl.workers.rollout.base import _ROLLOUT_REGISTRY, get_rollout_class
     from verl.workers.rollout.replica import get_rollout_replica_class
 
-    import omni_trainer.engines.verl.external  # noqa: F401  (what VERL_USE_EXTERNAL_MODULES imports)
-    from omni_trainer.engines.verl.engine import OmniFSDPEngine
-    from omni_trainer.engines.verl.rollout import VllmOmniReplica
+    import omni_verl.external  # noqa: F401  (what VERL_USE_EXTERNAL_MODULES imports)
+    from omni_verl.engine import OmniFSDPEngine
+    from omni_verl.rollout import VllmOmniReplica
     from omni_training.advantages import ADVANTAGE_ESTIMATORS
     from omni_training.policy_loss import POLICY_LOSSES
 
@@ -77,7 +77,7 @@ def test_external_module_registers_in_every_verl_registry() -> None:
 
 @needs_extras
 def test_check_algorithms_names_verls_choices() -> None:
-    from omni_trainer.engines.verl.external import check_algorithms
+    from omni_verl.external import check_algorithms
 
     check_algorithms("gspo", "grpo")
     with pytest.raises(ValueError, match="policy loss 'nope'.*gspo"):
@@ -88,7 +88,7 @@ def test_check_algorithms_names_verls_choices() -> None:
 def test_external_modules_reach_the_ray_runtime_env() -> None:
     from omni_trainer.config import load_config
     from omni_trainer.engines.verl.launch import ray_init_kwargs
-    from omni_trainer.engines.verl.settings import EXTERNAL_MODULE, SETTINGS_ENV
+    from omni_verl.settings import EXTERNAL_MODULE, SETTINGS_ENV
     from omni_trainer.engines.verl.translate import to_verl_config
 
     config = load_config([
@@ -106,7 +106,7 @@ def test_external_modules_reach_the_ray_runtime_env() -> None:
 
 def test_reward_function_counts_failures(monkeypatch: pytest.MonkeyPatch) -> None:
     from omni_rewards import SCORERS
-    from omni_trainer.engines.verl import reward
+    from omni_verl import reward
 
     def broken(solution_str: str, ground_truth: str, extra_info: object = None, **_: object) -> float:
         raise ValueError("scorer bug")
@@ -133,7 +133,7 @@ def test_a_users_reward_file_scores_every_sample_as_verl_calls_it(tmp_path: Path
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
     from omni_trainer.config import load_config
-    from omni_trainer.engines.verl import reward
+    from omni_verl import reward
     from omni_trainer.engines.verl.translate import to_verl_config
 
     (tmp_path / "my_reward.py").write_text(
@@ -172,7 +172,7 @@ def test_a_users_reward_file_scores_every_sample_as_verl_calls_it(tmp_path: Path
 def test_dataset_rows_have_the_shape_verls_agent_loop_reads(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from omni_trainer.engines.verl.dataset import OmniRLHFDataset
+    from omni_verl.dataset import OmniRLHFDataset
 
     pytest.importorskip("torch")
     rows = [{
@@ -233,7 +233,7 @@ def test_verls_own_generate_runs_on_the_driver_with_verls_defaults() -> None:
 
     from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
 
-    from omni_trainer.engines.verl.rollout import VllmOmniHttpServer
+    from omni_verl.rollout import VllmOmniHttpServer
 
     # Ours only wraps verl's (adding a speech policy's sample): verl's own body runs.
     assert VllmOmniHttpServer.__mro__[1] is vLLMHttpServer
@@ -296,7 +296,7 @@ def test_verls_abort_wake_and_cache_clearing_run_on_the_driver() -> None:
 
     from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
 
-    from omni_trainer.engines.verl.rollout import VllmOmniHttpServer
+    from omni_verl.rollout import VllmOmniHttpServer
 
     for name in ("abort_all_requests", "wake_up", "sleep", "clear_kv_cache", "collective_rpc",
                  "wait_for_requests_to_drain", "resume_generation"):
@@ -361,7 +361,7 @@ def test_server_overrides_cover_what_asyncomni_lacks() -> None:
     from transformers import Qwen3OmniMoeConfig
     from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
 
-    from omni_trainer.engines.verl.rollout import VllmOmniHttpServer
+    from omni_verl.rollout import VllmOmniHttpServer
 
     server: Any = object.__new__(VllmOmniHttpServer)
     hf_config = Qwen3OmniMoeConfig()
@@ -387,7 +387,7 @@ def test_server_overrides_cover_what_asyncomni_lacks() -> None:
 def test_verl_omnis_engine_kwargs_do_not_reach_vllms_arguments() -> None:
     """``engine_kwargs.vllm_omni`` carries the pipeline and verl-omni's ``output_mode=ar`` to the
     server (the translated config holds them); none is a vLLM engine argument."""
-    from omni_trainer.engines.verl.rollout import VllmOmniHttpServer
+    from omni_verl.rollout import VllmOmniHttpServer
 
     server: Any = object.__new__(VllmOmniHttpServer)
     server.config = SimpleNamespace(checkpoint_engine=None)
@@ -398,8 +398,8 @@ def test_verl_omnis_engine_kwargs_do_not_reach_vllms_arguments() -> None:
 
 @needs_extras
 def test_deploy_options_round_the_lora_rank_as_verl_does(monkeypatch: pytest.MonkeyPatch) -> None:
-    from omni_trainer.engines.verl.rollout import _lora_rank, deploy_options
-    from omni_trainer.engines.verl.settings import CPU_PLATFORM_ENV
+    from omni_verl.rollout import _lora_rank, deploy_options
+    from omni_verl.settings import CPU_PLATFORM_ENV
 
     monkeypatch.delenv(CPU_PLATFORM_ENV, raising=False)  # an in-process CPU launch earlier in the session sets it
 
@@ -421,8 +421,8 @@ def test_deploy_options_round_the_lora_rank_as_verl_does(monkeypatch: pytest.Mon
 def test_on_verls_cpu_platform_every_stage_runs_eager(monkeypatch: pytest.MonkeyPatch) -> None:
     """vLLM's CPU build compiles each stage not run eager with inductor at start-up (77 s for
     the tiny thinker in front of a talker, on 2 cores), and has no CUDA graphs to gain."""
-    from omni_trainer.engines.verl.rollout import deploy_options
-    from omni_trainer.engines.verl.settings import CPU_PLATFORM_ENV
+    from omni_verl.rollout import deploy_options
+    from omni_verl.settings import CPU_PLATFORM_ENV
     from omni_verl_cpu import PLATFORM as CPU_PLATFORM
 
     rollout = SimpleNamespace(
@@ -496,7 +496,7 @@ def test_a_run_on_gpus_never_loads_the_cpu_plugin(platform: str | None, loaded: 
     env = {key: value for key, value in os.environ.items() if key != "VERL_PLATFORM"}
     if platform:
         env["VERL_PLATFORM"] = platform
-    code = ("import sys; import omni_trainer.engines.verl.external; import omni_trainer.engines.verl.launch; "
+    code = ("import sys; import omni_verl.external; import omni_trainer.engines.verl.launch; "
             "print(sorted(m for m in sys.modules if m.startswith('omni_verl_cpu.') and m != 'omni_verl_cpu.policy'))")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -150,7 +150,7 @@ def main(out_dir: Path, remove_padding: bool, model: str) -> None:
     from omegaconf import open_dict
 
     from omni_trainer.config import load_config
-    from omni_trainer.engines.verl.settings import SETTINGS_ENV
+    from omni_verl.settings import SETTINGS_ENV
     from omni_trainer.engines.verl.translate import settings_for, to_verl_config
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -175,10 +175,10 @@ def main(out_dir: Path, remove_padding: bool, model: str) -> None:
     from verl import DataProto
     from verl.utils.dataset.rl_dataset import collate_fn
 
-    import omni_trainer.engines.verl.external  # noqa: F401  (what VERL_USE_EXTERNAL_MODULES imports in every verl process)
-    from omni_trainer.engines.verl.agent_loop import OmniAgentLoopWorker
-    from omni_trainer.engines.verl.dataset import OmniRLHFDataset
-    from omni_trainer.engines.verl.processor import adapter_processor
+    import omni_verl.external  # noqa: F401  (what VERL_USE_EXTERNAL_MODULES imports in every verl process)
+    from omni_verl.agent_loop import OmniAgentLoopWorker
+    from omni_verl.dataset import OmniRLHFDataset
+    from omni_verl.processor import adapter_processor
 
     processor = adapter_processor(settings)
     dataset = OmniRLHFDataset([data], tokenizer=processor.tokenizer, config=verl_config.data, processor=processor)
@@ -194,10 +194,17 @@ def main(out_dir: Path, remove_padding: bool, model: str) -> None:
     from omni_contracts import get_training_adapter
     from omni_training.actor import Actor
     from omni_training.batching import MicroBatch, collate
-    from omni_training.settings import ActorSettings
+    from omni_training.policy_loss import PolicyLossConfig
+    from omni_training.settings import NO_LORA, ActorSettings, OptimizerSettings
 
     hf_architecture = json.loads((Path(tiny) / "config.json").read_text())["architectures"][0]
-    actor = Actor.from_pretrained(tiny, get_training_adapter(hf_architecture, "thinker"), settings=ActorSettings(loss_mode="gspo"))
+    actor_settings = ActorSettings(
+        loss_mode="gspo", policy_loss=PolicyLossConfig(loss_agg_mode="token-mean"), gradient_checkpointing=False
+    )
+    actor = Actor.from_pretrained(
+        tiny, get_training_adapter(hf_architecture, "thinker"), settings=actor_settings, lora=NO_LORA,
+        optim=OptimizerSettings(lr=1e-6),
+    )
     # As the local trainer does, and verl's engine: the actor scores the rollout's masked distribution.
     from omni_contracts import get_rollout_adapter
     from omni_rollout.placeholders import policy_logit_mask

@@ -143,9 +143,9 @@ def rollouts(verl_config: Any, settings: Any, data: str) -> tuple[Any, list[dict
     from verl import DataProto
     from verl.utils.dataset.rl_dataset import collate_fn
 
-    from omni_trainer.engines.verl.agent_loop import OmniAgentLoopWorker
-    from omni_trainer.engines.verl.dataset import OmniRLHFDataset
-    from omni_trainer.engines.verl.processor import adapter_processor
+    from omni_verl.agent_loop import OmniAgentLoopWorker
+    from omni_verl.dataset import OmniRLHFDataset
+    from omni_verl.processor import adapter_processor
 
     processor = adapter_processor(settings)
     dataset = OmniRLHFDataset([data], tokenizer=processor.tokenizer, config=verl_config.data, processor=processor)
@@ -318,8 +318,8 @@ def main(out_dir: Path) -> None:
     sys.path.insert(0, str(HERE))
     from verl_cpu_harness import build_tiny, write_rows
 
-    import omni_trainer.engines.verl.external  # noqa: F401  (what VERL_USE_EXTERNAL_MODULES imports in every verl process)
-    from omni_trainer.engines.verl.settings import SETTINGS_ENV
+    import omni_verl.external  # noqa: F401  (what VERL_USE_EXTERNAL_MODULES imports in every verl process)
+    from omni_verl.settings import SETTINGS_ENV
     from omni_trainer.engines.verl.translate import settings_for, to_verl_config
 
     started = time.perf_counter()

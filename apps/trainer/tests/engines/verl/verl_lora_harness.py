@@ -43,9 +43,9 @@ def main(out_dir: Path) -> None:
 
     from omni_contracts import get_training_adapter
     from omni_qwen3.tiny import build_tiny_qwen3_omni
-    import omni_trainer.engines.verl.external  # noqa: F401  (registers our engine, as in every verl process)
+    import omni_verl.external  # noqa: F401  (registers our engine, as in every verl process)
     from omni_trainer.config import load_config
-    from omni_trainer.engines.verl.settings import SETTINGS_ENV
+    from omni_verl.settings import SETTINGS_ENV
     from omni_trainer.engines.verl.translate import settings_for, to_verl_config
 
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,7 @@ def stub_server(
 
     from omni_contracts import get_rollout_adapter
     from omni_rollout.vllm_omni import VllmOmniDriver
-    from omni_trainer.engines.verl.rollout import VllmOmniHttpServer
+    from omni_verl.rollout import VllmOmniHttpServer
 
     server: Any = object.__new__(VllmOmniHttpServer)
     server.config = StubRolloutConfig(**{

@@ -119,7 +119,7 @@ def main(out_dir: Path) -> None:
     from omni_qwen3.talker_policy import Qwen3OmniTalkerPolicy
     from omni_qwen3.tiny import build_tiny_qwen3_omni
     from omni_trainer.config import load_config
-    from omni_trainer.engines.verl.settings import SETTINGS_ENV
+    from omni_verl.settings import SETTINGS_ENV
     from omni_trainer.engines.verl.translate import settings_for, to_verl_config
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -147,10 +147,10 @@ def main(out_dir: Path) -> None:
     from verl import DataProto
     from verl.utils.dataset.rl_dataset import collate_fn
 
-    import omni_trainer.engines.verl.external  # noqa: F401  (what VERL_USE_EXTERNAL_MODULES imports)
-    from omni_trainer.engines.verl.agent_loop import OmniAgentLoopWorker
-    from omni_trainer.engines.verl.dataset import OmniRLHFDataset
-    from omni_trainer.engines.verl.processor import adapter_processor
+    import omni_verl.external  # noqa: F401  (what VERL_USE_EXTERNAL_MODULES imports)
+    from omni_verl.agent_loop import OmniAgentLoopWorker
+    from omni_verl.dataset import OmniRLHFDataset
+    from omni_verl.processor import adapter_processor
 
     processor = adapter_processor(settings)
     answer = processor.tokenizer.encode(ANSWER_TEXT) + [processor.tokenizer.convert_tokens_to_ids("<|im_end|>")]
@@ -171,8 +171,15 @@ def main(out_dir: Path) -> None:
     from omni_rewards.audio import WeightedAudioReward
     from omni_training.actor import Actor
     from omni_training.batching import MicroBatch, collate
+    from omni_training.policy_loss import PolicyLossConfig
+    from omni_training.settings import NO_LORA, ActorSettings, OptimizerSettings
 
-    actor = Actor.from_pretrained(tiny, Qwen3OmniTalkerAdapter())
+    actor_settings = ActorSettings(
+        loss_mode="vanilla", policy_loss=PolicyLossConfig(loss_agg_mode="token-mean"), gradient_checkpointing=False
+    )
+    actor = Actor.from_pretrained(
+        tiny, Qwen3OmniTalkerAdapter(), settings=actor_settings, lora=NO_LORA, optim=OptimizerSettings(lr=1e-6)
+    )
     report: dict[str, Any] = {
         "engine_class": type(engine).__name__, "module_class": type(engine.module).__name__,
         "agent_loop": str(verl_config.actor_rollout_ref.rollout.agent.default_agent_loop), "rows": [],

@@ -1,5 +1,5 @@
 """vLLM-Omni rollout backend (gpu extra) for verl's server path
-(``omni_trainer.engines.verl.rollout``): deploy configs, device placement, prompts, output
+(``omni_verl.rollout``): deploy configs, device placement, prompts, output
 conversion and the one ``AsyncOmni`` driver (``driver``) that verl's vLLM server runs as its
 engine.
 

@@ -32,8 +32,8 @@ from omni_training.rollout_correction import METRIC_PREFIX, CorrectionSettings, 
 
 from omni_trainer.config import Config
 from omni_trainer.prompts import Prepared
-from omni_trainer.reward_guard import check_reward_failures
-from omni_trainer.update_guard import SKIPPED_KEY
+from omni_training.run_guards import check_reward_failures
+from omni_training.run_guards import SKIPPED_KEY
 from omni_trainer.settings_builders import correction_settings
 
 

@@ -17,18 +17,17 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from omni_contracts import require_omni_processor
+from omni_contracts import load_processor, require_usable_tokenizer
 from omni_rollout.local_engine import LocalEngine
 from omni_trainer.config import ConfigError
 from omni_trainer.interrupts import StopRequest
 from omni_trainer.loggers import build_sinks
-from omni_trainer.model_folder import require_usable_tokenizer
 from omni_trainer.prompts import Prepared
 from omni_trainer.resolved import ResolvedRun
 from omni_trainer.reporting import DROPPED_KEY, complete_message, report_step, validation_line, write_summary
 from omni_trainer.resume_check import data_fingerprint, record_run
-from omni_trainer.reward_guard import RewardFailureError
-from omni_trainer.update_guard import SkippedUpdateWatch
+from omni_training.run_guards import RewardFailureError
+from omni_training.run_guards import SkippedUpdateWatch
 from omni_trainer.run_dir import MetricsLog, RunStart, prepare_run_dir, run_identity
 from omni_trainer.settings_builders import (
     actor_settings,
@@ -93,8 +92,7 @@ class LocalTrainer:
         self.rollout_adapter = self.resolved.rollout_adapter()
         self.mode = self.resolved.mode
         self.rollout_adapter.check_mode(self.mode)
-        self.processor = self.training_adapter.configure_processor(model_path, hf_config)
-        require_omni_processor(self.processor, self.training_adapter)
+        self.processor = load_processor(self.training_adapter, model_path, hf_config)
         self.tokenizer = self.training_adapter.configure_tokenizer(model_path, hf_config)
         require_usable_tokenizer(self.tokenizer, model_path)
         self.run = LoadedRun(self.resolved, model_path, hf_config, self.processor, self.tokenizer)

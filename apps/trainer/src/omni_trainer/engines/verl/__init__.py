@@ -22,7 +22,7 @@ from omni_trainer.interrupts import StopRequest
 from omni_trainer.library_noise import silence_cpu_platform_noise
 from omni_trainer.resolved import ResolvedRun
 from omni_trainer.engines.verl.async_training import is_fully_async
-from omni_trainer.engines.verl.settings import adopt_external_modules
+from omni_trainer.engines.verl.external_modules import adopt_external_modules
 
 
 CPU_RANK_MEMORY_GIB = 3.0

@@ -25,20 +25,19 @@ resumes with the new weights: the bound holds for its last tokens only.
 
 The omni pieces plug in as in a synchronous run: the same dataset class, reward function,
 rollout replica and FSDP engine. The agent-loop managers are the sample-returning ones:
-:class:`~omni_trainer.engines.verl.agent_loop.OmniBatchAgentLoopManager` for one-step-off (through
+:class:`~omni_verl.agent_loop.OmniBatchAgentLoopManager` for one-step-off (through
 verl's ``agent_loop_manager_class`` hook) and, for fully-async, whose rollouter has no such
-hook, :mod:`omni_trainer.engines.verl.fully_async`'s.
+hook, :mod:`omni_verl.fully_async`'s.
 
 Light: no verl import.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from omni_trainer.config import Config
-from omni_trainer.engines.verl.settings import BATCH_AGENT_LOOP_MANAGER
+from omni_verl.settings import BATCH_AGENT_LOOP_MANAGER, staleness_bound
 from omni_verl_cpu import GLOO_BACKEND, GLOO_BACKEND_MODULE
 
 ONE_STEP_OFF = 1
@@ -73,11 +72,6 @@ def staleness_threshold(config: Config) -> float:
 def worst_staleness(config: Config) -> int:
     """Policy updates a fully-async sample can lag the actor that trains on it."""
     return staleness_bound(sync_interval(config), staleness_threshold(config))
-
-
-def staleness_bound(interval: int, threshold: float) -> int:
-    """T + ceil((1 + s) * T) - 1 (the module docstring derives it)."""
-    return interval + math.ceil((1 + threshold) * interval) - 1
 
 
 def prompts_per_step(config: Config) -> int:

@@ -27,7 +27,7 @@ from omni_trainer.resume_check import check_resume, data_fingerprint, record_run
 from omni_trainer.run_dir import refuse_later_steps
 from omni_trainer.interrupts import StopRequest, workers_ignore_sigint
 from omni_trainer.resolved import ResolvedRun
-from omni_trainer.reward_guard import RewardFailureError
+from omni_training.run_guards import RewardFailureError
 from omni_trainer.engines.verl.async_training import is_fully_async, prompts_per_step, total_steps
 from omni_trainer.engines.verl.distillation import check_teacher_tokenizer, validate_with_verl
 from omni_trainer.engines.verl.errors import GpuRequiredError, require_extras
@@ -42,14 +42,9 @@ from omni_trainer.engines.verl.checkpoints import (
     tracked_step,
 )
 from omni_trainer.engines.verl.progress import StepReporter
-from omni_trainer.engines.verl.stop import stop_file
-from omni_trainer.engines.verl.settings import (
-    CPU_PLATFORM_ENV,
-    EXTERNAL_MODULES_ENV,
-    SETTINGS_ENV,
-    VerlSettings,
-    external_modules,
-)
+from omni_verl.stop import stop_file
+from omni_trainer.engines.verl.external_modules import EXTERNAL_MODULES_ENV, external_modules
+from omni_verl.settings import CPU_PLATFORM_ENV, SETTINGS_ENV, VerlSettings
 from omni_trainer.engines.verl.tasks import verl_task
 from omni_trainer.engines.verl.translate import check_config, settings_for, to_verl_config
 from omni_verl_cpu import PLATFORM as CPU_PLATFORM
@@ -101,7 +96,7 @@ def verl_problems(run: ResolvedRun) -> list[str]:
         check_teacher_tokenizer(config, verl_config.actor_rollout_ref.model.path)
     except ConfigError as exc:
         return exc.problems
-    from omni_trainer.engines.verl.external import check_algorithms
+    from omni_verl.external import check_algorithms
 
     problems = []
     try:
@@ -134,8 +129,8 @@ def check_data(verl_config: DictConfig) -> int:
     """Load the train and validation files through the dataset class verl will use, with the
     adapter's processor: every row parsed, every medium decoded, drops counted and printed.
     Returns the number of training rows kept."""
-    from omni_trainer.engines.verl.dataset import OmniRLHFDataset
-    from omni_trainer.engines.verl.processor import adapter_processor
+    from omni_verl.dataset import OmniRLHFDataset
+    from omni_verl.processor import adapter_processor
 
     processor = adapter_processor(VerlSettings.from_env())
     tokenizer = getattr(processor, "tokenizer", processor)
@@ -253,7 +248,7 @@ def run(resolved: ResolvedRun, *, checked: bool = False, stop: StopRequest | Non
         checked: the pre-flight already ran verl's checks on this run (``trainer`` does
             before every run); otherwise they run here first.
         stop: the ``trainer`` process's Ctrl-C flag. In a synchronous run a Ctrl-C asks our
-            trainer to stop at the end of the step (:mod:`omni_trainer.engines.verl.trainer`):
+            trainer to stop at the end of the step (:mod:`omni_verl.trainer`):
             it saves, and the run exits 0 (130 if it came before the first step). Ray's
             processes ignore SIGINT (they are started with it ignored), so the step finishes.
     """
@@ -301,7 +296,7 @@ def run(resolved: ResolvedRun, *, checked: bool = False, stop: StopRequest | Non
     except BaseException:
         print(said.getvalue(), end="")
         raise
-    run_dir, start_step, metrics = prepare_run_dir(config, verl_config)
+    run_dir, start_step, metrics = record_launch(config, verl_config)
     train_rows = check_data(verl_config)
     if not on_cpu:
         require_gpu(run_dir)
@@ -348,13 +343,13 @@ def task_runner(config: Config, synchronous: Any) -> Any:
 
         return OneStepTaskRunner
     if is_fully_async(config):
-        from omni_trainer.engines.verl.fully_async import OmniFullyAsyncTaskRunner
+        from omni_verl.fully_async import OmniFullyAsyncTaskRunner
 
         return OmniFullyAsyncTaskRunner
     return synchronous
 
 
-def prepare_run_dir(config: Config, verl_config: DictConfig) -> tuple[Path, int, Path]:
+def record_launch(config: Config, verl_config: DictConfig) -> tuple[Path, int, Path]:
     """Record the run (the resume check, ``config.yaml``) and point verl's ``file`` logger at
     this launch's metrics file; returns the run directory, the step the run resumes after
     and that metrics file. verl's resolved config goes to ``verl_config.yaml``."""
@@ -375,9 +370,9 @@ def run_offline(config: Config, verl_config: DictConfig, *, on_cpu: bool) -> int
     import ray
 
     from omni_trainer.engines.verl.preference import PreferenceRun
-    from omni_trainer.engines.verl.processor import adapter_processor
+    from omni_verl.processor import adapter_processor
 
-    run_dir, start_step, metrics = prepare_run_dir(config, verl_config)
+    run_dir, start_step, metrics = record_launch(config, verl_config)
     os.environ[METRICS_FILE_ENV] = str(metrics)  # verl's Tracking runs in this process
     run = PreferenceRun(config, verl_config, adapter_processor(VerlSettings.from_env()), run_dir)
     if start_step >= run.total_steps:

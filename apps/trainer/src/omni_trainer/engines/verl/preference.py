@@ -3,7 +3,7 @@
 verl's PPO trainer always starts rollout servers and a reward loop; a DPO run needs neither.
 This driver runs in the launching process and starts only verl's actor workers on Ray:
 verl's own ``ActorRolloutRefWorker`` in the ``actor`` role (FSDP, with our module through
-:class:`~omni_trainer.engines.verl.engine.OmniFSDPEngine`), plus one in the ``ref`` role for
+:class:`~omni_verl.engine.OmniFSDPEngine`), plus one in the ``ref`` role for
 full fine-tuning. Under LoRA the reference is the adapter-disabled base, through verl's
 ``no_lora_adapter`` switch. The preference loss enters through the worker's public
 ``set_loss_fn``.

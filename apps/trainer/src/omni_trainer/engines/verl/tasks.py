@@ -7,7 +7,6 @@ A new task that runs on verl adds its entry to :data:`VERL_TASKS`.
 from __future__ import annotations
 
 import os
-
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -15,8 +14,20 @@ from omni_contracts import OmniContractError, rollout_adapters
 
 from omni_trainer.config import Config
 from omni_trainer.tasks import DISTILLATION, PREFERENCE, SPEECH_RL, TEXT_RL, task_name
-from omni_trainer.engines.verl.settings import ROLLOUT_NAME, SPEECH_AGENT_LOOP, TALKER_ROLLOUT_DTYPES, cpu_rollout_name
+from omni_verl.settings import ROLLOUT_NAME, SPEECH_AGENT_LOOP
 from omni_verl_cpu import ROLLOUT_NAME as LOCAL_ROLLOUT_NAME
+
+TALKER_ROLLOUT_DTYPES = ("bfloat16", "bf16")
+"""The rollout dtypes vLLM-Omni's Qwen3-Omni talker runs in (its prefill is bfloat16 whatever the
+engine's dtype, ``qwen3_omni.py`` ``talker_preprocess_prefill``); a CPU talker run defaults to it."""
+
+
+def cpu_rollout_name(config: Config) -> str:
+    """The rollout a CPU run serves: the one the overrides named, else ``omni_local``. A run
+    never switches engine with what happens to be installed: the real vLLM-Omni is named."""
+    if "actor_rollout_ref.rollout.name" in config.given_keys:
+        return config.actor_rollout_ref.rollout.name
+    return LOCAL_ROLLOUT_NAME
 
 
 def preference_problems(config: Config) -> list[str]:

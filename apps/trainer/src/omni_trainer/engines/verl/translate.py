@@ -23,35 +23,32 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from omni_trainer.custom_reward import PKG_PREFIX
+from omni_rewards.reward_file import PKG_PREFIX
 from omni_trainer.config import Config, ConfigError
 from omni_trainer.keys import passthrough_values
-from omni_trainer.engines.verl.adapters import adapter_options
-from omni_trainer.engines.verl.tasks import verl_task
+from omni_verl.adapters import adapter_options
+from omni_trainer.engines.verl.tasks import TALKER_ROLLOUT_DTYPES, cpu_rollout_name, verl_task
 from omni_trainer.engines.verl.distillation import distillation_problems, distillation_values
 from omni_trainer.engines.verl.errors import EXTRAS_COMMAND, MissingExtrasError
 from omni_trainer.engines.verl.local_keys import verl_refusals
 from omni_trainer.engines.verl.async_training import async_training_problems, async_training_values, rollout_slots
-from omni_trainer.engines.verl.settings import (
+from omni_trainer.engines.verl.external_modules import EXTERNAL_MODULES_ENV, external_modules
+from omni_verl.settings import (
     AGENT_LOOP_MANAGER,
     AGENT_LOOPS,
     CPU_PLATFORM_ENV,
-    EXTERNAL_MODULES_ENV,
+    DATASET_CLASS,
     OMNI_MODEL_TYPE,
     REPLAY_BUFFER,
+    REWARD_FUNCTION,
     ROLLOUT_NAME,
     SETTINGS_ENV,
-    TALKER_ROLLOUT_DTYPES,
     TRAINER_MODE,
     VerlSettings,
-    cpu_rollout_name,
-    external_modules,
 )
 from omni_verl_cpu import ROLLOUT_NAME as LOCAL_ROLLOUT_NAME
 from omni_verl_cpu.policy import POLICY_ENV, CpuPolicy
 
-DATASET_CLASS = ("pkg://omni_trainer.engines.verl.dataset", "OmniRLHFDataset")
-REWARD_FUNCTION = ("pkg://omni_trainer.engines.verl.reward", "compute_score")
 SCORER_PROCESSES_PER_REWARD_WORKER = 2
 """Scorer processes each of verl's reward-loop workers starts when ``reward.num_workers`` is
 unset (verl runs ``reward.num_workers`` = 8 such workers per job; one process per CPU in each

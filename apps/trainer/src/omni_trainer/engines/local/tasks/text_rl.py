@@ -22,7 +22,7 @@ from omni_training.actor import Actor, Regularizer
 from omni_trainer import builtin_task
 from omni_trainer.builtin_files import BUILTIN_VALIDATION_ROWS, write_builtin_clips
 from omni_trainer.config import Config, ConfigError
-from omni_trainer.custom_reward import custom_registry
+from omni_rewards.reward_file import custom_registry
 from omni_trainer.interrupts import workers_ignore_sigint
 from omni_trainer.prompts import BuiltinPrompts, DatasetPrompts, Prepared, PromptSource, encode_builtin
 from omni_trainer.settings_builders import reward_manager_config, sampling_settings, validation_sampling
@@ -152,7 +152,6 @@ class TextRL(Task):
         custom = self.config.reward.custom_reward_function
         if custom.path:
             return custom_registry(custom.path, custom.name, self._data_sources(), custom.reward_kwargs)
-        builtin_task.register_scorer()
         return SCORERS
 
     def _data_sources(self) -> set[str]:

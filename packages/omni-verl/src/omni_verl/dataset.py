@@ -20,8 +20,8 @@ import torch
 from torch.utils.data import Dataset
 
 from omni_data import DatasetConfig, RLDataset, decode_all, media_in_messages, settings_from_processor
-from omni_trainer.engines.verl.processor import adapter_processor
-from omni_trainer.engines.verl.settings import SETTINGS_ENV, VerlSettings
+from omni_verl.processor import adapter_processor
+from omni_verl.settings import SETTINGS_ENV, VerlSettings
 
 
 class OmniRLHFDataset(Dataset):

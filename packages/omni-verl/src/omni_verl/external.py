@@ -2,11 +2,11 @@
 
 Importing it registers omni-rl with verl's extension points:
 
-- ``EngineRegistry``: :class:`~omni_trainer.engines.verl.engine.OmniFSDPEngine` for
+- ``EngineRegistry``: :class:`~omni_verl.engine.OmniFSDPEngine` for
   ``(omni_language_model, fsdp|fsdp2)`` (decorator, on import of ``engine``);
-- ``register_trainer``: :class:`~omni_trainer.engines.verl.trainer.OmniSyncTrainer` as
+- ``register_trainer``: :class:`~omni_verl.trainer.OmniSyncTrainer` as
   ``omni_sync`` (``trainer.v1.trainer_mode``; decorator, on import of ``trainer``);
-- the agent-loop workers: verl loads :class:`~omni_trainer.engines.verl.agent_loop.OmniAgentLoopManager`
+- the agent-loop workers: verl loads :class:`~omni_verl.agent_loop.OmniAgentLoopManager`
   from ``actor_rollout_ref.rollout.agent.agent_loop_manager_class`` (no registration);
 - the rollout replica registry (driver side) and the worker-side rollout registry, both
   under ``vllm_omni`` and ``omni_local`` (the CPU backend): a rollout backend must be in both;
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 
-from omni_trainer.engines.verl.settings import CPU_PLATFORM_ENV
+from omni_verl.settings import CPU_PLATFORM_ENV
 from omni_verl_cpu import PLATFORM as CPU_PLATFORM
 
 # The CPU platform first: VERL_PLATFORM=cpu makes verl resolve it at its first device query,
@@ -33,14 +33,14 @@ if os.environ.get(CPU_PLATFORM_ENV) == CPU_PLATFORM:
 
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry  # noqa: E402
 
-from omni_trainer.engines.verl import engine as _engine  # noqa: F401,E402  (registers the engine)
-from omni_trainer.engines.verl import trainer as _trainer  # noqa: F401,E402  (registers the omni_sync trainer)
-from omni_trainer.engines.verl.compat import (  # noqa: E402
+from omni_verl import engine as _engine  # noqa: F401,E402  (registers the engine)
+from omni_verl import trainer as _trainer  # noqa: F401,E402  (registers the omni_sync trainer)
+from omni_verl.compat import (  # noqa: E402
     equal_length_position_ids,
     gloo_process_group_on_cpu,
     register_worker_rollout,
 )
-from omni_trainer.engines.verl.settings import ROLLOUT_NAME  # noqa: E402
+from omni_verl.settings import ROLLOUT_NAME  # noqa: E402
 from omni_verl_cpu import ROLLOUT_NAME as LOCAL_ROLLOUT_NAME  # noqa: E402
 from omni_verl_cpu import WORKER_ROLLOUT as LOCAL_WORKER_ROLLOUT  # noqa: E402
 
@@ -49,7 +49,7 @@ WORKER_ROLLOUT = "verl.workers.rollout.vllm_rollout.ServerAdapter"
 
 
 def _load_replica() -> type[RolloutReplica]:
-    from omni_trainer.engines.verl.rollout import VllmOmniReplica
+    from omni_verl.rollout import VllmOmniReplica
 
     return VllmOmniReplica
 

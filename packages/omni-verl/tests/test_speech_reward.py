@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from omni_rewards.audio import WeightedAudioReward
-from omni_trainer.engines.verl.speech_reward import score_speech, unscored_speech
+from omni_verl.speech_reward import score_speech, unscored_speech
 
 RATE = 16_000
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from omni_rewards.api import as_ground_truth, ground_truth_text
-from omni_trainer.engines.verl import reward
+from omni_verl import reward
 
 AUDIO_MCQ = "Harland/AudioMCQ-StrongAC-GeminiCoT"
 TRUTH = {"answer": "a car horn", "choices": np.array(["a dog barking", "a car horn", "rain"]),

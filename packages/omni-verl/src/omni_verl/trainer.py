@@ -3,13 +3,13 @@
 
 - Ctrl-C finishes the step, saves and ends the run, as on the local engine. The trainer runs
   in a Ray actor; the ``trainer`` process (which gets the Ctrl-C, Ray's processes ignore it)
-  writes a stop request in the run directory (:mod:`omni_trainer.engines.verl.stop`), and
+  writes a stop request in the run directory (:mod:`omni_verl.stop`), and
   the trainer reads it at the end of each step (``on_step_end``: after verl's own save, and
   after the rollout has the step's weights) and before the first (``on_train_begin``). It
   saves through verl's ``_save_checkpoint`` (``test_update_guard`` patches it by name, so it
   fails if verl renames it).
 - A run whose policy updates are skipped step after step stops
-  (:class:`omni_trainer.update_guard.SkippedUpdateWatch`), as one whose scorer fails does.
+  (:class:`omni_training.run_guards.SkippedUpdateWatch`), as one whose scorer fails does.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-from omni_trainer.engines.verl.settings import TRAINER_MODE
-from omni_trainer.engines.verl.stop import stop_file
-from omni_trainer.update_guard import SkippedUpdateWatch
+from omni_verl.settings import TRAINER_MODE
+from omni_verl.stop import stop_file
+from omni_training.run_guards import SkippedUpdateWatch
 
 
 @register_trainer(TRAINER_MODE)

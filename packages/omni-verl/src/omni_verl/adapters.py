@@ -6,7 +6,7 @@ from typing import Any
 
 from omni_contracts import RolloutAdapter, TrainingAdapter, get_rollout_adapter, resolve_training_adapter
 
-from omni_trainer.engines.verl.settings import VerlSettings
+from omni_verl.settings import VerlSettings
 
 
 def adapter_options(settings: VerlSettings) -> dict[str, Any]:

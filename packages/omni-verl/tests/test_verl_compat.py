@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("verl", reason="needs the distributed extra (uv sync --extra distributed --extra gpu)")
 
-from omni_trainer.engines.verl.compat import PRIVATE_OVERRIDES  # noqa: E402  (imports no verl)
+from omni_verl.compat import PRIVATE_OVERRIDES  # noqa: E402  (imports no verl)
 
 pytestmark = pytest.mark.slow
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 def test_ray_actor_class_unwraps_verls_v1_worker() -> None:
     from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
 
-    from omni_trainer.engines.verl.compat import ray_actor_class
+    from omni_verl.compat import ray_actor_class
 
     cls = ray_actor_class(AgentLoopWorkerTQ)
     assert isinstance(cls, type) and cls.__name__ == "AgentLoopWorkerTQ"
@@ -54,7 +54,7 @@ def test_worker_postprocessing_reads_the_workers_processor() -> None:
 def test_register_worker_rollout_reaches_verls_lookup() -> None:
     from verl.workers.rollout.base import get_rollout_class
 
-    from omni_trainer.engines.verl.compat import register_worker_rollout
+    from omni_verl.compat import register_worker_rollout
 
     register_worker_rollout("omni_rl_canary", "async", "verl.workers.rollout.vllm_rollout.ServerAdapter")
     assert get_rollout_class("omni_rl_canary", "async").__name__ == "ServerAdapter"
@@ -64,7 +64,7 @@ def test_auto_class_mapping_answers_for_qwen3_omni() -> None:
     import transformers
     from transformers import Qwen3OmniMoeConfig
 
-    from omni_trainer.engines.verl.compat import auto_class_owns, model_class_for
+    from omni_verl.compat import auto_class_owns, model_class_for
 
     auto = transformers.AutoModelForMultimodalLM
     assert auto_class_owns(auto, Qwen3OmniMoeConfig)
@@ -75,7 +75,7 @@ def test_auto_class_mapping_answers_for_qwen3_omni() -> None:
 def test_as_language_model_presents_verls_loader_type_and_restores() -> None:
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
 
-    from omni_trainer.engines.verl.compat import VERL_LANGUAGE_MODEL, as_language_model
+    from omni_verl.compat import VERL_LANGUAGE_MODEL, as_language_model
 
     assert f'self.model_config.model_type == "{VERL_LANGUAGE_MODEL}"' in inspect.getsource(FSDPEngine._build_module)
     config = SimpleNamespace(model_type="omni_language_model")
@@ -90,9 +90,9 @@ def test_our_manager_starts_our_v1_workers() -> None:
     from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
     from verl.utils.import_utils import load_class_from_fqn
 
-    from omni_trainer.engines.verl.agent_loop import AdapterProcessorMixin
-    from omni_trainer.engines.verl.compat import ray_actor_class
-    from omni_trainer.engines.verl.settings import AGENT_LOOP_MANAGER
+    from omni_verl.agent_loop import AdapterProcessorMixin
+    from omni_verl.compat import ray_actor_class
+    from omni_verl.settings import AGENT_LOOP_MANAGER
 
     manager_cls = load_class_from_fqn(AGENT_LOOP_MANAGER, "AgentLoopManager")
     rollout = SimpleNamespace()
@@ -112,7 +112,7 @@ def test_reserve_server_port_sets_what_verls_server_reports() -> None:
 
     from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
 
-    from omni_trainer.engines.verl.compat import reserve_server_port
+    from omni_verl.compat import reserve_server_port
 
     assert "return self._server_address, self._server_port" in inspect.getsource(vLLMHttpServer.get_server_address)
     init = inspect.getsource(vLLMHttpServer.__init__)
@@ -136,7 +136,7 @@ def test_verls_server_calls_on_its_engine_only_what_the_vllm_omni_driver_provide
     from verl.workers.rollout.vllm_rollout import vllm_async_server
 
     from omni_rollout.vllm_omni import VllmOmniDriver
-    from omni_trainer.engines.verl.rollout import VllmOmniHttpServer
+    from omni_verl.rollout import VllmOmniHttpServer
 
     server = vllm_async_server.vLLMHttpServer
     used: dict[str, set[str]] = {}
@@ -165,9 +165,9 @@ def test_verls_runtime_imports_resolve_in_the_locked_environment() -> None:
         "verl.workers.engine_workers",
         "verl.workers.engine.fsdp.transformer_impl",
         "verl.workers.rollout.vllm_rollout.vllm_async_server",
-        "omni_trainer.engines.verl.external",
-        "omni_trainer.engines.verl.agent_loop",
-        "omni_trainer.engines.verl.rollout",
+        "omni_verl.external",
+        "omni_verl.agent_loop",
+        "omni_verl.rollout",
     ):
         importlib.import_module(module)
 
@@ -191,7 +191,7 @@ def test_verl_still_names_the_cpu_device_twice_in_its_process_group_backend() ->
 def test_gloo_process_group_on_cpu_wraps_once_and_passes_cpu_gloo(monkeypatch: pytest.MonkeyPatch) -> None:
     from verl.workers import engine_workers
 
-    from omni_trainer.engines.verl.compat import CPU_BACKEND, gloo_process_group_on_cpu
+    from omni_verl.compat import CPU_BACKEND, gloo_process_group_on_cpu
 
     calls: list[tuple[Any, Any]] = []
     monkeypatch.setattr(engine_workers, "initialize_global_process_group_ray", lambda timeout_second=None, backend=None: calls.append((timeout_second, backend)))
@@ -222,7 +222,7 @@ def test_empty_weights_for_transformers_swaps_only_accelerates_context() -> None
     from accelerate import init_empty_weights
     from verl.workers.engine.fsdp import transformer_impl
 
-    from omni_trainer.engines.verl.compat import empty_weights, empty_weights_for_transformers
+    from omni_verl.compat import empty_weights, empty_weights_for_transformers
 
     choose = transformer_impl.get_init_weight_context_manager
     assert list(inspect.signature(choose).parameters) == ["use_meta_tensor", "mesh"]
@@ -268,7 +268,7 @@ def test_repaired_positions_keep_every_row_through_verls_chunking_and_selection(
     from tensordict import TensorDict
     from verl.utils import tensordict_utils as tu
 
-    from omni_trainer.engines.verl.compat import repair_3d_position_ids
+    from omni_verl.compat import repair_3d_position_ids
 
     rows = [torch.arange(4 * n).reshape(4, n) + 1000 * i for i, n in enumerate(lengths)]
     batch = TensorDict({"position_ids": torch.nested.as_nested_tensor(rows, layout=torch.jagged)}, batch_size=[4])
@@ -282,7 +282,7 @@ def test_repaired_positions_keep_every_row_through_verls_chunking_and_selection(
 
 
 OUR_VERL_MODULES = (
-    *(f"omni_trainer.engines.verl.{name}" for name in (
+    *(f"omni_verl.{name}" for name in (
         "agent_loop", "compat", "dataset", "engine", "fully_async", "processor", "reward", "rollout",
     )),
     *(f"omni_verl_cpu.{name}" for name in ("platform", "rollout", "speech", "gloo_checkpoint")),
@@ -295,7 +295,7 @@ def _class(path: str) -> type:
     module, _, name = path.rpartition(".")
     cls = getattr(importlib.import_module(module), name)
     if not inspect.isclass(cls):  # a @ray.remote class
-        from omni_trainer.engines.verl.compat import ray_actor_class
+        from omni_verl.compat import ray_actor_class
 
         cls = ray_actor_class(cls)
     return cls

@@ -17,7 +17,7 @@ pytest.importorskip("verl", reason="needs the distributed extra (uv sync --extra
 
 import torch  # noqa: E402
 
-from omni_trainer.engines.verl.settings import OMNI_MODEL_TYPE, SETTINGS_ENV, VerlSettings  # noqa: E402
+from omni_verl.settings import OMNI_MODEL_TYPE, SETTINGS_ENV, VerlSettings  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +46,7 @@ def _engine(tiny_path: str, lora_rank: int = 8) -> object:
     ``__init__`` (which creates a device mesh for FSDP)."""
     from transformers import AutoConfig
 
-    from omni_trainer.engines.verl.engine import OmniFSDPEngine
+    from omni_verl.engine import OmniFSDPEngine
 
     engine = object.__new__(OmniFSDPEngine)
     engine.model_config = SimpleNamespace(
@@ -151,7 +151,7 @@ def test_extra_fields_reach_the_forward_from_either_of_verls_batch_layouts() -> 
 
     from omni_qwen3.talker_adapter import Qwen3OmniTalkerAdapter
     from omni_qwen3.talker_fields import RESIDUAL_CODES, SOURCE_IDS
-    from omni_trainer.engines.verl.engine import adapter_model_inputs
+    from omni_verl.engine import adapter_model_inputs
 
     rows = [{RESIDUAL_CODES: torch.full((n, 3), n), SOURCE_IDS: torch.arange(4 + n), "global_steps": 1} for n in (2, 5)]
     inputs = {"input_ids": torch.zeros(2, 9, dtype=torch.long), "attention_mask": torch.ones(2, 9, dtype=torch.long)}

@@ -1,7 +1,7 @@
 """verl's agent-loop workers with the training adapter's processor, and the speech agent loop.
 
 verl's ``AgentLoopWorker`` takes its processor from ``HFModelConfig``, which is ``None``
-for Qwen3-Omni (see :mod:`omni_trainer.engines.verl.processor`), and it is that worker's
+for Qwen3-Omni (see :mod:`omni_verl.processor`), and it is that worker's
 processor -- not the agent loop's -- that builds the actor's batch: ``multi_modal_inputs``
 (pixel values, audio features) and the mrope ``position_ids``. The worker class is chosen
 through verl's documented hook, ``actor_rollout_ref.rollout.agent.agent_loop_manager_class``:
@@ -31,12 +31,13 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from verl.utils.ray_utils import auto_await
 
 from omni_rewards.audio import WeightedAudioReward
-from omni_trainer.reward_guard import StepFailureWatch, StepTally, check_reward_failures, count_sample
-from omni_trainer.engines.verl.compat import AfterPostprocess, ray_actor_class
-from omni_trainer.engines.verl.processor import adapter_processor
-from omni_trainer.engines.verl.settings import SPEECH_AGENT_LOOP, VerlSettings
-from omni_rollout.speech_sample import SOURCE_TRUNCATED, SPEECH_SAMPLE
-from omni_trainer.engines.verl.speech_reward import score_speech
+from omni_training.run_guards import StepFailureWatch, StepTally, check_reward_failures, count_sample
+from omni_verl.compat import AfterPostprocess, ray_actor_class
+from omni_verl.processor import adapter_processor
+from omni_verl.settings import SPEECH_AGENT_LOOP, VerlSettings
+from omni_contracts.speech import SOURCE_TRUNCATED
+from omni_rollout.speech_sample import SPEECH_SAMPLE
+from omni_verl.speech_reward import score_speech
 
 
 class AdapterProcessorMixin:

@@ -31,16 +31,16 @@ from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 from verl.workers.engine.fsdp.utils import unfuse_moe_params
 
 from omni_contracts import select_synced_weights
-from omni_trainer.engines.verl.adapters import rollout_adapter, training_adapter
-from omni_trainer.engines.verl.compat import (
+from omni_verl.adapters import rollout_adapter, training_adapter
+from omni_verl.compat import (
     as_language_model,
     auto_class_owns,
     empty_weights_for_transformers,
     model_class_for,
 )
 from omni_rollout.placeholders import policy_logit_mask
-from omni_trainer.engines.verl.processor import adapter_processor
-from omni_trainer.engines.verl.settings import OMNI_MODEL_TYPE, VerlSettings
+from omni_verl.processor import adapter_processor
+from omni_verl.settings import OMNI_MODEL_TYPE, VerlSettings
 from omni_training.logit_mask import mask_policy_logits
 from omni_training.model_loading import DEFAULT_AUTO_CLASS  # what the local engine loads
 

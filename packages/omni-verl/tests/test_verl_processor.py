@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("verl", reason="needs the distributed extra (uv sync --extra distributed --extra gpu)")
 
 pytestmark = pytest.mark.slow
-TESTS = Path(__file__).resolve().parents[5] / "tests"
+TESTS = Path(__file__).resolve().parents[3] / "tests"
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture()
 def settings(tiny: str, monkeypatch: pytest.MonkeyPatch) -> Any:
-    from omni_trainer.engines.verl.settings import SETTINGS_ENV, VerlSettings
+    from omni_verl.settings import SETTINGS_ENV, VerlSettings
 
     value = VerlSettings(model_path=tiny)
     monkeypatch.setenv(SETTINGS_ENV, value.to_env())
@@ -51,7 +51,8 @@ def test_verls_own_processor_loader_returns_none_for_qwen3_omni(tiny: str) -> No
 def test_banned_tokens_cover_audio_and_video_as_well_as_images(settings: Any) -> None:
     from verl.workers.rollout.utils import get_vision_placeholder_token_ids
 
-    from omni_trainer.engines.verl.processor import adapter_processor, banned_token_ids
+    from omni_rollout.placeholders import banned_token_ids
+    from omni_verl.processor import adapter_processor
 
     processor = adapter_processor(settings)
     tokenizer = processor.tokenizer
@@ -66,7 +67,7 @@ def test_banned_tokens_cover_audio_and_video_as_well_as_images(settings: Any) ->
 def test_rope_index_kwargs_carry_the_audio_lengths(settings: Any) -> None:
     import torch
 
-    from omni_trainer.engines.verl.processor import adapter_processor
+    from omni_verl.processor import adapter_processor
 
     processor = adapter_processor(settings)
     mask = torch.tensor([[1] * 100 + [0] * 100, [1] * 200])
@@ -81,8 +82,8 @@ def test_dataset_class_decodes_rollout_media_like_the_local_engine(settings: Any
     from test_data_qwen3_processor import png_bytes, write_wav
 
     from omni_data import MediaRef, decode_all, settings_from_processor
-    from omni_trainer.engines.verl.dataset import OmniRLHFDataset
-    from omni_trainer.engines.verl.processor import adapter_processor
+    from omni_verl.dataset import OmniRLHFDataset
+    from omni_verl.processor import adapter_processor
 
     wav = write_wav(tmp_path / "tone8k.wav", 1.0, 8_000)  # resampled to the processor's 16 kHz
     image = {"bytes": png_bytes(64, 32, seed=3), "path": "x.png"}

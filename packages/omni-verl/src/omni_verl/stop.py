@@ -1,7 +1,7 @@
 """The stop request a verl run's ``trainer`` process hands its trainer, in a Ray actor that may
 be on another machine: a file in the run directory (which every node of a run shares, for its
 checkpoints). Written on the first Ctrl-C during training, read at each step's end by
-:class:`omni_trainer.engines.verl.trainer.OmniSyncTrainer`, removed at each launch."""
+:class:`omni_verl.trainer.OmniSyncTrainer`, removed at each launch."""
 
 from __future__ import annotations
 

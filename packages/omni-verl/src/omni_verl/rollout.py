@@ -56,10 +56,10 @@ from omni_rollout.vllm_omni import (
     write_deploy_config,
 )
 from omni_rollout.placeholders import policy_logit_mask
-from omni_trainer.engines.verl.adapters import rollout_adapter, training_adapter
-from omni_trainer.engines.verl.compat import reserve_server_port
-from omni_trainer.engines.verl.processor import adapter_processor
-from omni_trainer.engines.verl.settings import CPU_PLATFORM_ENV, ROLLOUT_NAME, VerlSettings
+from omni_verl.adapters import rollout_adapter, training_adapter
+from omni_verl.compat import reserve_server_port
+from omni_verl.processor import adapter_processor
+from omni_verl.settings import CPU_PLATFORM_ENV, ROLLOUT_NAME, VerlSettings
 from omni_verl_cpu import PLATFORM as CPU_PLATFORM
 from omni_rollout.speech_sample import SPEECH_SAMPLE, speech_sample
 

@@ -1,7 +1,7 @@
 """Every reliance of the verl engine on a private name of verl, Ray or transformers.
 
 Each function here reaches one name that is not a documented extension point; each has a
-canary in ``apps/trainer/tests/engines/verl/test_verl_compat.py`` that fails when upstream moves or
+canary in ``packages/omni-verl/tests/test_verl_compat.py`` that fails when upstream moves or
 changes it. Nothing outside this module touches these names.
 
 - ``ray_actor_class``: Ray's ``__ray_actor_class__`` (the class behind ``@ray.remote``),
@@ -50,46 +50,46 @@ PRIVATE_OVERRIDES: tuple[tuple[str, str, str], ...] = (
     # The FSDP engine builds its module in these two; ours loads the adapter's policy class
     # and masks its placeholder logits (verl's engine registry picks the class, not the module).
     ("verl.workers.engine.fsdp.transformer_impl.FSDPEngine", "_build_module",
-     "omni_trainer.engines.verl.engine.OmniFSDPEngine"),
+     "omni_verl.engine.OmniFSDPEngine"),
     ("verl.workers.engine.fsdp.transformer_impl.FSDPEngine", "_build_lora_module",
-     "omni_trainer.engines.verl.engine.OmniFSDPEngine"),
+     "omni_verl.engine.OmniFSDPEngine"),
     # A LoRA run's weight sync: verl's rounds the merged weights to bf16 (an fp32 rollout then
     # samples from other weights than the actor scores) and skips splitting packed MoE experts.
     ("verl.workers.engine.fsdp.transformer_impl.FSDPEngine", "_merged_lora_per_tensor_param",
-     "omni_trainer.engines.verl.engine.OmniFSDPEngine"),
+     "omni_verl.engine.OmniFSDPEngine"),
     # verl's vLLM server, made vLLM-Omni's: its start-up, config checks, sleep level and
     # engine-kwargs key and preprocessing (verl's rollout registry picks the class).
     ("verl.workers.rollout.vllm_rollout.vllm_async_server.vLLMHttpServer", "_post_init",
-     "omni_trainer.engines.verl.rollout.VllmOmniHttpServer"),
+     "omni_verl.rollout.VllmOmniHttpServer"),
     ("verl.workers.rollout.vllm_rollout.vllm_async_server.vLLMHttpServer", "_validate_configs",
-     "omni_trainer.engines.verl.rollout.VllmOmniHttpServer"),
+     "omni_verl.rollout.VllmOmniHttpServer"),
     ("verl.workers.rollout.vllm_rollout.vllm_async_server.vLLMHttpServer", "_resolve_sleep_level",
-     "omni_trainer.engines.verl.rollout.VllmOmniHttpServer"),
+     "omni_verl.rollout.VllmOmniHttpServer"),
     ("verl.workers.rollout.vllm_rollout.vllm_async_server.vLLMHttpServer", "_get_engine_kwargs_key",
-     "omni_trainer.engines.verl.rollout.VllmOmniHttpServer"),
+     "omni_verl.rollout.VllmOmniHttpServer"),
     ("verl.workers.rollout.vllm_rollout.vllm_async_server.vLLMHttpServer", "_preprocess_engine_kwargs",
-     "omni_trainer.engines.verl.rollout.VllmOmniHttpServer"),
+     "omni_verl.rollout.VllmOmniHttpServer"),
     ("verl.workers.rollout.vllm_rollout.vllm_async_server.vLLMReplica", "_get_server_name_prefix",
-     "omni_trainer.engines.verl.rollout.VllmOmniReplica"),
+     "omni_verl.rollout.VllmOmniReplica"),
     ("verl.trainer.ppo.v1.agent_loop_tq.AgentLoopWorkerTQ", "_agent_loop_postprocess",
-     "omni_trainer.engines.verl.compat.AfterPostprocess"),
+     "omni_verl.compat.AfterPostprocess"),
     # verl's fully-async trainer names its rollouter, trainer and agent-loop manager classes in
     # these, with no hook: ours start the omni agent-loop workers and check the scorer.
     ("verl.experimental.fully_async_policy.fully_async_main.FullyAsyncTaskRunner", "_create_rollouter",
-     "omni_trainer.engines.verl.fully_async.OmniFullyAsyncTask"),
+     "omni_verl.fully_async.OmniFullyAsyncTask"),
     ("verl.experimental.fully_async_policy.fully_async_main.FullyAsyncTaskRunner", "_create_trainer",
-     "omni_trainer.engines.verl.fully_async.OmniFullyAsyncTask"),
+     "omni_verl.fully_async.OmniFullyAsyncTask"),
     ("verl.experimental.fully_async_policy.fully_async_rollouter.FullyAsyncRollouter", "_init_async_rollout_manager",
-     "omni_trainer.engines.verl.fully_async.OmniFullyAsyncRollouter"),
+     "omni_verl.fully_async.OmniFullyAsyncRollouter"),
     ("verl.experimental.fully_async_policy.fully_async_trainer.FullyAsyncTrainer", "_fit_generate",
-     "omni_trainer.engines.verl.fully_async.OmniFullyAsyncTrainer"),
+     "omni_verl.fully_async.OmniFullyAsyncTrainer"),
     # Its step metrics: each step's aggregate logged after the step is added to it.
     ("verl.experimental.fully_async_policy.fully_async_trainer.FullyAsyncTrainer", "_fit_log_aggregated_training_metrics",
-     "omni_trainer.engines.verl.fully_async.OmniFullyAsyncTrainer"),
+     "omni_verl.fully_async.OmniFullyAsyncTrainer"),
     ("verl.experimental.fully_async_policy.fully_async_trainer.FullyAsyncTrainer", "_fit_postprocess_step",
-     "omni_trainer.engines.verl.fully_async.OmniFullyAsyncTrainer"),
+     "omni_verl.fully_async.OmniFullyAsyncTrainer"),
 )
-"""Every private verl method our classes override; ``apps/trainer/tests/engines/verl/test_verl_compat.py``
+"""Every private verl method our classes override; ``packages/omni-verl/tests/test_verl_compat.py``
 fails when one is missing here, or no longer exists upstream with the same parameters."""
 
 

@@ -11,7 +11,7 @@ a batch reports the same extra fields.
 
 A user's ``reward.custom_reward_function`` (verl's key) travels in the reward kwargs
 (``custom_path``, ``custom_name``, ``custom_kwargs``): every data source is then scored by
-that function (:mod:`omni_trainer.custom_reward`), called as verl calls it, with the same
+that function (:mod:`omni_rewards.reward_file`), called as verl calls it, with the same
 timeout and failure accounting.
 """
 
@@ -27,11 +27,9 @@ from omegaconf import OmegaConf
 
 from omni_rewards import SCORERS, RewardManager, RewardManagerConfig, ScorerRegistry
 from omni_rewards.api import as_ground_truth
-from omni_trainer import builtin_task
-from omni_trainer.custom_reward import custom_scorer, load_reward_function
+from omni_rewards.reward_file import custom_scorer, load_reward_function
 
 STATUS_KEYS = ("ok", "timeout", "error", "skipped")
-builtin_task.register_scorer()  # the embedded default's rows (omni_trainer.builtin_files)
 _managers: dict[tuple[Any, ...], RewardManager] = {}
 _lock = threading.Lock()
 
@@ -81,7 +79,7 @@ def compute_score(
 
     Raises:
         UnknownDataSourceError: no scorer for ``data_source`` and the policy is ``raise``.
-        omni_trainer.custom_reward.CustomRewardError: ``custom_path`` cannot be loaded.
+        omni_rewards.reward_file.CustomRewardError: ``custom_path`` cannot be loaded.
     """
     custom = None
     if custom_path:

@@ -4,19 +4,19 @@ verl 0.9.1's ``FullyAsyncTaskRunner`` builds its ``FullyAsyncRollouter`` and
 ``FullyAsyncTrainer`` itself, and the rollouter its ``FullyAsyncAgentLoopManager``: there is no
 ``agent_loop_manager_class`` hook as in its other trainers. Left so, the rollouter's agent-loop
 workers would build the actor's batch with verl's processor, which is ``None`` for Qwen3-Omni
-(:mod:`omni_trainer.engines.verl.agent_loop`): no media features and 1-D positions. Our
+(:mod:`omni_verl.agent_loop`): no media features and 1-D positions. Our
 subclasses override the three private methods that name those classes
 (``compat.PRIVATE_OVERRIDES``, each with a canary):
 
 - :class:`OmniFullyAsyncTaskRunner` starts our rollouter and trainer;
 - :class:`OmniFullyAsyncRollouter` starts :class:`OmniFullyAsyncAgentLoopManager`, whose
-  workers are :class:`~omni_trainer.engines.verl.agent_loop.OmniAgentLoopWorker`;
+  workers are :class:`~omni_verl.agent_loop.OmniAgentLoopWorker`;
 - :class:`OmniFullyAsyncTrainer` checks each step's samples against ``reward.max_error_rate``
   as it takes them from the queue, before it trains on them.
 
 The pre-flight refuses what these do not wire: trainer-side (hybrid) rollout replicas, a
 teacher, agent loops other than verl's single-turn one
-(:mod:`omni_trainer.engines.verl.async_training`).
+(the launcher's pre-flight, ``omni_trainer.engines.verl.async_training``).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from verl.experimental.fully_async_policy.fully_async_rollouter import (
 from verl.experimental.fully_async_policy.fully_async_trainer import FullyAsyncTrainer
 from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient
 
-from omni_trainer.engines.verl.agent_loop import OmniAgentLoopWorker, check_batch_rewards
-from omni_trainer.engines.verl.async_training import staleness_bound
-from omni_trainer.engines.verl.compat import ray_actor_class
+from omni_verl.agent_loop import OmniAgentLoopWorker, check_batch_rewards
+from omni_verl.settings import staleness_bound
+from omni_verl.compat import ray_actor_class
 
 
 class OmniFullyAsyncAgentLoopManager(FullyAsyncAgentLoopManager):

@@ -13,11 +13,10 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from omni_contracts import require_omni_processor
-from omni_trainer.model_folder import require_usable_tokenizer
-from omni_rollout.placeholders import banned_token_ids, policy_logit_mask
-from omni_trainer.engines.verl.adapters import training_adapter
-from omni_trainer.engines.verl.settings import VerlSettings
+from omni_contracts import load_processor
+
+from omni_verl.adapters import training_adapter
+from omni_verl.settings import VerlSettings
 
 
 @lru_cache(maxsize=4)
@@ -27,7 +26,4 @@ def adapter_processor(settings: VerlSettings) -> Any:
 
     hf_config = AutoConfig.from_pretrained(settings.model_path)
     adapter = training_adapter(hf_config, settings)
-    processor = adapter.configure_processor(settings.model_path, hf_config)
-    require_omni_processor(processor, adapter)
-    require_usable_tokenizer(getattr(processor, "tokenizer", processor), settings.model_path)
-    return processor
+    return load_processor(adapter, settings.model_path, hf_config)

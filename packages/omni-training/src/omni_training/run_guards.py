@@ -1,4 +1,6 @@
-"""``reward.max_error_rate``: stop a run whose scorer fails on most of a step's samples.
+"""What stops a run that would go on without learning, on both engines.
+
+## ``reward.max_error_rate``: a scorer that fails on most of a step's samples
 
 A sample whose scorer raised or timed out scores 0 and is counted (``reward/errors``,
 ``reward/timeouts``; on verl ``reward_error``, ``reward_timeout``). A few such samples are
@@ -8,21 +10,36 @@ share of failed samples against the rate and stop with :class:`RewardFailureErro
 Samples skipped for an unknown data source (``on_unknown_data_source=skip``) were skipped
 on purpose and do not count; validation does not count either.
 
-- Local engine: :func:`omni_trainer.engines.local.step.train_step` checks right after scoring, before
+- Local engine: the app's step (``omni_trainer.engines.local.step``) checks right after scoring, before
   anything is trained on the step.
 - verl engine: verl scores each sample in its agent-loop workers and stores it. Our workers
   tally each step's ``reward_<status>`` indicators (:func:`count_sample`), and our replay
   buffer checks the tallies (:class:`StepFailureWatch`) when verl's trainer takes the step's
   batch, before anything is trained on it.
+
+## Skipped updates: a loss that is broken
+
+Both engines skip an optimizer step whose gradient norm is not finite (NaN or inf): the
+weights stay as they were. Once in a while that is a spike; step after step it means the
+loss itself is broken (a NaN in the data, an overflow in bf16, a learning rate that blew the
+weights up), and the run would spend its budget and write checkpoints that learned nothing,
+then exit 0. After :data:`SKIPPED_STEPS_TO_STOP` skipped steps in a row it stops, exit 2.
+
+- Local engine: a step is skipped when every one of its updates was (``actor/skipped_step``
+  is the share of them that were).
+- verl engine: a step is skipped when its ``actor/grad_norm`` (verl's mean over the step's
+  updates) is not finite, i.e. an update of it was skipped; checked by our trainer
+  (:mod:`omni_verl.trainer`) after the step's update.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from omni_rollout.speech_sample import SOURCE_TRUNCATED
+from omni_contracts.speech import SOURCE_TRUNCATED
 
 FAILED_STATUSES = ("error", "timeout")
 
@@ -77,7 +94,7 @@ class StepTally:
 
 def count_sample(tallies: dict[int, StepTally], step: int, reward_info: Mapping[str, Any]) -> None:
     """Count one sample of ``step`` from its ``reward_<status>`` indicators (0/1; see
-    :mod:`omni_trainer.engines.verl.reward`). A sample without them was not scored by omni-rewards:
+    :mod:`omni_verl.reward`). A sample without them was not scored by omni-rewards:
     not counted."""
     if "reward_ok" not in reward_info:
         return
@@ -133,3 +150,52 @@ class StepFailureWatch:
                 )
             if complete:
                 del self.tallies[step]
+
+SKIPPED_STEPS_TO_STOP = 3
+SKIPPED_KEY = "actor/skipped_step"
+GRAD_NORM_KEY = "actor/grad_norm"
+
+
+class UpdatesSkippedError(RewardFailureError):
+    """Several steps in a row had their policy update skipped (a non-finite gradient norm).
+    Stops the run as a scorer's failures do: exit 2 with the message."""
+
+
+def step_was_skipped(metrics: Mapping[str, float]) -> bool:
+    """Whether ``metrics`` (one step's) show its policy update skipped."""
+    if SKIPPED_KEY in metrics:
+        return metrics[SKIPPED_KEY] >= 1.0
+    grad_norm = metrics.get(GRAD_NORM_KEY)
+    return grad_norm is not None and not math.isfinite(grad_norm)
+
+
+class SkippedUpdateWatch:
+    """Counts consecutive skipped steps; :meth:`observe` raises at :data:`SKIPPED_STEPS_TO_STOP`."""
+
+    def __init__(self, limit: int = SKIPPED_STEPS_TO_STOP) -> None:
+        self.limit = limit
+        self.skipped: list[int] = []
+
+    def observe(self, step: int, metrics: Mapping[str, float], run_dir: str = "") -> None:
+        """Record ``step``'s metrics.
+
+        Raises:
+            UpdatesSkippedError: the last ``limit`` steps were all skipped.
+        """
+        if not step_was_skipped(metrics):
+            self.skipped.clear()
+            return
+        self.skipped.append(step)
+        if len(self.skipped) < self.limit:
+            return
+        first, last = self.skipped[0], self.skipped[-1]
+        losses = ", ".join(f"{key}={metrics[key]:g}" for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy")
+                           if key in metrics)
+        kept = f" The same command resumes from the newest checkpoint in {run_dir}." if run_dir else ""
+        raise UpdatesSkippedError(
+            f"steps {first}-{last}: the policy update was skipped on each (its gradient norm was not finite: "
+            f"{GRAD_NORM_KEY}={metrics.get(GRAD_NORM_KEY, float('nan')):g}{', ' + losses if losses else ''}), so the "
+            f"weights have not changed since step {first - 1}; the run stops instead of going on without learning.\n"
+            "  Look for a NaN or inf in the rewards or the data, lower actor_rollout_ref.actor.optim.lr, or compute in "
+            f"fp32 (actor_rollout_ref.actor.fsdp_config.model_dtype=fp32).{kept}"
+        )
