@@ -254,7 +254,7 @@ def test_a_video_without_sound_is_a_bad_row_and_max_frames_spreads_the_frames_ov
              str(write_rl_parquet([row("<video>?", videos=[frames])], tmp_path / "frames.parquet"))]
     dataset = RLDataset(files, processor, DatasetConfig(use_audio_in_video=True, on_bad_row="skip"))
     assert len(dataset) == 1 and dict(dataset.report.dropped) == {"no_soundtrack": 2}
-    with pytest.raises(MediaError, match="has no audio stream, and use_audio_in_video is on") as caught:
+    with pytest.raises(MediaError, match="has no audio stream to hear") as caught:
         RLDataset(files, processor, DatasetConfig(use_audio_in_video=True))
     assert caught.value.reason == "no_soundtrack"
 
@@ -268,3 +268,74 @@ def test_a_video_without_sound_is_a_bad_row_and_max_frames_spreads_the_frames_ov
 def test_the_switch_is_said_once() -> None:
     with pytest.raises(ValueError, match="mm_processor_kwargs has use_audio_in_video=True but use_audio_in_video is"):
         DatasetConfig(mm_processor_kwargs={"use_audio_in_video": True})
+
+
+def ffmpeg_soundtrack(path: str) -> np.ndarray:
+    """verl-omni's ``NextQARLHFDataset`` decoding: the first audio stream, mono, 16 kHz, float32."""
+    import subprocess
+
+    import imageio_ffmpeg
+
+    command = [imageio_ffmpeg.get_ffmpeg_exe(), "-nostdin", "-v", "error", "-i", path, "-map", "0:a:0", "-vn",
+               "-ac", "1", "-ar", "16000", "-f", "f32le", "pipe:1"]
+    return np.frombuffer(subprocess.run(command, capture_output=True, check=True).stdout, dtype="<f4").copy()
+
+
+RESAMPLING_GAP = {"2s-sound-over-2s-frames": 0.0, "1s-sound-under-3s-frames": 5e-3}
+"""Largest sample difference from verl-omni's decoding: none at a 16 kHz source; a 22.05 kHz one
+is resampled as Qwen's loader resamples (librosa's soxr), verl-omni's with ffmpeg's resampler."""
+
+
+@pytest.mark.parametrize("case", RESAMPLING_GAP)
+def test_a_soundtrack_as_an_audio_item_is_verl_omnis_nextqa_layout(case: str, family: tuple[Any, Any],
+                                                                    tmp_path: Path) -> None:
+    """``soundtrack_as_audio``: each video, then its soundtrack as an audio item of its own (not
+    interleaved). The prompt equals transformers' processor given verl-omni's messages (video,
+    then audio) and the track as verl-omni decodes it (ffmpeg, mono, 16 kHz), to the sample where
+    no resampling is involved; the rollout's copy of the prompt (``raw_prompt``, read back as
+    verl's agent loop reads it) decodes the same track."""
+    from omni_data.media import decode_all
+    from omni_data.rows import media_in_messages, raw_prompt
+
+    _, processor = family
+    frames, fps, seconds, rate = CASES[case]
+    video = write_video_with_sound(tmp_path / "clip.mp4", frames, fps, seconds, rate)
+    path = str(write_rl_parquet([row("Listen and look: <video> How many tones?", videos=[video])], tmp_path / "r.parquet"))
+    item = RLDataset([path], processor, DatasetConfig(soundtrack_as_audio=True))[0]
+
+    theirs = ffmpeg_soundtrack(video)
+    settings = settings_from_processor(processor)
+    (medium,) = parse_row(row("<video>", videos=[video]), where="reference").media
+    frames_sampled, metadata = decode(medium, settings, where="reference")
+    content = [{"type": "text", "text": "Listen and look: "}, {"type": "video"}, {"type": "audio"},
+               {"type": "text", "text": " How many tones?"}]
+    text = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True,
+                                         tokenize=False)
+    expected = processor(text=[text], audio=[theirs], videos=[frames_sampled], video_metadata=[metadata],
+                         do_sample_frames=False, return_tensors="pt")
+    assert torch.equal(item["input_ids"], expected["input_ids"][0])
+    inputs = item["multi_modal_inputs"]
+    assert "use_audio_in_video" not in inputs
+    assert torch.equal(inputs["pixel_values_videos"], expected["pixel_values_videos"])
+    if RESAMPLING_GAP[case] == 0.0:
+        assert torch.equal(inputs["input_features"], expected["input_features"])
+
+    messages = item["raw_prompt"]
+    assert [part["type"] for part in messages[0]["content"]] == ["text", "video", "audio", "text"]
+    media = decode_all(media_in_messages(messages, where="rollout"), settings, where="rollout")
+    (heard,) = media.audios or []
+    assert heard.shape == theirs.shape and np.abs(heard - theirs).max() <= RESAMPLING_GAP[case]
+
+
+def test_a_soundtrack_as_audio_needs_a_video_file_with_sound(family: tuple[Any, Any], tmp_path: Path) -> None:
+    from test_data_qwen3_processor import png_bytes, write_mp4
+
+    _, processor = family
+    silent = write_mp4(tmp_path / "silent.mp4", frames=4, fps=4, size=32)
+    frames = [{"bytes": png_bytes(32, 32, seed=i), "path": f"f{i}.png"} for i in range(4)]
+    files = [str(write_rl_parquet([row("<video>?", videos=[silent])], tmp_path / "silent.parquet")),
+             str(write_rl_parquet([row("<video>?", videos=[frames])], tmp_path / "frames.parquet"))]
+    dataset = RLDataset(files, processor, DatasetConfig(soundtrack_as_audio=True, on_bad_row="skip"))
+    assert len(dataset) == 0 and dict(dataset.report.dropped) == {"no_soundtrack": 2}
+    with pytest.raises(ValueError, match="soundtrack_as_audio and use_audio_in_video both hear"):
+        DatasetConfig(soundtrack_as_audio=True, use_audio_in_video=True)

@@ -35,7 +35,7 @@ their verl-only keys (which the local engine would refuse)."""
 SCRIPTS = ("gsm8k_gspo_lora.sh", "mmk12_gspo_lora.sh", "avqa_gspo_lora.sh", "mmk12_opd_lora.sh",
            "qwen25_mmk12_gspo_lora.sh", "qwen25_avqa_gspo_lora.sh", "qwen3_omni_dpo_lora.sh",
            "gsm8k_gspo_lora_one_step_off.sh", "gsm8k_gspo_lora_fully_async.sh", "geometry3k_gspo.sh",
-           "audiomcq_gspo.sh", "nextqa_gspo.sh")
+           "audiomcq_gspo.sh", "nextqa_gspo.sh", "avqa_video_gspo.sh")
 
 
 def png(seed: int) -> bytes:
@@ -134,6 +134,25 @@ def raw_nextqa(directory: Path) -> None:
         records.append({"problem_id": i, "problem": problem, "data_type": "video", "problem_type": ["temporal"],
                         "solution": f"<answer>{'ABCDE'[i % 5]}</answer>", "video_filename": f"./{clip}"})
     (directory / "nextqa_0-30s.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+
+
+def raw_avqa_video(directory: Path) -> None:
+    """AVQA's original release: train_qa.json, val_qa.json and the clips (each 1 s at 4 fps,
+    with a tone as its soundtrack)."""
+    from omni_trainer.builtin_files import write_clip
+
+    (directory / "videos").mkdir()
+    splits: dict[str, list[dict[str, Any]]] = {"train": [], "val": []}
+    for i in range(6):
+        tone = (0.3 * np.sin(2 * np.pi * (220 + 40 * i) * np.arange(16_000) / 16_000)).astype(np.float32)
+        write_clip(directory / "videos" / f"clip{i}.mp4", [np.full((32, 32, 3), 40 * i, np.uint8)] * 4, 4,
+                   tone[None], 16_000)
+        splits["val" if i >= 4 else "train"].append({
+            "id": i, "video_id": i, "video_name": f"clip{i}", "question_text": "Which instrument plays?",
+            "multi_choice": ["piano", "violin", "drum", "flute"], "answer": i % 4, "question_relation": "Both",
+            "question_type": "Which"})
+    for split, records in splits.items():
+        (directory / f"{split}_qa.json").write_text(json.dumps(records))
 
 
 def script_overrides(script: str, tmp_path: Path, **env: str) -> list[str]:
@@ -277,6 +296,9 @@ def test_recipe_runs_in_tiny_cpu_mode(
          ("--input", "{raw}/records.jsonl", "--audio-root", "{raw}", "--validation-size", "2")),
         ("nextqa_gspo.sh", "nextqa", raw_nextqa, "validation", "reward/nextqa/score/mean",
          ("--input", "{raw}", "--validation-ratio", "0.34")),
+        ("avqa_video_gspo.sh", "avqa_video", raw_avqa_video, "validation", "reward/avqa_video/score/mean",
+         ("--train-json", "{raw}/train_qa.json", "--validation-json", "{raw}/val_qa.json", "--video-root",
+          "{raw}/videos")),
     ],
 )
 def test_full_fine_tune_recipe_runs_in_tiny_cpu_mode(
@@ -290,6 +312,7 @@ def test_full_fine_tune_recipe_runs_in_tiny_cpu_mode(
     assert config["trainer"]["experiment_name"] == f"qwen3_omni_{recipe}_gspo"  # the script's setting
     assert config["trainer"]["engine"] == "local"
     assert config["data"]["use_audio_in_video"] is (recipe == "nextqa")  # NExT-QA hears its videos, as verl-omni
+    assert config["data"]["soundtrack_as_audio"] is (recipe == "avqa_video")  # as verl-omni's NextQARLHFDataset
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ training rows from ``data.seed``, the validation rows from ``data.seed + 1``) in
 RL row format: the picture as PNG bytes, the tone as a 16 kHz WAV file beside the parquet,
 the question after ``<image><audio>``, so both engines template the same prompt.
 
-With ``data.use_audio_in_video`` the built-in task is the clip task
+With ``data.use_audio_in_video`` (or ``data.soundtrack_as_audio``) the built-in task is the clip task
 (:func:`omni_trainer.builtin_task.clip_specs`), on both engines from files: each clip an mp4
 (frames and an AAC soundtrack, written with PyAV's bundled libav) beside the parquet.
 """
@@ -147,11 +147,11 @@ def use_builtin_files(config: Any) -> bool:
         data.train_files, data.val_files = builtin_preference_files(config)
         task = "built-in preference pairs"
     else:
-        write = write_builtin_clips if data.use_audio_in_video else write_builtin_task
+        write = write_builtin_clips if data.hears_soundtracks else write_builtin_task
         train, val = write(default_cache_dir(), train_rows=data.builtin_task_size, val_rows=BUILTIN_VALIDATION_ROWS,
                            seed=data.seed)
         data.train_files, data.val_files = [str(train)], [str(val)]
-        task = "built-in clip task" if data.use_audio_in_video else "built-in task"
+        task = "built-in clip task" if data.hears_soundtracks else "built-in task"
     print(f"model: {EMBEDDED_MODEL} built offline at {model.path}; {task}: "
           f"{Path(data.train_files[0]).parent}", file=sys.stderr)
     return True

@@ -100,6 +100,11 @@ class DataConfig:
         "hear each video's soundtrack: its audio chunks interleaved with its frames in time, as Qwen-Omni's processor "
         "lays them out (verl-omni's data.mm_processor_kwargs.use_audio_in_video says the same); a video without "
         "sound is a bad row (no_soundtrack, see data.on_bad_row)", verl=MAPPED)
+    soundtrack_as_audio: bool = key(
+        False,
+        "hear each video's soundtrack as an audio item of its own, right after the video (not interleaved with the "
+        "frames), as verl-omni's NextQARLHFDataset does (data.custom_cls.name=NextQARLHFDataset says the same); "
+        "exclusive with data.use_audio_in_video; a video without sound is a bad row (no_soundtrack)", verl=MAPPED)
     custom_cls: CustomClassConfig = field(default_factory=CustomClassConfig)
     # verl's dataset keys, passed to verl as given (None: verl's default, or ours where noted);
     # the local engine honours or refuses each by name (omni_trainer.engines.local.verl_keys).
@@ -134,6 +139,11 @@ class DataConfig:
     val_sampler: SamplerConfig = field(default_factory=SamplerConfig)
     balance_max_samples_by_modality: bool = key(
         False, "offline preference runs: split data.val_max_samples evenly over the modalities", verl=NOT_SENT)
+
+    @property
+    def hears_soundtracks(self) -> bool:
+        """Videos are heard with their soundtracks (interleaved with the frames, or as audio items)."""
+        return self.use_audio_in_video or self.soundtrack_as_audio
 
 
 @dataclass
@@ -1011,6 +1021,8 @@ KEY_ALIASES = {
 """verl's and verl-omni's spellings -> the keys of the same meaning here (``engine_kwargs.vllm_omni.*``;
 verl's ``actor.freeze_vision_tower`` and ``actor.optim.clip_grad``; verl-omni's processor switch for
 soundtracks). Both are passed to verl."""
+DATASET_CLASS_KEYS = {"NextQARLHFDataset": {"data.soundtrack_as_audio": True}}
+"""verl-omni's dataset classes whose job is a key here (``data.custom_cls.name``): the keys they set."""
 OUTPUT_MODES = ("ar",)
 
 
@@ -1174,6 +1186,12 @@ def _fold_verl_aliases(config: DictConfig, user_keys: set[str], problems: list[s
         current = OmegaConf.select(config, key)
         if key in user_keys and current != value:
             problems.append(f"{alias}={value!r} contradicts {key}={current!r}; set one of them")
+        else:
+            OmegaConf.update(config, key, value, merge=False)
+    dataset_class = OmegaConf.select(config, "data.custom_cls.name")
+    for key, value in DATASET_CLASS_KEYS.get(dataset_class, {}).items():
+        if key in user_keys and OmegaConf.select(config, key) != value:
+            problems.append(f"data.custom_cls.name={dataset_class} means {key}={value}, which is set otherwise; drop one")
         else:
             OmegaConf.update(config, key, value, merge=False)
     output_mode = OmegaConf.select(config, "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.output_mode")

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from omni_trainer.config import Config, ConfigError, uses_embedded_default
+from omni_trainer.config import DATASET_CLASS_KEYS, Config, ConfigError, uses_embedded_default
 from omni_trainer.engines import engine_for
 from omni_trainer.findings import Check, Findings, one_line, one_of
 from omni_trainer.keys import range_problems
@@ -28,8 +28,9 @@ from omni_trainer.tasks import PREFERENCE, SPEECH_RL, TEXT_RL
 
 GROUPED_ESTIMATORS = ("grpo", "grpo_passk", "rloo", "reinforce_plus_plus_baseline")
 """Estimators whose baseline is the prompt's group of ``rollout.n`` samples."""
-KNOWN_DATASET_CLASSES = ("QwenOmniRLHFDataset",)
-"""verl-omni dataset classes whose job omni-data's dataset already does (media loading)."""
+KNOWN_DATASET_CLASSES = ("QwenOmniRLHFDataset", *DATASET_CLASS_KEYS)
+"""verl-omni dataset classes whose job omni-data's dataset already does (media loading; a
+video's soundtrack as an audio item: :data:`omni_trainer.config.DATASET_CLASS_KEYS`)."""
 
 
 def preflight(run: ResolvedRun) -> list[str]:
@@ -378,9 +379,11 @@ def _verl_omni_keys(run: ResolvedRun, found: Findings) -> None:
     custom_cls = config.data.custom_cls
     if custom_cls.path or custom_cls.name:
         if custom_cls.name in KNOWN_DATASET_CLASSES:
+            implied = ", ".join(f"{key}={value}" for key, value in DATASET_CLASS_KEYS.get(custom_cls.name, {}).items())
             found.warnings.append(
                 f"data.custom_cls.name={custom_cls.name} is not needed: omni-data's dataset loads "
-                "images, audios and videos itself (the override is ignored)"
+                "images, audios and videos itself (the override is ignored"
+                + (f"; its job is {implied}, which it sets)" if implied else ")")
             )
         else:
             found.problems.append(
@@ -494,12 +497,19 @@ def _reward_error_rate(run: ResolvedRun, found: Findings) -> None:
 def _audio_in_video(run: ResolvedRun, found: Findings) -> None:
     """Soundtracks reach the thinker's RL and distillation prompts; the talker's prompts and the
     preference pairs do not take them yet (a silent drop is refused)."""
-    if run.config.data.use_audio_in_video and run.task in (SPEECH_RL, PREFERENCE):
-        what = "stage=talker" if run.task == SPEECH_RL else "algorithm.sample_source=offline"
+    data = run.config.data
+    if data.use_audio_in_video and data.soundtrack_as_audio:
         found.problems.append(
-            f"data.use_audio_in_video=true: {what} does not take the videos' soundtracks yet (RL and on-policy "
-            "distillation of the thinker do); turn it off, or train the thinker online"
+            "data.use_audio_in_video and data.soundtrack_as_audio both hear a video's soundtrack (interleaved with its "
+            "frames, or as an audio item of its own after them); set one of them"
         )
+    for switch in ("use_audio_in_video", "soundtrack_as_audio"):
+        if getattr(data, switch) and run.task in (SPEECH_RL, PREFERENCE):
+            what = "stage=talker" if run.task == SPEECH_RL else "algorithm.sample_source=offline"
+            found.problems.append(
+                f"data.{switch}=true: {what} does not take the videos' soundtracks yet (RL and on-policy "
+                "distillation of the thinker do); turn it off, or train the thinker online"
+            )
 
 
 COMMON_CHECKS: tuple[Check, ...] = (

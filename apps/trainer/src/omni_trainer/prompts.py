@@ -69,6 +69,7 @@ class DatasetPrompts:
             on_bad_row=data.on_bad_row,  # type: ignore[arg-type]  # checked by load_config
             mm_processor_kwargs=dict(data.mm_processor_kwargs),
             use_audio_in_video=data.use_audio_in_video,
+            soundtrack_as_audio=data.soundtrack_as_audio,
             required_extra_info=required_extra_info,
             require_ground_truth=require_ground_truth,
         )

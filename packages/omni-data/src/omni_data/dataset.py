@@ -28,7 +28,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 from omni_data.encode import EncodedPrompt, encode_row
 from omni_data.errors import InputFormatError, RowError
 from omni_data.media import MediaSettings, settings_from_processor
-from omni_data.rows import ParsedRow, parse_row, raw_prompt
+from omni_data.rows import ParsedRow, parse_row, raw_prompt, soundtracks_as_audio
 from omni_data.schema import REQUIRED_COLUMNS
 
 logger = logging.getLogger(__name__)
@@ -61,6 +61,10 @@ class DatasetConfig:
     """Interleave each video's soundtrack with its frames (Qwen-Omni's ``use_audio_in_video``);
     a video without one is a bad row (``no_soundtrack``). ``mm_processor_kwargs`` may say the
     same (verl-omni's spelling), never the opposite."""
+    soundtrack_as_audio: bool = False
+    """Hear each video's soundtrack as an audio item of its own, placed right after the video
+    (verl-omni's ``NextQARLHFDataset``): the frames and the sound are not interleaved. Exclusive
+    with ``use_audio_in_video``; a video without one is a bad row (``no_soundtrack``)."""
     required_extra_info: tuple[str, ...] = ()
     """``extra_info`` keys every row must hold as a non-empty string (a speech stage's
     ``spoken_text``); a row without one is a bad row (``missing_extra_info``)."""
@@ -85,6 +89,11 @@ class DatasetConfig:
             problems.append(
                 f"mm_processor_kwargs has use_audio_in_video={said} but use_audio_in_video is {self.use_audio_in_video}; "
                 "the dataset decodes the soundtracks the processor interleaves, so set them alike"
+            )
+        if self.soundtrack_as_audio and self.use_audio_in_video:
+            problems.append(
+                "soundtrack_as_audio and use_audio_in_video both hear a video's soundtrack, as an audio item of its own "
+                "or interleaved with the frames; choose one"
             )
         if self.video_fps <= 0 or self.video_max_frames < 2:
             problems.append("video_fps must be positive and video_max_frames at least 2")
@@ -210,6 +219,8 @@ class RLDataset:
         where = self._where(file_index, row)
         raw = self._tables[file_index].slice(row, 1).to_pylist()[0]
         parsed = parse_row(raw, where=where, prompt_key=self.config.prompt_key)
+        if self.config.soundtrack_as_audio:
+            parsed = soundtracks_as_audio(parsed, where=where)
         self._check_reward(parsed, where)
         if not isinstance(parsed.fields.get("data_source"), str):
             raise RowError(f"{where}: column 'data_source' must be a string.", reason="bad_data_source")

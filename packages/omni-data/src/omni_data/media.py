@@ -8,8 +8,9 @@ names the medium (and the row) instead of "something in this conversation". Befo
   soundfile and resampled with librosa, then passed as an array. WAV/FLAC need no ffmpeg;
 - videos given as a file are decoded with PyAV (bundled libav, no ffmpeg binary) and
   sampled at ``fps``; videos given as frame images are used as they are;
-- a video's soundtrack (``use_audio_in_video``, :func:`soundtrack`) is decoded with PyAV,
-  mixed to mono and resampled with librosa, as Qwen's loader (``librosa.load``) does.
+- a video's soundtrack (``use_audio_in_video``, or an audio entry naming a video file, as
+  ``soundtrack_as_audio`` writes one: :func:`soundtrack`) is decoded with PyAV, mixed to mono
+  and resampled with librosa, as Qwen's loader (``librosa.load``) does.
 
 Heavy imports (qwen_omni_utils pulls in torchvision, librosa and av) happen on first use.
 """
@@ -200,9 +201,16 @@ def _video_frames(ref: MediaRef, settings: MediaSettings, where: str) -> tuple[l
     return sampled, len(wanted) / total * native
 
 
+VIDEO_CONTAINERS = (".mp4", ".m4v", ".mkv", ".webm", ".mov", ".avi", ".flv", ".mpg", ".mpeg", ".ts")
+"""File suffixes of video containers: an audio entry naming such a file means its audio stream
+(:func:`soundtrack`; a video's soundtrack given as an audio item of its own)."""
+SOUNDTRACK_SWITCHES = "data.use_audio_in_video or data.soundtrack_as_audio"
+
+
 def soundtrack(ref: MediaRef, settings: MediaSettings, *, where: str) -> Any:
     """A video file's audio track as float32 mono at ``settings.sampling_rate``: what
-    ``use_audio_in_video`` interleaves with the video's frames.
+    ``use_audio_in_video`` interleaves with the video's frames, and what an audio entry naming
+    a video file (:data:`VIDEO_CONTAINERS`) holds.
 
     The track is taken whole, as Qwen's loader takes it: the frames span the whole clip
     (:func:`frame_indices`), and a track longer or shorter than the frames is the processor's
@@ -214,8 +222,8 @@ def soundtrack(ref: MediaRef, settings: MediaSettings, *, where: str) -> Any:
     """
     if ref.frames is not None:
         raise MediaError(
-            f"{where}: the video is a list of frame images, which has no soundtrack, and use_audio_in_video is on. "
-            "Give the video file, or turn data.use_audio_in_video off.", reason="no_soundtrack")
+            f"{where}: the video is a list of frame images, which has no soundtrack to hear ({SOUNDTRACK_SWITCHES} "
+            "is on). Give the video file, or turn the switch off.", reason="no_soundtrack")
     if ref.path is None or not os.path.exists(ref.path):
         raise _fail(ref, where, "missing")
     import av
@@ -225,8 +233,8 @@ def soundtrack(ref: MediaRef, settings: MediaSettings, *, where: str) -> Any:
         with av.open(ref.path) as container:
             if not container.streams.audio:
                 raise MediaError(
-                    f"{where}: the video {ref.path} has no audio stream, and use_audio_in_video is on. Leave the row "
-                    "out (data.on_bad_row=skip counts it), or turn data.use_audio_in_video off.",
+                    f"{where}: the video {ref.path} has no audio stream to hear ({SOUNDTRACK_SWITCHES} is on). "
+                    "Leave the row out (data.on_bad_row=skip counts it), or turn the switch off.",
                     reason="no_soundtrack")
             stream = container.streams.audio[0]
             native = int(stream.rate or stream.codec_context.sample_rate)
@@ -277,6 +285,11 @@ def decode(ref: MediaRef, settings: MediaSettings, *, where: str) -> Any:
     if ref.kind == "image":
         part.update({**_budget(settings.image_min_pixels, settings.image_max_pixels), **sizes},
                     image=_pil(ref, where))
+    elif ref.kind == "audio" and ref.data is None and (ref.path or "").lower().endswith(VIDEO_CONTAINERS):
+        samples = _trimmed(ref, soundtrack(ref, settings, where=where), settings.sampling_rate)
+        if len(samples) == 0:
+            raise _fail(ref, where, "audio_start/audio_end leave no samples")
+        part.update(audio=samples)
     elif ref.kind == "audio":
         if ref.data is None and ref.path is not None and settings.sampling_rate == QWEN_LOADER_RATE:
             if not os.path.exists(ref.path):

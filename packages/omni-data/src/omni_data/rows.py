@@ -262,6 +262,38 @@ def parse_row(raw: Mapping[str, Any], *, where: str, prompt_key: str = "prompt")
     return ParsedRow(messages=messages, media=tuple(order), fields=fields)
 
 
+def soundtracks_as_audio(parsed: ParsedRow, *, where: str) -> ParsedRow:
+    """``parsed`` with an audio part right after each video part, naming the video's file: each
+    video's soundtrack heard as an audio item of its own (the video's own audio tokens, placed
+    after its frames, not interleaved with them; verl-omni's ``NextQARLHFDataset``). The media
+    decoder reads an audio entry that names a video file as that file's audio stream.
+
+    Raises:
+        RowError: reason ``no_soundtrack``: a video given as frame images, which carry no sound.
+    """
+    messages: list[dict[str, Any]] = []
+    for message in parsed.messages:
+        content = message["content"]
+        if isinstance(content, str):
+            messages.append(message)
+            continue
+        parts: list[dict[str, Any]] = []
+        for part in content:
+            parts.append(part)
+            if part["type"] != "video":
+                continue
+            video: MediaRef = part["video"]
+            if video.path is None or video.frames is not None:
+                raise RowError(f"{where}: the video is {video.describe()}, which has no soundtrack to hear "
+                               "(data.soundtrack_as_audio is on). Give the video file, or turn the switch off.",
+                               reason="no_soundtrack")
+            parts.append({"type": "audio", "audio": MediaRef("audio", path=video.path)})
+        messages.append({"role": message["role"], "content": parts})
+    media = tuple(part[part["type"]] for m in messages if isinstance(m["content"], list)
+                  for part in m["content"] if part["type"] != "text")
+    return ParsedRow(messages=messages, media=media, fields=parsed.fields)
+
+
 def _part_ref(kind: MediaKind, part: Mapping[str, Any], where: str) -> MediaRef:
     """The medium of a content part: ``{"type": kind, kind: entry}`` or the part itself as a
     media dict (``{"type": "image", "image": path, "max_pixels": ...}``)."""

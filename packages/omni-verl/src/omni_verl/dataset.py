@@ -50,6 +50,7 @@ class OmniRLHFDataset(Dataset):
                 on_bad_row=str(config.get("on_bad_row", "raise")),  # type: ignore[arg-type]
                 mm_processor_kwargs=dict(config.get("mm_processor_kwargs") or {}),
                 use_audio_in_video=bool(config.get("use_audio_in_video", False)),
+                soundtrack_as_audio=bool(config.get("soundtrack_as_audio", False)),
                 # a speech stage scores the audio, never against a ground truth
                 require_ground_truth=settings is None or settings.stage != "talker",
             ),

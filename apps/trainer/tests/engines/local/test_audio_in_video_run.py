@@ -61,3 +61,50 @@ def test_verl_omnis_spelling_says_the_same_and_the_runs_that_do_not_hear_yet_are
     with pytest.raises(ConfigError, match="VLLM_PLUGINS=vllm_omni_register_models leaves out "
                                           "omni_qwen3_soundtrack_positions"):
         preflight(resolve_run(load_config(on_verl)))
+
+
+@pytest.mark.slow
+def test_the_clip_task_trains_with_each_soundtrack_as_an_audio_item(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """``data.soundtrack_as_audio=true`` (verl-omni's NextQARLHFDataset): each clip's track is an
+    audio item after its frames, not among them, and the sampler's log-probs equal the actor's."""
+    run = tmp_path / "run"
+    assert main([
+        "data.soundtrack_as_audio=true", "data.builtin_task_size=8", "data.train_batch_size=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=4",
+        "trainer.total_training_steps=2", "trainer.test_freq=0", "trainer.save_freq=0",
+        "trainer.val_before_train=false", f"trainer.default_local_dir={run}",
+    ]) == 0
+    out = capsys.readouterr().out
+    assert "RL dataset: read 8 rows, kept 8, dropped 0 (none)" in out
+    assert "among the frames" not in out  # nothing interleaved
+    steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [step for step in steps if step["step"] >= 1]
+    assert [step["step"] for step in steps] == [1, 2]
+    for step in steps:
+        assert step["training/rollout_actor_probs_pearson_corr"] >= 0.999, step
+
+
+def test_verl_omnis_nextqa_dataset_class_says_soundtrack_as_audio() -> None:
+    """verl-omni's ``data.custom_cls.name=NextQARLHFDataset`` is ``data.soundtrack_as_audio=true``
+    here (a warning says so); the two ways of hearing a soundtrack exclude each other; the runs
+    that do not take soundtracks yet refuse it; verl gets the key only when it is on."""
+    from omni_trainer.engines.verl.translate import to_verl_config
+
+    nextqa = ["data.custom_cls.path=pkg://verl_omni.utils.dataset.nextqa_rl_dataset",
+              "data.custom_cls.name=NextQARLHFDataset"]
+    config = load_config(nextqa)
+    assert config.data.soundtrack_as_audio and not config.data.use_audio_in_video
+    warnings = preflight(resolve_run(config))
+    assert any("NextQARLHFDataset is not needed" in w and "data.soundtrack_as_audio=True" in w for w in warnings)
+    with pytest.raises(ConfigError, match="NextQARLHFDataset means data.soundtrack_as_audio=True, which is set"):
+        load_config([*nextqa, "data.soundtrack_as_audio=false"])
+    with pytest.raises(ConfigError, match="data.use_audio_in_video and data.soundtrack_as_audio both hear"):
+        preflight(resolve_run(load_config(["data.soundtrack_as_audio=true", "data.use_audio_in_video=true"])))
+    with pytest.raises(ConfigError, match="data.soundtrack_as_audio=true: stage=talker does not take"):
+        preflight(resolve_run(load_config(["data.soundtrack_as_audio=true", "actor_rollout_ref.model.stage=talker"])))
+    on_verl = ["trainer.engine=verl", "actor_rollout_ref.model.path=/m", "data.train_files=[/d.parquet]",
+               "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe"]
+    lora = {"lora_target_modules": ["q_proj"], "lora_exclude_modules": None}
+    assert to_verl_config(load_config([*on_verl, "data.soundtrack_as_audio=true"]), **lora).data.soundtrack_as_audio
+    assert "soundtrack_as_audio" not in to_verl_config(load_config(on_verl), **lora).data

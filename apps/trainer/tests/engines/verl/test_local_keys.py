@@ -41,6 +41,7 @@ READ_BY_THE_VERL_ENGINE = {
     "data.spoken_text": "engines/verl/tasks.py",  # the talker half refuses the local engine's
     "data.max_spoken_tokens": "engines/verl/translate.py",
     "data.use_audio_in_video": "engines/verl/translate.py",
+    "data.soundtrack_as_audio": "engines/verl/translate.py",
     "data.train_sampler.class_path": "config.py",  # both engines: the sampler is chosen by class_name (SamplerConfig)
     "data.train_sampler.class_name": "preflight.py",
     "data.train_sampler.sampler_kwargs": "preference_pairs.py",  # the offline step both engines share

@@ -352,3 +352,12 @@ def test_a_launcher_of_what_omni_rl_lacks_is_refused_key_by_key_with_why(launche
     bare = {key: message for key, message in refused.items() if "unknown key" in message}
     assert bare == {}
     assert config is None or config.trainer.engine == "verl"
+
+
+def test_the_avqa_video_launcher_hears_each_clip_as_an_audio_item(workdir: Path) -> None:
+    """Its dataset class (verl-omni's NextQARLHFDataset) is taken as data.soundtrack_as_audio;
+    what stays refused is Megatron and verl's V1 trainer modes."""
+    (launcher,) = [path for path in REFUSED_LAUNCHERS if path.stem.endswith("_avqa_video_separate_async")]
+    refused, config = refusals(launcher_overrides(launcher, workdir))
+    assert config is not None and config.data.soundtrack_as_audio and not config.data.use_audio_in_video
+    assert not any(key.startswith("data.") for key in refused), refused

@@ -7,6 +7,8 @@
 ``python -m omni_data.convert audiomcq --input-jsonl FILE --audio-root DIR --output-dir DIR [--validation-size 256]
 [--seed 42]``
 ``python -m omni_data.convert nextqa --input DIR --output-dir DIR [--validation-ratio 0.05] [--fps 1.0] ...``
+``python -m omni_data.convert avqa_video --train-json FILE --validation-json FILE --video-root DIR --output-dir DIR
+[--fps 1.0] [--max-frames 32] [--overwrite]``
 ``python -m omni_data.convert omnivideo_qi --input FILE --output-dir DIR --path-map SOURCE=DEST [...]
 [--no-audio-from-video] [--fps 2.0] [--max-frames 64] [--val-size 256]``
 ``python -m omni_data.convert omni_preference --input DIR --output-dir DIR [--modalities image video audio]
@@ -29,12 +31,24 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from omni_data.convert import audiomcq, avqa, geometry3k, gsm8k, mmk12, nextqa, omni_preference, omnivideo_qi
+from omni_data.convert import (
+    audiomcq,
+    avqa,
+    avqa_video,
+    geometry3k,
+    gsm8k,
+    mmk12,
+    nextqa,
+    omni_preference,
+    omnivideo_qi,
+)
 from omni_data.convert.report import ConversionReport
 from omni_data.errors import InputFormatError
 
 
-RECIPES = ("gsm8k", "mmk12", "avqa", "geometry3k", "audiomcq", "nextqa", "omnivideo_qi", "omni_preference")
+RECIPES = (
+    "gsm8k", "mmk12", "avqa", "geometry3k", "audiomcq", "nextqa", "avqa_video", "omnivideo_qi", "omni_preference",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -151,6 +165,21 @@ def build_parser() -> argparse.ArgumentParser:
                                help="most pixels per sampled frame (default 128 * 28 * 28)")
     nextqa_parser.add_argument("--max-frames", "--max_frames", dest="max_frames", type=int, default=32,
                                help="most sampled frames per video (default 32)")
+    avqa_video_parser = recipes.add_parser(
+        "avqa_video", help="AVQA on its original videos: train_qa.json, val_qa.json and the directory of <video_name>.mp4"
+    )
+    # verl-omni's spellings (--train_json, ...) and ours
+    for flag, dest, what in (("--train-json", "train_json", "the release's train_qa.json"),
+                             ("--validation-json", "validation_json", "the release's val_qa.json"),
+                             ("--video-root", "video_root", "the directory of the <video_name>.mp4 clips"),
+                             ("--output-dir", "output_dir", "where train.parquet, validation.parquet and manifest.json go")):
+        avqa_video_parser.add_argument(flag, flag.replace("-", "_").replace("__", "--"), dest=dest, type=Path,
+                                       required=True, help=what)
+    avqa_video_parser.add_argument("--fps", type=float, default=1.0,
+                                   help="frames per second each video entry asks for (default 1.0)")
+    avqa_video_parser.add_argument("--max-frames", "--max_frames", dest="max_frames", type=_positive_int, default=32,
+                                   help="most sampled frames per video (default 32)")
+    avqa_video_parser.add_argument("--overwrite", action="store_true", help="replace the files of an earlier conversion")
     qi_parser = recipes.add_parser(
         "omnivideo_qi", help="OmniVideo-R1 QI: merged_train_all_qi.jsonl, its media found through --path-map"
     )
@@ -236,6 +265,9 @@ def run(args: argparse.Namespace) -> ConversionReport:
             seed=args.seed, fps=args.fps, min_pixels=args.min_pixels, max_pixels=args.max_pixels,
             max_frames=args.max_frames,
         )
+    if args.recipe == "avqa_video":
+        return avqa_video.convert(args.train_json, args.validation_json, args.video_root, args.output_dir,
+                                  fps=args.fps, max_frames=args.max_frames, overwrite=args.overwrite)
     if args.recipe == "omnivideo_qi":
         return omnivideo_qi.convert(
             args.input, args.output_dir, args.path_maps, audio_from_video=args.audio_from_video, fps=args.fps,

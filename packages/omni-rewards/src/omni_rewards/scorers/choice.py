@@ -1,4 +1,4 @@
-"""Multiple choice (``avqa_r1_6k``, ``nextqa``): exact match of the first ``<answer>``
+"""Multiple choice (``avqa_r1_6k``, ``nextqa``, ``avqa_video``): exact match of the first ``<answer>``
 payload, as verl-omni's ``choice_reward.py`` scores the seeds' AVQA recipe and its NExT-QA
 recipe (TinyLLaVA-Video-R1's NextQA: five options A-E, ground truth ``<answer>X</answer>``
 with the letter upper-cased by ``omni_data.convert.nextqa``).
@@ -29,7 +29,7 @@ def label_of(ground_truth: str) -> str:
     return payload if payload is not None else ground_truth.strip()
 
 
-@SCORERS.register("avqa_r1_6k", "nextqa", "choice")
+@SCORERS.register("avqa_r1_6k", "nextqa", "avqa_video", "choice")
 def score_choice(
     solution_str: str,
     ground_truth: str,

@@ -397,6 +397,8 @@ def _values(
     values.update({key: value for key, value in given_values(config).items() if value is not None})
     if data.use_audio_in_video:
         values["data.use_audio_in_video"] = True  # verl-omni's key, which our dataset class reads
+    if data.soundtrack_as_audio:
+        values["data.soundtrack_as_audio"] = True  # our dataset class reads it
     if ray_init.address is not None:
         values["ray_kwargs.ray_init.address"] = ray_init.address
     if ray_init.num_gpus is not None:

@@ -94,7 +94,7 @@ class TextRL(Task):
 
     def _load_rows(self) -> tuple[PromptSource, list[Prepared]]:
         cfg = self.config
-        if cfg.data.train_files is None and cfg.data.use_audio_in_video:  # the clips, from files on both engines
+        if cfg.data.train_files is None and cfg.data.hears_soundtracks:  # the clips, from files on both engines
             from omni_model_kit.tiny import default_cache_dir
 
             train_file, val_file = write_builtin_clips(default_cache_dir(), train_rows=cfg.data.builtin_task_size,
