@@ -220,7 +220,12 @@ class PolicyLossSection:
 class OptimConfig:
     lr: float = key(3e-6, "AdamW's learning rate", above=0)
     weight_decay: float = key(0.01, "AdamW's weight decay")
-    lr_warmup_steps: int = key(0, "steps of linear warm-up; 0: none (verl's -1)", at_least=0, verl=MAPPED)
+    lr_warmup_steps: int = key(
+        0, "steps of linear warm-up; 0: none; -1 (verl's default): lr_warmup_steps_ratio of the training steps",
+        at_least=-1, verl=MAPPED)
+    lr_warmup_steps_ratio: float = key(
+        0.0, "with lr_warmup_steps=-1, the share of the training steps that warm up (verl's key and rounding)",
+        at_least=0, at_most=1)
     lr_scheduler_type: str = key("constant", "the learning-rate schedule after warm-up", choices=("constant", "cosine"))
     min_lr_ratio: float = key(0.0, "the cosine schedule's last learning rate, as a share of lr", at_least=0, at_most=1)
     clip_grad: float | None = key(
@@ -834,6 +839,9 @@ class TeacherInferenceConfig:
     tensor_model_parallel_size: int = 1
     gpu_memory_utilization: float = 0.5
     max_model_len: int | None = None
+    name: str | None = None
+    """verl's name of the teacher's server; null: verl's default, the student's rollout (vllm_omni, or
+    omni_local on the CPU). Honoured when it names that rollout, and not sent."""
 
 
 @dataclass

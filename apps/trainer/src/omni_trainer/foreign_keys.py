@@ -86,8 +86,7 @@ THEMES: tuple[ForeignTheme, ...] = (
         "omni-rl's verl engine installs its own agent loops; on-policy distillation is distillation.enabled=true "
         "with distillation.distillation_loss.loss_mode (kl, k1, ..., forward_kl_topk); drop it"),
     ForeignTheme(
-        ("distillation.teacher_models.teacher_model.inference.name",
-         "distillation.teacher_models.teacher_model.inference.engine_kwargs",
+        ("distillation.teacher_models.teacher_model.inference.engine_kwargs",
          "distillation.teacher_models.teacher_model.inference.prompt_length",
          "distillation.teacher_models.teacher_model.inference.response_length",
          "distillation.teacher_models.teacher_model.inference.enable_chunked_prefill",
@@ -132,11 +131,11 @@ THEMES: tuple[ForeignTheme, ...] = (
         "under LoRA); drop it"),
     ForeignTheme(
         ("actor_rollout_ref.actor.fsdp_config.wrap_policy", "actor_rollout_ref.actor.shuffle",
-         "actor_rollout_ref.actor.optim.num_cycles", "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio",
+         "actor_rollout_ref.actor.optim.num_cycles",
          "trainer.rollout_data_dir", "trainer.validation_data_dir"),
         "a verl setting omni-rl does not take",
         "verl's FSDP wraps the model's decoder layers (its default policy); rows are shuffled by data.shuffle; "
-        "the learning rate warms up for actor_rollout_ref.actor.optim.lr_warmup_steps steps, then follows "
+        "the learning rate warms up for actor_rollout_ref.actor.optim.lr_warmup_steps steps (or its _ratio), then follows "
         "actor_rollout_ref.actor.optim.lr_scheduler_type (constant, or cosine over half a cycle); validation "
         "samples are logged by trainer.log_val_generations; drop it"),
 )

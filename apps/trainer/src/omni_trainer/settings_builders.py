@@ -78,10 +78,18 @@ def lora_settings(cfg: Config) -> LoraSettings:
     )
 
 
+def warmup_steps(cfg: Config, total_steps: int | None) -> int:
+    """``optim.lr_warmup_steps``, or with verl's -1 its ratio of the training steps (as verl rounds it)."""
+    optim = cfg.actor_rollout_ref.actor.optim
+    if optim.lr_warmup_steps >= 0:
+        return optim.lr_warmup_steps
+    return int(optim.lr_warmup_steps_ratio * (total_steps or 0))
+
+
 def optim_settings(cfg: Config, total_steps: int | None) -> OptimizerSettings:
     optim = cfg.actor_rollout_ref.actor.optim
     return OptimizerSettings(
-        lr=optim.lr, weight_decay=optim.weight_decay, warmup_steps=optim.lr_warmup_steps,
+        lr=optim.lr, weight_decay=optim.weight_decay, warmup_steps=warmup_steps(cfg, total_steps),
         schedule=optim.lr_scheduler_type,  # type: ignore[arg-type]
         total_steps=total_steps, min_lr_ratio=optim.min_lr_ratio, grad_clip=cfg.actor_rollout_ref.actor.grad_clip,
     )

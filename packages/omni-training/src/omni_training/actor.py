@@ -301,6 +301,13 @@ class Actor:
             )
         return pg, correction.metrics
 
+    def end_step(self) -> None:
+        """Advance the learning-rate schedule by one training step, after the step's last update.
+        Warm-up and the cosine horizon count training steps, as verl's do (its engine steps the
+        schedule once a step, after the last mini-batch), not optimizer steps: with several
+        mini-batches a step, counting updates would warm up and decay that many times faster."""
+        self.scheduler.step()
+
     def update_objective(self, batches: Sequence[MicroBatch], objective: Objective) -> dict[str, float]:
         """One optimizer step minimising ``objective`` summed over ``batches`` (gradient
         accumulation): an objective that is not a policy gradient (a preference loss). It
@@ -337,7 +344,6 @@ class Actor:
         self.optimizer.zero_grad(set_to_none=True)
         lr = float(self.scheduler.get_last_lr()[0])
         elapsed = time.perf_counter() - started
-        self.scheduler.step()
         return {
             **regularized,
             "actor/grad_norm": grad_norm,

@@ -40,13 +40,14 @@ NO_LORA = LoraSettings(rank=0, alpha=0)
 
 @dataclass(frozen=True)
 class OptimizerSettings:
-    """``actor_rollout_ref.actor.optim.*`` and ``grad_clip``."""
+    """``actor_rollout_ref.actor.optim.*`` and ``grad_clip``. ``warmup_steps`` and ``total_steps``
+    count training steps (the schedule advances at :meth:`~omni_training.actor.Actor.end_step`)."""
 
     lr: float
     weight_decay: float = 0.01
     betas: tuple[float, float] = (0.9, 0.999)
     warmup_steps: int = 0
-    total_steps: int | None = None  # needed by the cosine schedule
+    total_steps: int | None = None  # training steps; needed by the cosine schedule
     schedule: Literal["constant", "cosine"] = "constant"
     min_lr_ratio: float = 0.0
     grad_clip: float = 1.0

@@ -146,3 +146,21 @@ def test_embedded_default_learns(tmp_path: Path, isolated_cache: None, capsys: p
     assert first < 0.1
     assert last > first + 0.5, rewards
     assert "mean reward: first 5 steps" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_the_learning_rate_schedule_counts_training_steps_as_verls(tmp_path: Path) -> None:
+    """Two updates a step, verl's ``lr_warmup_steps=-1`` with half the 4 steps warming up: the
+    rate is half on step 1 and whole from step 2, on every update of a step (verl's engine steps
+    the schedule once a step). Counting updates, step 1's second update already had the whole rate."""
+    run = tmp_path / "run"
+    assert main([
+        "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.actor.optim.lr=0.001", "actor_rollout_ref.actor.optim.lr_warmup_steps=-1",
+        "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.5", "trainer.total_training_steps=4",
+        "trainer.test_freq=0", "trainer.save_freq=0", "trainer.val_before_train=false",
+        f"trainer.default_local_dir={run}",
+    ]) == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [row["actor/lr"] for row in rows if row["step"] >= 1] == pytest.approx([5e-4, 1e-3, 1e-3, 1e-3])

@@ -89,10 +89,14 @@ def test_verl_constraints_are_config_errors_before_launch(tmp_path: Path) -> Non
         "distillation.distillation_loss.use_policy_gradient=false": "ignores the teacher",
         "distillation.teacher_models.teacher_model.inference.tensor_model_parallel_size=3": "not a multiple",
         "distillation.teacher_models.teacher_model.inference.max_model_len=4096": "prompt \\+ response \\+ 1",
+        "distillation.teacher_models.teacher_model.inference.name=sglang": "served by the student's rollout here "
+                                                                            "\\(vllm_omni\\)",
     }
     for override, reason in refused.items():
         with pytest.raises(ConfigError, match=reason):
             opd_verl_config(tmp_path, override)
+    # verl-omni's launchers name the teacher's server: the student's rollout is honoured.
+    opd_verl_config(tmp_path, "distillation.teacher_models.teacher_model.inference.name=vllm_omni")
     # A loss verl does not know passes our cheap checks; verl's own dataclass refuses it.
     with pytest.raises(ConfigError, match="verl refuses it.*Unsupported loss mode: nope"):
         validate_with_verl(opd_verl_config(tmp_path, "distillation.distillation_loss.loss_mode=nope"))

@@ -236,8 +236,15 @@ def advantage_phase(parts: StepParts, rollouts: Rollouts, batch: TrainBatch) -> 
 
 
 def update_phase(parts: StepParts, batch: TrainBatch, *, on_policy: bool) -> dict[str, float]:
-    """The optimizer steps; on-policy, the single update also gives the old log-probs, and the
-    rollout/actor consistency is measured on them."""
+    """The optimizer steps, then the learning-rate schedule's step (once a training step, as
+    verl's); on-policy, the single update also gives the old log-probs, and the rollout/actor
+    consistency is measured on them."""
+    metrics = _updates(parts, batch, on_policy=on_policy)
+    parts.actor.end_step()
+    return metrics
+
+
+def _updates(parts: StepParts, batch: TrainBatch, *, on_policy: bool) -> dict[str, float]:
     if on_policy:
         single = parts.actor.update(batch.micro, on_policy=True)
         width = batch.mask.shape[1]

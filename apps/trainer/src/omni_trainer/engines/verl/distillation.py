@@ -29,6 +29,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from omni_trainer.config import Config, ConfigError
+from omni_trainer.engines.verl.tasks import cpu_rollout_name
 
 VERL_TOPK_MODES = ("forward_kl_topk",)
 DIRECT_LOSS_REFUSED = ("kl", "k1")
@@ -97,6 +98,12 @@ def distillation_problems(config: Config) -> list[str]:
         problems.append(
             f"the teacher pool ({distillation.nnodes} x {distillation.n_gpus_per_node} GPUs) is not a multiple "
             f"of distillation.teacher_models.teacher_model.inference.tensor_model_parallel_size={tp}"
+        )
+    served = cpu_rollout_name(config) if config.trainer.device == "cpu" else config.actor_rollout_ref.rollout.name
+    if inference.name is not None and inference.name != served:
+        problems.append(
+            f"distillation.teacher_models.teacher_model.inference.name={inference.name}: the teacher is served by "
+            f"the student's rollout here ({served}), with the student's pipeline; drop it or name {served}"
         )
     max_len = inference.max_model_len
     needed = config.data.max_prompt_length + config.data.max_response_length + 1

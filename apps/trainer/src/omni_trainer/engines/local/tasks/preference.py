@@ -73,6 +73,7 @@ class OfflinePreference(Task):
             micro = self._micro_batches(group)
             refs = self._reference(group, micro)
             updates.append(self.actor.update_objective(micro, self._objective(len(group), refs, scored)))
+        self.actor.end_step()  # the learning-rate schedule counts training steps, as verl's
         actor_metrics = {key: sum(u[key] for u in updates) / len(updates) for key in updates[0]}
         chosen, rejected = (torch.cat([part[k] for part in scored]) for k in (0, 1))
         ref_chosen, ref_rejected = self._reference(pairs, [])
