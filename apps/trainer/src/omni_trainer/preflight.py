@@ -24,7 +24,7 @@ from omni_trainer.model_folder import folder_problems
 from omni_trainer.reporting import NO_VALIDATION
 from omni_trainer.resolved import ResolvedRun
 from omni_trainer.settings_builders import correction_settings, distillation_settings
-from omni_trainer.tasks import PREFERENCE, SPEECH_RL, TEXT_RL
+from omni_trainer.tasks import task_of
 
 GROUPED_ESTIMATORS = ("grpo", "grpo_passk", "rloo", "reinforce_plus_plus_baseline")
 """Estimators whose baseline is the prompt's group of ``rollout.n`` samples."""
@@ -75,7 +75,7 @@ def _vocabularies(run: ResolvedRun, found: Findings) -> None:
             "actor_rollout_ref.actor.talker_drift_coef penalises the drift that trainer.talker_drift "
             "measures; set trainer.talker_drift=true"
         )
-    if run.task == SPEECH_RL:
+    if not task_of(run.task).validates:
         if config.data.val_files:
             found.problems.append(
                 "actor_rollout_ref.model.stage=talker runs no validation in this version (its rewards "
@@ -188,7 +188,7 @@ def _async_training(run: ResolvedRun, found: Findings) -> None:
         found.problems.append(f"async_training.max_staleness={staleness} must be >= 0 (0: synchronous)")
     if staleness <= 0:
         return
-    if run.task != TEXT_RL:
+    if not task_of(run.task).samples_ahead:
         found.problems.append(
             f"async_training.max_staleness={staleness}: asynchronous rollout runs RL on text in this version "
             f"(this run is {run.task}); set async_training.max_staleness=0"
@@ -261,7 +261,7 @@ def _warnings(run: ResolvedRun, found: Findings) -> None:
             "the test or validation split `trainer convert` wrote"
         )
     if config.trainer.log_val_generations > 0 and (
-        run.task == SPEECH_RL or (config.data.train_files and not config.data.val_files)
+        not task_of(run.task).validates or (config.data.train_files and not config.data.val_files)
     ):
         found.warnings.append(
             f"trainer.log_val_generations={config.trainer.log_val_generations} logs validation samples, and this "
@@ -333,7 +333,7 @@ def _data_files(run: ResolvedRun, found: Findings) -> None:
         )
     if config.reward.custom_reward_function.path or config.reward.on_unknown_data_source == "skip":
         return
-    if run.task in (SPEECH_RL, PREFERENCE):
+    if not task_of(run.task).scored_by_data_source:
         return  # speech is scored by reward.audio_rewards; preference pairs by nothing
     from omni_rewards import SCORERS
 
@@ -503,11 +503,11 @@ def _audio_in_video(run: ResolvedRun, found: Findings) -> None:
             "data.use_audio_in_video and data.soundtrack_as_audio both hear a video's soundtrack (interleaved with its "
             "frames, or as an audio item of its own after them); set one of them"
         )
+    task = task_of(run.task)
     for switch in ("use_audio_in_video", "soundtrack_as_audio"):
-        if getattr(data, switch) and run.task in (SPEECH_RL, PREFERENCE):
-            what = "stage=talker" if run.task == SPEECH_RL else "algorithm.sample_source=offline"
+        if getattr(data, switch) and not task.hears_soundtracks:
             found.problems.append(
-                f"data.{switch}=true: {what} does not take the videos' soundtracks yet (RL and on-policy "
+                f"data.{switch}=true: {task.said_by} does not take the videos' soundtracks yet (RL and on-policy "
                 "distillation of the thinker do); turn it off, or train the thinker online"
             )
 

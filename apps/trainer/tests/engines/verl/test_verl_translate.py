@@ -490,9 +490,9 @@ def test_every_task_the_local_engine_trains_has_its_verl_half() -> None:
     from omni_trainer.engines.local.tasks import LOCAL_TASKS
     from omni_trainer.engines.verl.tasks import VERL_TASKS
     from omni_verl.settings import SPEECH_AGENT_LOOP
-    from omni_trainer.tasks import PREFERENCE, SPEECH_RL
+    from omni_trainer.tasks import PREFERENCE, SPEECH_RL, TASKS
 
-    assert set(VERL_TASKS) == set(LOCAL_TASKS.keys())
+    assert set(VERL_TASKS) == set(LOCAL_TASKS.keys()) == {task.name for task in TASKS}
     assert [name for name, task in VERL_TASKS.items() if task.offline] == [PREFERENCE]
     assert {name: task.agent_loop for name, task in VERL_TASKS.items() if task.agent_loop} == {SPEECH_RL: SPEECH_AGENT_LOOP}
 
