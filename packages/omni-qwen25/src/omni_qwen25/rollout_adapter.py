@@ -14,6 +14,7 @@ from functools import partial
 
 from omni_contracts import RolloutAdapter, StageConfig
 from omni_model_kit.rollout_adapter import OmniRolloutAdapter, omni_stage_configs, translate_pipeline
+from omni_qwen25.vllm_soundtrack import PLUGIN_NAME as SOUNDTRACK_PLUGIN
 
 PIPELINE = "qwen2_5_omni"
 STAGE_ARCHES = {
@@ -39,10 +40,10 @@ class Qwen25OmniRolloutAdapter(OmniRolloutAdapter):
     """Qwen2.5-Omni's generation pipeline; the thinker (stage 0) is the trained policy."""
 
     modes = ("thinker_only", "full")
-    # vLLM-Omni 0.28's Qwen2.5-Omni thinker stops on such a request ("Attempted to assign 288 + 50
-    # = 338 multimodal tokens to 340 placeholders": its audio-in-video placeholders count the
-    # audio start and end tokens); tests/test_tiny_models_on_vllm_cpu.py fails when that changes.
-    interleaves_soundtracks = False
+    # vLLM-Omni 0.28 counts a soundtrack block's audio start and end tokens as video placeholders
+    # and stops on such a request; omni_qwen25.vllm_soundtrack masks the video tokens only.
+    interleaves_soundtracks = True
+    vllm_plugins = (SOUNDTRACK_PLUGIN,)
     stage_arches = STAGE_ARCHES
     pipeline_ids = {"thinker_only": "qwen2_5_omni_thinker_only", "full": "qwen2_5_omni"}
     deploy_file = "qwen2_5_omni.yaml"

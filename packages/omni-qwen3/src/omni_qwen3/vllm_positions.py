@@ -30,11 +30,11 @@ lengths. A ``VLLM_PLUGINS`` that leaves :data:`PLUGIN_NAME` out is refused by th
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
+
+from omni_model_kit.vllm_positions import Block, trailing_run, with_corrected_positions
 
 PLUGIN_NAME = "omni_qwen3_soundtrack_positions"
 """Its entry-point name (pyproject.toml), as ``VLLM_PLUGINS`` would list it."""
@@ -42,25 +42,15 @@ PATCHED_MARK = "_omni_rl_transformers_block_ends"
 """Set on the wrapper, so a second ``register`` in the same process changes nothing."""
 
 
-def trailing_run(tokens: Sequence[int]) -> int:
-    """How many tokens at the end of ``tokens`` equal its last one."""
-    run = 1
-    while run < len(tokens) and tokens[-1 - run] == tokens[-1]:
-        run += 1
-    return run
-
-
-def move_block_ends(
-    positions: np.ndarray, input_tokens: Sequence[int], blocks: Sequence[tuple[int, int]]
-) -> np.ndarray:
+def move_block_ends(positions: np.ndarray, input_tokens: Sequence[int], blocks: Sequence[Block]) -> np.ndarray:
     """``positions`` ([3, L], vLLM's) with the tokens after each interleaved block moved back
     to start one past the largest position of the block's last run, as transformers places them.
 
-    ``blocks``: ``(offset, length)`` of each block, in prompt order: ``offset`` is its
+    ``blocks``: ``(offset, length, _)`` of each block, in prompt order: ``offset`` is its
     ``<|audio_start|>``, the ``length`` frame and audio tokens follow it.
     """
     fixed = positions.copy()
-    for offset, length in blocks:
+    for offset, length, _ in blocks:
         first, after = offset + 1, offset + 1 + length
         if length == 0 or after >= fixed.shape[1]:
             continue
@@ -69,37 +59,6 @@ def move_block_ends(
         if shift > 0:
             fixed[:, after:] -= shift
     return fixed
-
-
-def interleaved_blocks(model: Any, mm_features: Any) -> list[tuple[int, int]]:
-    """``(offset, length)`` of each video-with-soundtrack block, as vLLM-Omni's thinker reads
-    its features (``iter_mm_features``; the length from its own ``_compute_interleaved_positions``)."""
-    blocks = []
-    for offset, modality, data in model.iter_mm_features(mm_features):
-        if modality == "video" and data.get("use_audio_in_video"):
-            _, length = model._compute_interleaved_positions(0, data)
-            blocks.append((int(offset), int(length)))
-    return blocks
-
-
-def with_transformers_block_ends(original: Callable[..., tuple[Any, int]]) -> Callable[..., tuple[Any, int]]:
-    """``get_mrope_input_positions`` whose tokens after each interleaved block sit where
-    transformers puts them (the position delta recomputed as vLLM computes it)."""
-    import torch
-
-    @functools.wraps(original)  # upstream's stays reachable as __wrapped__ (the canary test calls it)
-    def get_mrope_input_positions(
-        self: Any, input_tokens: list[int], mm_features: Any, **kwargs: Any
-    ) -> tuple[Any, int]:
-        positions, delta = original(self, input_tokens, mm_features, **kwargs)
-        blocks = interleaved_blocks(self, mm_features)
-        if not blocks:
-            return positions, delta
-        fixed = move_block_ends(positions.numpy(), input_tokens, blocks)
-        return torch.from_numpy(fixed), int(fixed.max()) + 1 - len(input_tokens)
-
-    setattr(get_mrope_input_positions, PATCHED_MARK, True)
-    return get_mrope_input_positions
 
 
 def register() -> None:
@@ -112,4 +71,5 @@ def register() -> None:
     thinker = module.Qwen3OmniMoeThinkerForConditionalGeneration
     if getattr(thinker.get_mrope_input_positions, PATCHED_MARK, False):
         return
-    thinker.get_mrope_input_positions = with_transformers_block_ends(thinker.get_mrope_input_positions)
+    thinker.get_mrope_input_positions = with_corrected_positions(
+        thinker.get_mrope_input_positions, move_block_ends, PATCHED_MARK)

@@ -54,13 +54,12 @@ def test_verl_omnis_spelling_says_the_same_and_the_runs_that_do_not_hear_yet_are
         with pytest.raises(ConfigError, match=f"data.use_audio_in_video=true: {what} does not take the videos' "):
             preflight(resolve_run(load_config(["data.use_audio_in_video=true", *overrides])))
     on_verl = ["data.mm_processor_kwargs.use_audio_in_video=true", "trainer.engine=verl"]
-    with pytest.raises(ConfigError, match="data.use_audio_in_video=true: vLLM-Omni's qwen2_5_omni pipeline does not "
-                                          "lay a video's soundtrack out"):
-        preflight(resolve_run(load_config([*on_verl, "actor_rollout_ref.rollout.pipeline_name=qwen2_5_omni"])))
     monkeypatch.setenv("VLLM_PLUGINS", "vllm_omni_register_models")
     with pytest.raises(ConfigError, match="VLLM_PLUGINS=vllm_omni_register_models leaves out "
                                           "omni_qwen3_soundtrack_positions"):
         preflight(resolve_run(load_config(on_verl)))
+    with pytest.raises(ConfigError, match="VLLM_PLUGINS=vllm_omni_register_models leaves out omni_qwen25_soundtrack"):
+        preflight(resolve_run(load_config([*on_verl, "actor_rollout_ref.rollout.pipeline_name=qwen2_5_omni"])))
 
 
 @pytest.mark.slow

@@ -508,10 +508,11 @@ def test_a_videos_soundtrack_reaches_verl_by_verl_omnis_two_keys() -> None:
 
 
 def test_a_vllm_omni_pipeline_that_cannot_interleave_soundtracks_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Qwen2.5-Omni's vLLM-Omni pipeline stops on a video with its soundtrack
-    (``interleaves_soundtracks``); the CPU replica, which runs transformers' thinker, takes it.
-    Qwen3-Omni's takes it with omni_qwen3's vLLM plugin, refused when ``VLLM_PLUGINS`` leaves
-    the plugin out."""
+    """A vLLM-Omni pipeline whose adapter does not declare ``interleaves_soundtracks`` is refused a
+    video with its soundtrack; the CPU replica, which runs transformers' thinker, takes it.
+    Qwen3-Omni's and Qwen2.5-Omni's take it with their packages' vLLM plugins, refused when
+    ``VLLM_PLUGINS`` leaves the plugin out."""
+    from omni_qwen25.rollout_adapter import Qwen25OmniRolloutAdapter
     from omni_trainer.engines.verl.tasks import soundtrack_problems
 
     def run(pipeline: str) -> list[str]:
@@ -520,15 +521,22 @@ def test_a_vllm_omni_pipeline_that_cannot_interleave_soundtracks_is_refused(monk
 
     monkeypatch.delenv("VLLM_PLUGINS", raising=False)
     qwen25 = run("qwen2_5_omni")
-    (problem,) = soundtrack_problems(load_config(qwen25))
-    assert problem.startswith("data.use_audio_in_video=true: vLLM-Omni's qwen2_5_omni pipeline does not lay")
-    assert soundtrack_problems(load_config([*qwen25, "trainer.device=cpu"])) == []  # omni_local
-    assert soundtrack_problems(load_config([*qwen25, "trainer.device=cpu", "actor_rollout_ref.rollout.name=vllm_omni"]))
-    assert soundtrack_problems(load_config(qwen25[:-1])) == []  # no soundtracks
-    qwen3 = load_config(run("qwen3_omni_moe"))
-    assert soundtrack_problems(qwen3) == []
-    monkeypatch.setenv("VLLM_PLUGINS", "omni_qwen3_soundtrack_positions,vllm_omni_register_models")
-    assert soundtrack_problems(qwen3) == []
-    monkeypatch.setenv("VLLM_PLUGINS", "vllm_omni_register_models")
-    (problem,) = soundtrack_problems(qwen3)
-    assert problem.startswith("VLLM_PLUGINS=vllm_omni_register_models leaves out omni_qwen3_soundtrack_positions")
+    assert soundtrack_problems(load_config(qwen25)) == []
+    with monkeypatch.context() as patch:
+        patch.setattr(Qwen25OmniRolloutAdapter, "interleaves_soundtracks", False)
+        (problem,) = soundtrack_problems(load_config(qwen25))
+        assert problem.startswith("data.use_audio_in_video=true: vLLM-Omni's qwen2_5_omni pipeline does not lay")
+        assert soundtrack_problems(load_config([*qwen25, "trainer.device=cpu"])) == []  # omni_local
+        assert soundtrack_problems(load_config([*qwen25, "trainer.device=cpu",
+                                                "actor_rollout_ref.rollout.name=vllm_omni"]))
+        assert soundtrack_problems(load_config(qwen25[:-1])) == []  # no soundtracks
+    for pipeline, plugin in (("qwen3_omni_moe", "omni_qwen3_soundtrack_positions"),
+                             ("qwen2_5_omni", "omni_qwen25_soundtrack")):
+        config = load_config(run(pipeline))
+        monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+        assert soundtrack_problems(config) == []
+        monkeypatch.setenv("VLLM_PLUGINS", f"{plugin},vllm_omni_register_models")
+        assert soundtrack_problems(config) == []
+        monkeypatch.setenv("VLLM_PLUGINS", "vllm_omni_register_models")
+        (problem,) = soundtrack_problems(config)
+        assert problem.startswith(f"VLLM_PLUGINS=vllm_omni_register_models leaves out {plugin}")
