@@ -25,8 +25,6 @@ LAUNCHER_KEYS = {
     "trainer.v1.trainer_mode=omni_colocate_async": "async_training.max_staleness=1",
     "trainer.v1.separate_async.parameter_sync_step=8": "async_training.trigger_parameter_sync_step=T",
     "actor_rollout_ref.rollout.nnodes=4": "rollout.nnodes and rollout.n_gpus_per_node",
-    # the judge (..._omnivideo_qi_v1.sh)
-    "reward.reward_model.enable=true": "does not serve a judge model yet",
     # DAPO (dapo_trainer/qwen3_omni)
     "algorithm.filter_groups.enable=true": "DAPO",
     "reward.reward_kwargs.overlong_buffer_cfg.len=1024": "DAPO",

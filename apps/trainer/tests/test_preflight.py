@@ -197,6 +197,30 @@ def test_custom_reward_function_file_is_loaded_and_checked(tmp_path: Path) -> No
         preflight(resolve_run(load_config([f"reward.custom_reward_function.path={scorer}", "reward.custom_reward_function.name=score"])))
 
 
+def test_a_judge_needs_a_checkpoint_and_a_reward_function_that_asks_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        preflight(resolve_run(load_config(["reward.reward_model.enable=true"])))
+    assert info.value.problems == [
+        "reward.reward_model.enable=true needs reward.reward_model.model_path, the judge checkpoint",
+        "reward.reward_model.enable=true: the judge is asked by your reward function (it gets reward_router_address "
+        "and reward_model_tokenizer); set reward.custom_reward_function.path (omni_rewards.judge asks a judge in a "
+        "few lines)",
+    ]
+    scorer = tmp_path / "judged.py"
+    scorer.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw):\n"
+                      "    return 0.0\n")
+    judged = ["reward.reward_model.enable=true", f"reward.custom_reward_function.path={scorer}"]
+    with pytest.raises(ConfigError, match=r"reward.reward_model.model_path=/nowhere is not a checkpoint directory"):
+        preflight(resolve_run(load_config([*judged, "reward.reward_model.model_path=/nowhere"])))
+    from omni_model_kit.tiny import build_tiny_chat_lm
+
+    preflight(resolve_run(load_config([*judged, f"reward.reward_model.model_path={build_tiny_chat_lm()}"])))
+    with pytest.raises(ConfigError, match=r"reward.reward_model.rollout.tensor_model_parallel_size=4 is a "
+                                          r"verl-engine setting .* serves the judge on the policy's device"):
+        preflight(resolve_run(load_config([*judged, f"reward.reward_model.model_path={build_tiny_chat_lm()}",
+                                           "reward.reward_model.rollout.tensor_model_parallel_size=4"])))
+
+
 def test_seed_v1_run_script_overrides_pass_print_config(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

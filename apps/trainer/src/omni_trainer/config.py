@@ -693,9 +693,76 @@ class RewardManagerSection:
 
 
 @dataclass
+class JudgeRolloutConfig:
+    """verl's ``reward.reward_model.rollout``: how the judge is served and answers. verl starts
+    ``name``'s servers (vLLM on GPUs); the local engine answers with transformers' ``generate``
+    in this process (``omni_rollout.chat_server``) and reads the length and sampling keys. A
+    request's own ``max_tokens``, ``temperature`` and ``top_p`` win over these defaults."""
+
+    name: str | None = key(
+        None, "verl's server for the judge (vllm)", engines="verl",
+        other_engine="answers with transformers' generate in this process")
+    dtype: str | None = key(
+        None, "the judge's dtype; null: verl's bfloat16 (the local engine: bfloat16 on a GPU, float32 on the CPU)",
+        choices=("bfloat16", "float16", "float32"))
+    tensor_model_parallel_size: int | None = key(
+        None, "GPUs per judge replica", at_least=1, engines="verl",
+        other_engine="serves the judge on the policy's device (honours 1)", honoured=(1,))
+    gpu_memory_utilization: float | None = key(
+        None, "the judge server's share of each GPU", above=0, at_most=1, engines="verl",
+        other_engine="reserves no share: generate allocates as it goes", honoured=any_value)
+    enforce_eager: bool | None = key(
+        None, "the judge's vLLM without CUDA graphs", engines="verl", other_engine="runs eagerly",
+        honoured=any_value)
+    free_cache_engine: bool | None = key(
+        None, "the judge's vLLM sleeps between scorings", engines="verl",
+        other_engine="keeps the judge in memory", honoured=any_value)
+    max_model_len: int | None = key(
+        None, "the judge's context (prompt + response)", at_least=1, engines="verl",
+        other_engine="bounds the prompt by prompt_length and the answer by response_length", honoured=any_value)
+    limit_images: int | None = key(
+        None, "images per judge prompt", at_least=0, engines="verl", other_engine="takes every image a request holds",
+        honoured=any_value)
+    max_num_seqs: int | None = key(
+        None, "requests the judge answers together; null: verl's 1024 (the local engine: 16)", at_least=1)
+    prompt_length: int | None = key(
+        None, "the longest judge prompt in tokens (a longer one is refused, counted as a failed sample); "
+        "null: verl's 2048", at_least=1)
+    response_length: int | None = key(
+        None, "the most tokens a judge answer may take; null: verl's 2048", at_least=1)
+    temperature: float | None = key(
+        None, "the judge's temperature where a request gives none; null: verl's 1.0", at_least=0)
+    top_p: float | None = key(None, "the judge's top-p where a request gives none; null: verl's 1.0", above=0, at_most=1)
+    top_k: int | None = key(None, "the judge's top-k; null: verl's -1 (off)", at_least=1, allowed=(-1,))
+    do_sample: bool | None = key(None, "false: the judge answers greedily; null: verl's true")
+
+
+@dataclass
+class JudgeModelConfig:
+    """verl's ``reward.reward_model``: a judge model served for the reward function, which gets
+    its address as ``reward_router_address`` and its tokenizer as ``reward_model_tokenizer``
+    (``omni_rewards.judge`` asks it). Needs ``reward.custom_reward_function``."""
+
+    enable: bool = key(False, "serve a judge model for the reward function (verl's generative reward model)",
+                       verl=MAPPED)
+    model_path: str | None = key(None, "the judge checkpoint", verl=MAPPED)
+    enable_resource_pool: bool | None = key(
+        None, "the judge on a GPU pool of its own (false: on the training GPUs)", engines="verl",
+        other_engine="serves the judge in this process on the policy's device (honours false)", honoured=(False,))
+    n_gpus_per_node: int | None = key(
+        None, "GPUs per node of the judge's own pool", at_least=1, engines="verl",
+        other_engine="serves the judge in this process", honoured=any_value)
+    nnodes: int | None = key(
+        None, "nodes of the judge's own pool", at_least=0, engines="verl",
+        other_engine="serves the judge in this process", honoured=any_value)
+    rollout: JudgeRolloutConfig = field(default_factory=JudgeRolloutConfig)
+
+
+@dataclass
 class RewardConfig:
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
     reward_manager: RewardManagerSection = field(default_factory=RewardManagerSection)
+    reward_model: JudgeModelConfig = field(default_factory=JudgeModelConfig)
     num_workers: int | None = key(
         None, "scorer processes; null: one per CPU", at_least=1, note=", or null (one per CPU)", verl=MAPPED)
     timeout_s: float = key(30.0, "seconds a scorer may take per sample", above=0, verl=MAPPED)

@@ -1,7 +1,7 @@
 """verl's and verl-omni's keys that no engine here reads, each with why and what to use instead.
 
 verl-omni's launchers carry keys of engines and features omni-rl does not have (Megatron,
-VeOmni, Ascend NPUs, verl's V1 asynchronous trainer modes, a judge model, DAPO's dynamic
+VeOmni, Ascend NPUs, verl's V1 asynchronous trainer modes, DAPO's dynamic
 sampling). A key of the schema is declared in :mod:`omni_trainer.config`; these are not in it,
 so a run that sets one stops with its theme's reason and alternative (one problem per key)
 instead of "unknown key". The themes were drawn from every Qwen3-Omni launcher of verl-omni
@@ -71,11 +71,6 @@ THEMES: tuple[ForeignTheme, ...] = (
         "a setting of verl's fully-async entry point (verl-omni's fully-async launcher)",
         "the fully-async trainer (async_training.max_staleness >= 2) samples actor_rollout_ref.rollout.n responses "
         "a prompt and streams them a prompt at a time; set actor_rollout_ref.rollout.n and drop it"),
-    ForeignTheme(
-        ("reward.reward_model",),
-        "a setting of verl's reward model (a judge served on the run's GPUs, as verl-omni's OmniVideo-R1 QI recipe uses)",
-        "omni-rl does not serve a judge model yet; rows are scored by their data_source's scorer (a QI response "
-        "that needs the judge is counted as a failed sample), or reward.custom_reward_function; drop it"),
     ForeignTheme(
         ("algorithm.filter_groups", "reward.reward_kwargs.overlong_buffer_cfg", "reward.reward_kwargs.max_resp_len"),
         "a setting of DAPO's dynamic sampling or overlong penalty (verl's dapo reward manager, verl-omni's DAPO launchers)",

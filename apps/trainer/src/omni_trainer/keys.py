@@ -174,11 +174,13 @@ def range_problems(config: Any) -> list[str]:
 
 
 def choice_problems(config: Any) -> list[str]:
-    """One problem per declared key whose value is not one of its choices."""
+    """One problem per declared key whose value is not one of its choices (a key whose default is
+    ``None``, "unset", may stay unset)."""
     return [
         f"{declared.name}={value!r}; valid: {', '.join(declared.doc.choices)}"
         for declared in declared_keys(config)
         if declared.doc.choices and (value := value_at(config, declared.name)) not in declared.doc.choices
+        and not (value is None and declared.default is None)
     ]
 
 

@@ -359,6 +359,29 @@ def _custom_reward_function(run: ResolvedRun, found: Findings) -> None:
         found.problems.append(f"reward.custom_reward_function: {exc}")
 
 
+def _judge(run: ResolvedRun, found: Findings) -> None:
+    """``reward.reward_model``: a judge folder that loads, and a reward function that asks it
+    (verl's generative reward model needs one; the built-in scorers ask no judge)."""
+    judge = run.config.reward.reward_model
+    if not judge.enable:
+        return
+    key = "reward.reward_model.model_path"
+    if not judge.model_path:
+        found.problems.append(f"reward.reward_model.enable=true needs {key}, the judge checkpoint")
+    elif not (Path(judge.model_path).expanduser() / "config.json").is_file():
+        found.problems.append(f"{key}={judge.model_path} is not a checkpoint directory (no config.json)")
+    else:
+        found.problems.extend(folder_problems(key, judge.model_path))
+    if not run.config.reward.custom_reward_function.path:
+        found.problems.append(
+            "reward.reward_model.enable=true: the judge is asked by your reward function (it gets "
+            "reward_router_address and reward_model_tokenizer); set reward.custom_reward_function.path "
+            "(omni_rewards.judge asks a judge in a few lines)")
+    if not task_of(run.task).scored_by_data_source:
+        found.problems.append(f"reward.reward_model.enable=true: the {run.task} task is not scored by a reward "
+                              "function; drop the judge")
+
+
 def _run_dir(run: ResolvedRun, found: Findings) -> None:
     """The run directory can be created and written."""
     config = run.config
@@ -513,6 +536,6 @@ def _audio_in_video(run: ResolvedRun, found: Findings) -> None:
 
 
 COMMON_CHECKS: tuple[Check, ...] = (
-    _vocabularies, _distillation, _rollout_correction, _async_training, _ranges, _warnings, _model_paths, _data_files, _custom_reward_function, _run_dir,
+    _vocabularies, _distillation, _rollout_correction, _async_training, _ranges, _warnings, _model_paths, _data_files, _custom_reward_function, _judge, _run_dir,
     _verl_omni_keys, _resume_keys, _reward_error_rate, _preference, _audio_in_video,
 )

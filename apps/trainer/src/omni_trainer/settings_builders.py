@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from omni_rewards import RewardManagerConfig
+from omni_rollout.chat_server import ChatServerSettings
 from omni_rollout.sampling import SamplingSettings
 from omni_training.distillation import DistillationSettings
 from omni_training.policy_loss import PolicyLossConfig
@@ -142,3 +143,23 @@ def distillation_settings(config: Config) -> DistillationSettings | None:
         log_prob_min_clamp=loss.log_prob_min_clamp, use_policy_gradient=loss.use_policy_gradient,
         clip_ratio=loss.clip_ratio, clip_ratio_low=loss.clip_ratio_low, clip_ratio_high=loss.clip_ratio_high,
     )
+
+
+JUDGE_DEFAULTS = {"max_num_seqs": 16, "prompt_length": 2048, "response_length": 2048, "temperature": 1.0, "top_p": 1.0,
+                  "top_k": -1}
+"""The local judge's values of ``reward.reward_model.rollout``'s unset keys: verl's, but 16 requests
+at once (verl's 1024 is a vLLM server's)."""
+
+
+def judge_settings(cfg: Config, device: str) -> ChatServerSettings:
+    """The local engine's judge (``reward.reward_model``): served on the policy's device."""
+    judge = cfg.reward.reward_model
+    assert judge.model_path is not None  # the pre-flight refuses an enabled judge without one
+    rollout = judge.rollout
+    given = {name: getattr(rollout, name) for name in JUDGE_DEFAULTS if getattr(rollout, name) is not None}
+    values = {**JUDGE_DEFAULTS, **given}
+    if rollout.do_sample is False:
+        values["temperature"] = 0.0
+    return ChatServerSettings(
+        model_path=judge.model_path, device=device,
+        dtype=rollout.dtype or ("float32" if device == "cpu" else "bfloat16"), **values)

@@ -482,3 +482,36 @@ __all__ = [
     "train_bpe",
     "training_corpus",
 ]
+
+
+CHATML_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def build_tiny_chat_lm(out_dir: str | Path | None = None, seed: int = 0) -> Path:
+    """(Or reuse) a tiny text-only ``Qwen2ForCausalLM`` with an offline 1024-entry BPE and a
+    ChatML template: a chat model for tests that need one that is not an omni model (a judge)."""
+    settings = {"family": "tiny-chat-lm", "vocab": 1024, "hidden": 64, "layers": 2, "seed": seed, "builder": 1}
+
+    def write(out: Path) -> None:
+        import torch
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+        from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX, Qwen2Tokenizer
+
+        vocab, merges = train_bpe(1024, ("<|endoftext|>", "<|im_start|>", "<|im_end|>"), PRETOKENIZE_REGEX)
+        options: dict[str, Any] = {"vocab": vocab, "merges": merges, "eos_token": "<|im_end|>",
+                                   "pad_token": "<|endoftext|>", "unk_token": None}  # byte-level: no unknowns
+        tokenizer = Qwen2Tokenizer(**options)
+        tokenizer.chat_template = CHATML_TEMPLATE
+        config = Qwen2Config(
+            vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+            eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False,
+        )
+        torch.manual_seed(seed)
+        Qwen2ForCausalLM(config).save_pretrained(out)
+        tokenizer.save_pretrained(out)
+
+    return cached_build("tiny-chat-lm", settings, write, out_dir)

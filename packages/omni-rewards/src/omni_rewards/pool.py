@@ -8,7 +8,8 @@ timed out, requeues the rest of its chunk and starts a replacement.
 
 Protocol: a worker imports its preload modules and sends ``READY``; then it receives
 chunks ``[(index, fn, args, kwargs), ...]`` and answers one ``(index, ok, value_or_error)``
-per task, in order; ``None`` asks it to exit.
+per task, in order; ``None`` asks it to exit. A task that raises ``TimeoutError`` (a judge that
+did not answer in time) is a timeout, as one the pool stops; any other exception an error.
 """
 
 from __future__ import annotations
@@ -75,14 +76,15 @@ def _worker_main(
             try:
                 message: tuple[int, bool, Any] = (index, True, fn(*args, **kwargs))
             except Exception as exc:
-                message = (index, False, describe_exception(exc))
+                status = "timeout" if isinstance(exc, TimeoutError) else "error"
+                message = (index, False, (status, describe_exception(exc)))
             try:
                 conn.send(message)
             except (BrokenPipeError, ConnectionResetError):
                 return
             except Exception as exc:  # the result did not pickle; nothing was written yet
                 error = f"the result could not be sent back: {describe_exception(exc)}"
-                conn.send((index, False, error))
+                conn.send((index, False, ("error", error)))
 
 
 @contextlib.contextmanager
@@ -326,7 +328,8 @@ class TimedWorkerPool:
                 if ok:
                     outcomes[index] = TaskOutcome("ok", value=payload)
                 else:
-                    outcomes[index] = TaskOutcome("error", error=payload)
+                    status, error = payload
+                    outcomes[index] = TaskOutcome(status, error=error)
                 worker.outstanding.popleft()
                 worker.deadline = time.monotonic() + timeout_s
         except (EOFError, OSError):

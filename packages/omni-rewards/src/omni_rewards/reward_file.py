@@ -1,20 +1,25 @@
 """``reward.custom_reward_function.path/name``: a user's scorer file, loaded as verl loads it.
 
 verl imports the Python file at ``path`` (or the module ``pkg://<import name>``) and calls ``name`` (default ``compute_score``) as
-``name(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)`` for every
-response; it returns a number or a mapping with a ``"score"``. Here the call runs in the
-reward manager's worker processes (timed, crash-safe): each worker imports the file once.
-A scorer registry built by :func:`custom_registry` routes every data source of the run to it.
+``name(data_source=..., solution_str=..., ground_truth=..., extra_info=..., **reward_kwargs)`` for every
+response, by keyword; it returns a number or a mapping with a ``"score"``, and may be ``async``
+(verl awaits it). With a judge model (``reward.reward_model.enable``) it also gets
+``reward_router_address`` (the judge's ``host:port``) and ``reward_model_tokenizer`` (the judge's
+tokenizer, loaded once per process). Here the call runs in the reward manager's worker processes
+(timed, crash-safe): each worker imports the file once. A scorer registry built by
+:func:`custom_registry` routes every data source of the run to it.
 
 Light: no torch; reward workers import this module.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -75,12 +80,29 @@ def _callable(module: Any, name: str, path: str) -> Callable[..., Any]:
     return function
 
 
+@functools.cache
+def judge_tokenizer(model_path: str) -> Any:
+    """The judge's tokenizer (verl's ``reward_model_tokenizer``), loaded once per process."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_path)
+
+
 def score_with_file(
     path: str, name: str, data_source: str, solution_str: str, ground_truth: str,
-    extra_info: Mapping[str, Any] | None = None, **kwargs: Any,
+    extra_info: Mapping[str, Any] | None = None, *, judge_model_path: str | None = None, **kwargs: Any,
 ) -> Any:
-    """One response through the user's function (what a reward worker runs)."""
-    return load_reward_function(path, name)(data_source, solution_str, ground_truth, extra_info, **kwargs)
+    """One response through the user's function, called and awaited as verl calls it (what a
+    reward worker runs); ``judge_model_path`` becomes ``reward_model_tokenizer``."""
+    if judge_model_path is not None:
+        kwargs["reward_model_tokenizer"] = judge_tokenizer(judge_model_path)
+    result = load_reward_function(path, name)(data_source=data_source, solution_str=solution_str,
+                                              ground_truth=ground_truth, extra_info=extra_info, **kwargs)
+    return asyncio.run(_awaited(result)) if inspect.isawaitable(result) else result
+
+
+async def _awaited(result: Any) -> Any:
+    return await result
 
 
 def custom_scorer(path: str, name: str, data_source: str, reward_kwargs: Mapping[str, Any] | None = None) -> Any:

@@ -43,3 +43,10 @@ TEST_SCORERS = {
     "test/sleep": sleep_then_score,
     "test/text": return_text,
 }
+
+
+def judged(solution_str: str, ground_truth: str, extra_info: Info = None, *, address: str) -> float:
+    """The score a judge at ``address`` gives (half-second deadline): its failures are the scorer's."""
+    from omni_rewards.judge import judge_score
+
+    return judge_score(address, f"{solution_str} vs {ground_truth}", timeout_s=0.5).score

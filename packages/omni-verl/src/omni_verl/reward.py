@@ -12,7 +12,9 @@ a batch reports the same extra fields.
 A user's ``reward.custom_reward_function`` (verl's key) travels in the reward kwargs
 (``custom_path``, ``custom_name``, ``custom_kwargs``): every data source is then scored by
 that function (:mod:`omni_rewards.reward_file`), called as verl calls it, with the same
-timeout and failure accounting.
+timeout and failure accounting. With verl's reward model (``reward.reward_model.enable``) verl
+hands this function the judge's ``reward_router_address`` and ``reward_model_tokenizer``; both
+reach the user's function (the tokenizer by its path: each scorer process loads it once).
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ def compute_score(
     custom_path: str | None = None,
     custom_name: str = "compute_score",
     custom_kwargs: Mapping[str, Any] | None = None,
+    reward_router_address: str | None = None,
+    reward_model_tokenizer: Any = None,
     **_: Any,
 ) -> dict[str, float]:
     """One sample's reward: ``score``, ``acc`` and the ``reward_<status>`` indicators.
@@ -84,7 +88,11 @@ def compute_score(
     custom = None
     if custom_path:
         load_reward_function(custom_path, custom_name)  # a clear error here, not one per sample in the workers
-        kwargs = OmegaConf.to_container(custom_kwargs) if OmegaConf.is_config(custom_kwargs) else dict(custom_kwargs or {})
+        kwargs: dict[str, Any] = dict(OmegaConf.to_container(custom_kwargs) if OmegaConf.is_config(custom_kwargs)  # type: ignore[arg-type]
+                                      else custom_kwargs or {})
+        if reward_router_address is not None:
+            kwargs["reward_router_address"] = reward_router_address
+            kwargs["judge_model_path"] = getattr(reward_model_tokenizer, "name_or_path", None)
         custom = (custom_path, custom_name, json.dumps(kwargs, sort_keys=True))
     manager = _manager(num_workers, timeout_s, on_unknown_data_source, custom)
     if custom is not None:

@@ -63,6 +63,7 @@ READ_BY_THE_VERL_ENGINE = {
     "actor_rollout_ref.actor.omni_loss.simpo_gamma": "preference_pairs.py",
     "actor_rollout_ref.actor.omni_loss.refer_model_precision": "config.py",  # verl-omni reads it nowhere either
     "actor_rollout_ref.rollout.pipeline_name": "engines/verl/translate.py",
+    "reward.reward_model.rollout.name": "engines/verl/translate.py",  # verl's is ??? (required): passed through
     "actor_rollout_ref.rollout.pipeline_mode": "engines/verl/translate.py",
     "actor_rollout_ref.rollout.speaker": "engines/verl/tasks.py",
     "actor_rollout_ref.rollout.engine_kwargs.vllm_omni.pipeline_name": "config.py",  # an alias (KEY_ALIASES)

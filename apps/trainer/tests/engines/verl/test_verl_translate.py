@@ -540,3 +540,45 @@ def test_a_vllm_omni_pipeline_that_cannot_interleave_soundtracks_is_refused(monk
         monkeypatch.setenv("VLLM_PLUGINS", "vllm_omni_register_models")
         (problem,) = soundtrack_problems(config)
         assert problem.startswith(f"VLLM_PLUGINS=vllm_omni_register_models leaves out {plugin}")
+
+
+JUDGE = ["reward.reward_model.enable=true", "reward.reward_model.model_path=/judge",
+         "reward.custom_reward_function.path=/qi.py"]
+
+
+def test_a_judge_reaches_verls_reward_model_keys_as_verl_omni_sets_them() -> None:
+    """verl-omni's OmniVideo-R1 QI launcher's judge keys reach verl at their paths; verl starts the
+    judge's servers and calls our reward function with their router, which hands it to the user's."""
+    from omni_trainer.engines.verl.translate import config_problems
+
+    qi = ["reward.reward_model.enable_resource_pool=false", "reward.reward_model.rollout.name=vllm",
+          "reward.reward_model.rollout.tensor_model_parallel_size=8",
+          "reward.reward_model.rollout.gpu_memory_utilization=0.4", "reward.reward_model.rollout.free_cache_engine=true",
+          "reward.reward_model.rollout.enforce_eager=false", "reward.reward_model.rollout.do_sample=false",
+          "reward.reward_model.rollout.temperature=0", "reward.reward_model.rollout.top_p=1.0",
+          "reward.reward_model.rollout.top_k=-1", "reward.reward_model.rollout.prompt_length=32768",
+          "reward.reward_model.rollout.response_length=256", "reward.reward_model.rollout.max_model_len=33024",
+          "reward.reward_model.rollout.max_num_seqs=32", "reward.reward_model.rollout.limit_images=32"]
+    verl = _verl(*JUDGE, *qi)
+    judge = verl.reward.reward_model
+    assert judge.enable is True and judge.model_path == "/judge" and judge.enable_resource_pool is False
+    assert OmegaConf.to_container(judge.rollout, resolve=True).items() >= {
+        "name": "vllm", "tensor_model_parallel_size": 8, "gpu_memory_utilization": 0.4, "free_cache_engine": True,
+        "enforce_eager": False, "do_sample": False, "temperature": 0, "top_p": 1.0, "top_k": -1,
+        "prompt_length": 32768, "response_length": 256, "max_model_len": 33024, "max_num_seqs": 32,
+        "limit_images": 32}.items()
+    assert verl.reward.custom_reward_function.reward_kwargs.custom_path == "/qi.py"  # the user's, behind ours
+    assert config_problems(load_config([*VERL_BASE, *JUDGE, *qi])) == []
+    assert _verl().reward.reward_model.enable is False  # verl's defaults, unsent
+    assert _verl().reward.reward_model.rollout.max_num_seqs == 1024
+
+
+def test_a_judge_verl_cannot_serve_is_refused_by_name() -> None:
+    from omni_trainer.engines.verl.translate import config_problems
+
+    (unnamed,) = config_problems(load_config([*VERL_BASE, *JUDGE]))
+    assert unnamed == ("reward.reward_model.enable=true: name verl's server for the judge, "
+                       "reward.reward_model.rollout.name=vllm")
+    on_cpu = config_problems(load_config([*VERL_BASE, *JUDGE, "reward.reward_model.rollout.name=vllm",
+                                          "trainer.device=cpu"]))
+    assert any(p.startswith("reward.reward_model.enable=true: on trainer.device=cpu") for p in on_cpu), on_cpu

@@ -155,10 +155,28 @@ def config_problems(config: Config) -> list[str]:
             "directory (it reads the step from the folder's name)"
         )
     problems.extend(distillation_problems(config))
+    problems.extend(judge_problems(config))
     problems.extend(verl_key_problems(config))
     problems.extend(verl_refusals(config))  # local-engine keys verl has no counterpart for
     problems.extend(bypass_problems(config))
     problems.extend(async_training_problems(config))
+    return problems
+
+
+def judge_problems(config: Config) -> list[str]:
+    """A judge model (``reward.reward_model``) verl cannot serve: none named, or on the CPU."""
+    judge = config.reward.reward_model
+    if not judge.enable:
+        return []
+    problems = []
+    if judge.rollout.name is None:
+        problems.append("reward.reward_model.enable=true: name verl's server for the judge, "
+                        "reward.reward_model.rollout.name=vllm")
+    if config.trainer.device == "cpu":
+        problems.append(
+            "reward.reward_model.enable=true: on trainer.device=cpu verl's judge servers need a rollout that answers "
+            "OpenAI chat requests, which the CPU replica does not yet; train with a judge on the local engine "
+            "(trainer.engine=local serves it in-process), or on GPUs")
     return problems
 
 
@@ -405,6 +423,9 @@ def _values(
         values["ray_kwargs.ray_init.num_gpus"] = ray_init.num_gpus
     values.update(distillation_values(config))
     values.update(async_training_values(config))
+    if config.reward.reward_model.enable:  # verl starts the judge's servers and hands our function their router
+        values["reward.reward_model.enable"] = True
+        values["reward.reward_model.model_path"] = config.reward.reward_model.model_path
     if trainer.device == "cpu":
         values.update(cpu_values(config, env_vars, settings))
     return values

@@ -16,6 +16,7 @@ from omni_rewards import SCORERS, RewardManager, ScorerRegistry
 from omni_rewards.api import ground_truth_text
 from omni_rewards.audio import SpeechSample, WeightedAudioReward
 from omni_rollout.agent_loops import get_agent_loop
+from omni_rollout.chat_server import ChatServer
 from omni_rollout.local_engine import LocalEngine
 from omni_training.actor import Actor, Regularizer
 
@@ -25,7 +26,7 @@ from omni_trainer.config import Config, ConfigError
 from omni_rewards.reward_file import custom_registry
 from omni_trainer.interrupts import workers_ignore_sigint
 from omni_trainer.prompts import BuiltinPrompts, DatasetPrompts, Prepared, PromptSource, encode_builtin
-from omni_trainer.settings_builders import reward_manager_config, sampling_settings, validation_sampling
+from omni_trainer.settings_builders import judge_settings, reward_manager_config, sampling_settings, validation_sampling
 from omni_trainer.engines.local.async_rollout import AsyncSampler, policy_copy
 from omni_trainer.engines.local.step import Rollouts, Sampler, Scores, StepParts, new_group_ids, train_step
 from omni_trainer.engines.local.task import LoadedRun, Task
@@ -87,6 +88,7 @@ class TextRL(Task):
         self.rewards: RewardManager | None = None
         self._val_rows: list[Prepared] = []
         self.async_sampler: AsyncSampler | None = None
+        self.judge: ChatServer | None = None
 
     def rows(self) -> tuple[PromptSource, list[Prepared]]:
         train, self._val_rows = self._load_rows()
@@ -120,6 +122,8 @@ class TextRL(Task):
         actor.mask_logits(run.logit_mask(run.mode))
         self.engine = run.text_engine(actor, run.mode)
         self._build_drift(actor)
+        if cfg.reward.reward_model.enable:  # serving from start(); its address is known now
+            self.judge = ChatServer(judge_settings(cfg, device))
         self.rewards = RewardManager(reward_manager_config(cfg), registry=self._scorers())
         self.sampler = self._sampler(self.engine, self.rewards)
         self.parts = StepParts(cfg, self.sampler, actor, run.training_adapter, pad_token_id=self.engine.pad_token_id)
@@ -151,7 +155,9 @@ class TextRL(Task):
     def _scorers(self) -> ScorerRegistry:
         custom = self.config.reward.custom_reward_function
         if custom.path:
-            return custom_registry(custom.path, custom.name, self._data_sources(), custom.reward_kwargs)
+            judge = {"reward_router_address": self.judge.address, "judge_model_path": self.judge.settings.model_path
+                     } if self.judge is not None else {}
+            return custom_registry(custom.path, custom.name, self._data_sources(), {**custom.reward_kwargs, **judge})
         return SCORERS
 
     def _data_sources(self) -> set[str]:
@@ -189,6 +195,10 @@ class TextRL(Task):
             self.rewards.launch()
         print("reward: starting the scorer processes", flush=True)
         self.rewards.start()  # their imports: Ctrl-C here stops the run (start-up)
+        if self.judge is not None:
+            self.judge.start()
+            print(f"reward: the judge {self.judge.settings.model_path} answers at http://{self.judge.address}"
+                  f"/v1/chat/completions ({self.judge.settings.device}, {self.judge.settings.dtype})", flush=True)
 
     @torch.no_grad()
     def validate(self, step: int, generations: ValGenerationsLog | None) -> dict[str, float]:
@@ -254,3 +264,5 @@ class TextRL(Task):
         for rewards in (self.rewards, self.probe_rewards):
             if rewards is not None:
                 rewards.close()
+        if self.judge is not None:
+            self.judge.close()

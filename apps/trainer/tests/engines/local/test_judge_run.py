@@ -1,0 +1,96 @@
+"""A judge model as the reward on the local engine (``reward.reward_model``), end to end: the
+judge is served in-process behind an OpenAI-compatible chat endpoint, and a reward function
+written as verl-omni writes its judged rewards (``async def compute_score(..., reward_router_address,
+reward_model_tokenizer, **kwargs)``, posting ``/v1/chat/completions`` with a system prompt and content
+parts, reading ``choices[0].message.content``) runs unchanged. The tiny judge is a random chat
+model: what it answers is read, and an answer without a score is a counted failure that stops
+the run, never a 0 trained on."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from omni_trainer.cli import main
+
+REWARD = textwrap.dedent('''
+    import asyncio
+    import json
+    import re
+    import urllib.request
+
+    SYSTEM = 'You judge answers. Reply with only {"score": <0 or 1>, "reason": "..."}.'
+
+
+    def _post(url, payload):
+        request = urllib.request.Request(url, json.dumps(payload).encode(), {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.loads(response.read())
+
+
+    async def compute_score(data_source, solution_str, ground_truth, extra_info=None,
+                            reward_router_address=None, reward_model_tokenizer=None, strict=False, **kwargs):
+        payload = {
+            "model": reward_model_tokenizer.name_or_path,
+            "messages": [{"role": "system", "content": SYSTEM},
+                         {"role": "user", "content": [{"type": "text", "text":
+                             f"Reference: {ground_truth}\\nAnswer: {solution_str}"}]}],
+            "temperature": 0.0, "top_p": 1.0, "max_tokens": 8,
+        }
+        result = await asyncio.to_thread(_post, f"http://{reward_router_address}/v1/chat/completions", payload)
+        answer = result["choices"][0]["message"]["content"]
+        found = re.search(r"\\{.*?\\}", answer)
+        if found is None and strict:
+            raise ValueError(f"no score in the judge's answer {answer!r}")
+        # the rule part, as a judged reward has one, and how long the judge's answer was
+        return {"score": float(str(ground_truth) in solution_str), "judge_chars": float(len(answer))}
+''')
+
+
+def judged_run(tmp_path: Path, *extra: str) -> list[str]:
+    from omni_model_kit.tiny import build_tiny_chat_lm
+
+    reward = tmp_path / "judged_reward.py"
+    reward.write_text(REWARD)
+    return [
+        "data.builtin_task_size=8", "data.train_batch_size=2", "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "data.max_response_length=4", "reward.num_workers=1",
+        "trainer.total_training_steps=2", "trainer.save_freq=-1", "trainer.val_before_train=false",
+        f"reward.custom_reward_function.path={reward}", "reward.reward_model.enable=true",
+        f"reward.reward_model.model_path={build_tiny_chat_lm()}", "reward.reward_model.rollout.response_length=8",
+        "reward.reward_model.rollout.do_sample=false", f"trainer.default_local_dir={tmp_path / 'run'}", *extra,
+    ]
+
+
+@pytest.mark.slow
+def test_the_judge_answers_the_reward_function_on_every_sample(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("OMNI_RL_CACHE", str(tmp_path_factory.getbasetemp() / "omni-rl-cache"))  # the session's
+    assert main(judged_run(tmp_path)) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "reward: the judge " in out and "/v1/chat/completions (cpu, float32)" in out
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [1.0, 2.0]
+    for row in rows:  # every sample's judge answered (8 tokens of a random model: never empty)
+        assert row["reward/errors"] == 0 and row["reward/timeouts"] == 0
+        judged = [value for key, value in row.items() if key.endswith("/judge_chars/mean")]
+        assert judged and all(value > 0 for value in judged), row
+
+
+@pytest.mark.slow
+def test_a_judge_answer_without_a_score_is_a_counted_failure_that_stops_the_run(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("OMNI_RL_CACHE", str(tmp_path_factory.getbasetemp() / "omni-rl-cache"))
+    code = main(judged_run(tmp_path, "+reward.custom_reward_function.reward_kwargs.strict=true"))
+    error = capsys.readouterr().err
+    assert code == 2, error
+    assert "step 1: the reward scorer failed (error or timeout) on 4 of 4 samples (100%)" in error
+    assert "ValueError: no score in the judge's answer" in error
+    assert not (tmp_path / "run" / "metrics.jsonl").exists() or not (tmp_path / "run" / "metrics.jsonl").read_text()
