@@ -32,6 +32,8 @@ def test_subcommands_dispatch(capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit) as info:
             main([name, "--help"])
         assert info.value.code == 0
+    assert main(["tiny-judge", "--help"]) == 0 and "prints its path" in capsys.readouterr().err
+    assert main(["tiny-judge", "extra"]) == 2
 
 
 def test_convert_never_writes_over_its_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

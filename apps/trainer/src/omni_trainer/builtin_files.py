@@ -9,14 +9,20 @@ the question after ``<image><audio>``, so both engines template the same prompt.
 With ``data.use_audio_in_video`` (or ``data.soundtrack_as_audio``) the built-in task is the clip task
 (:func:`omni_trainer.builtin_task.clip_specs`), on both engines from files: each clip an mp4
 (frames and an AAC soundtrack, written with PyAV's bundled libav) beside the parquet.
+
+:func:`builtin_judge` is the built-in task's judge, a tiny checkpoint built offline
+(``trainer tiny-judge``).
 """
 
 from __future__ import annotations
 
 import io
+import random
 import sys
 from pathlib import Path
 from typing import Any
+
+from omni_rewards.scorers.builtin_digits import JUDGE_RUBRIC, digits_rule, judge_answer
 
 from omni_trainer import builtin_task
 from omni_trainer.builtin_preference import builtin_preference_files
@@ -155,3 +161,35 @@ def use_builtin_files(config: Any) -> bool:
     print(f"model: {EMBEDDED_MODEL} built offline at {model.path}; {task}: "
           f"{Path(data.train_files[0]).parent}", file=sys.stderr)
     return True
+
+
+JUDGE_RULE = "builtin-digits-v1"
+"""Names the built-in judge's rule (and its version) in its cache key."""
+
+
+def builtin_judge() -> Path:
+    """The built-in task's judge (``trainer tiny-judge``): the tiny chat model taught
+    ``JUDGE_RUBRIC``'s rule on answers like the embedded policy's (1 to 4 random tokens of its
+    tokenizer, a number put in front of a third of them and a digit inside another third), built
+    offline and cached. With it, ``reward.reward_model`` and
+    ``omni_rewards.scorers.builtin_digits.compute_score_judged`` pay what the rule scorer pays."""
+    from transformers import AutoTokenizer
+
+    from omni_model_kit.tiny_judge import build_tiny_judge
+
+    policy = embedded_model_path()
+    tokenizer = AutoTokenizer.from_pretrained(policy)
+    special = set(tokenizer.all_special_ids)
+    ids = [i for i in range(len(tokenizer)) if i not in special]
+
+    def example(rng: random.Random) -> tuple[str, str]:
+        text = str(tokenizer.decode([rng.choice(ids) for _ in range(rng.randint(1, 4))], skip_special_tokens=True))
+        draw = rng.random()
+        if draw < 1 / 3:
+            text = f"{rng.randint(0, 99)}{text}"
+        elif draw < 2 / 3:
+            cut = rng.randint(0, len(text))
+            text = f"{text[:cut]}{rng.randint(0, 9)}{text[cut:]}"
+        return JUDGE_RUBRIC.format(answer=text), judge_answer(digits_rule(text))
+
+    return build_tiny_judge(f"{JUDGE_RULE}-{Path(policy).name}", example)

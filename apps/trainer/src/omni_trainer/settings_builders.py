@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from omni_rewards import RewardManagerConfig
+from omni_rewards.reward_file import JUDGE_PRELOAD
 from omni_rollout.chat_server import ChatServerSettings
 from omni_rollout.sampling import SamplingSettings
 from omni_training.distillation import DistillationSettings
@@ -125,6 +126,7 @@ def reward_manager_config(cfg: Config) -> RewardManagerConfig:
     return RewardManagerConfig(
         num_workers=reward.num_workers, timeout_s=reward.timeout_s,
         on_unknown_data_source=reward.on_unknown_data_source,  # type: ignore[arg-type]
+        preload=JUDGE_PRELOAD if reward.reward_model.enable else (),
     )
 
 

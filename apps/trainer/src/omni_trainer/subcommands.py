@@ -64,6 +64,17 @@ def _tiny(argv: Sequence[str]) -> int:
     return build_tiny_command(argv)
 
 
+def _tiny_judge(argv: Sequence[str]) -> int:
+    if argv:
+        print("usage: trainer tiny-judge  (builds or reuses the built-in task's judge; prints its path)",
+              file=sys.stderr)
+        return 0 if argv[0] in ("-h", "--help") else 2
+    from omni_trainer.builtin_files import builtin_judge
+
+    print(builtin_judge())
+    return 0
+
+
 def _plan_memory(argv: Sequence[str]) -> int:
     from omni_rollout.memory_planner import main
 
@@ -197,6 +208,7 @@ def _doctor_plan(overrides: Sequence[str]) -> int:
 SUBCOMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "convert": (_convert, "convert a raw dataset to RL parquet (gsm8k | mmk12 | avqa | omni_preference)"),
     "tiny": (_tiny, "build the tiny offline Qwen3-Omni checkpoint"),
+    "tiny-judge": (_tiny_judge, "build the built-in task's tiny judge (reward.reward_model.model_path)"),
     "plan-memory": (_plan_memory, "size vLLM-Omni rollout memory for colocated training"),
     "merge": (_merge, "merge a LoRA adapter into its base checkpoint"),
     "model": (_model, "checkpoint tools: noise (distillation student), merge"),

@@ -56,6 +56,11 @@ class RewardManagerConfig:
     scorer_kwargs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """Keyword arguments per data source, e.g. ``{"openai/gsm8k": {"method": "flexible"}}``."""
 
+    preload: tuple[str, ...] = ()
+    """Modules each worker imports before it is ready, besides omni_rewards and math-verify: an
+    import that takes seconds (transformers' tokenizers, for a judge's ``reward_model_tokenizer``)
+    is then part of the start-up, not of the first samples' ``timeout_s``."""
+
     def __post_init__(self) -> None:
         problems = []
         if self.num_workers is not None and self.num_workers < 1:
@@ -99,7 +104,7 @@ class RewardManager:
         self._pool = TimedWorkerPool(
             self.config.workers(),
             start_method=self.config.start_method,
-            preload=("omni_rewards", "math_verify"),
+            preload=("omni_rewards", "math_verify", *self.config.preload),
             initializer=warm_up,
         )
         self._lock = threading.Lock()

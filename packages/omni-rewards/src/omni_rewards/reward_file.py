@@ -80,6 +80,10 @@ def _callable(module: Any, name: str, path: str) -> Callable[..., Any]:
     return function
 
 
+JUDGE_PRELOAD = ("transformers.models.auto.tokenization_auto",)
+"""What a worker imports at start-up to load :func:`judge_tokenizer` quickly (``RewardManagerConfig.preload``)."""
+
+
 @functools.cache
 def judge_tokenizer(model_path: str) -> Any:
     """The judge's tokenizer (verl's ``reward_model_tokenizer``), loaded once per process."""

@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 
 from omni_rewards import SCORERS, RewardManager, RewardManagerConfig, ScorerRegistry
 from omni_rewards.api import as_ground_truth
-from omni_rewards.reward_file import custom_scorer, load_reward_function
+from omni_rewards.reward_file import JUDGE_PRELOAD, custom_scorer, load_reward_function
 
 STATUS_KEYS = ("ok", "timeout", "error", "skipped")
 _managers: dict[tuple[Any, ...], RewardManager] = {}
@@ -38,15 +38,18 @@ _lock = threading.Lock()
 
 def _manager(
     num_workers: int | None, timeout_s: float, on_unknown_data_source: str, custom: tuple[str, str, str] | None,
+    judged: bool = False,
 ) -> RewardManager:
     """This process's manager for these settings; ``custom`` is ``(path, name, kwargs as JSON)``
-    of a user's reward function (its registry starts empty: :func:`_route`)."""
-    key = (num_workers, timeout_s, on_unknown_data_source, custom)
+    of a user's reward function (its registry starts empty: :func:`_route`); ``judged``: its
+    workers load the judge's tokenizer."""
+    key = (num_workers, timeout_s, on_unknown_data_source, custom, judged)
     with _lock:
         if key not in _managers:
             manager = RewardManager(RewardManagerConfig(
                 num_workers=num_workers, timeout_s=timeout_s,
                 on_unknown_data_source=on_unknown_data_source,  # type: ignore[arg-type]
+                preload=JUDGE_PRELOAD if judged else (),
             ), registry=SCORERS if custom is None else ScorerRegistry())
             manager.start()
             atexit.register(manager.close)
@@ -94,7 +97,7 @@ def compute_score(
             kwargs["reward_router_address"] = reward_router_address
             kwargs["judge_model_path"] = getattr(reward_model_tokenizer, "name_or_path", None)
         custom = (custom_path, custom_name, json.dumps(kwargs, sort_keys=True))
-    manager = _manager(num_workers, timeout_s, on_unknown_data_source, custom)
+    manager = _manager(num_workers, timeout_s, on_unknown_data_source, custom, reward_router_address is not None)
     if custom is not None:
         _route(manager, data_source, custom)
     outcome = manager.score_batch([data_source], [solution_str], [as_ground_truth(ground_truth)], [dict(extra_info or {})]).outcomes[0]

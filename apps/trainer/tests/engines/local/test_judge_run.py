@@ -94,3 +94,37 @@ def test_a_judge_answer_without_a_score_is_a_counted_failure_that_stops_the_run(
     assert "step 1: the reward scorer failed (error or timeout) on 4 of 4 samples (100%)" in error
     assert "ValueError: no score in the judge's answer" in error
     assert not (tmp_path / "run" / "metrics.jsonl").exists() or not (tmp_path / "run" / "metrics.jsonl").read_text()
+
+
+@pytest.mark.slow
+def test_a_judged_run_learns_as_the_rule_scored_run_does(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The embedded default twice, 20 steps: paid by the built-in rule, and by the built-in judge
+    (``trainer tiny-judge``: the tiny chat model taught the rule) through
+    ``omni_rewards.scorers.builtin_digits.compute_score_judged``. Every judged sample is answered,
+    the judged reward rises as the rule's does, and the two curves are the same run wherever the
+    judge agreed with the rule on every sample of the steps so far (the run is deterministic)."""
+    monkeypatch.setenv("OMNI_RL_CACHE", str(tmp_path_factory.getbasetemp() / "omni-rl-cache"))
+    from omni_trainer.builtin_files import builtin_judge
+
+    steps = ["trainer.total_training_steps=20", "trainer.save_freq=-1", "trainer.test_freq=0",
+             "trainer.val_before_train=false"]
+    assert main([*steps, f"trainer.default_local_dir={tmp_path / 'rule'}"]) == 0
+    judged = [*steps, f"trainer.default_local_dir={tmp_path / 'judged'}", "reward.reward_model.enable=true",
+              f"reward.reward_model.model_path={builtin_judge()}", "reward.num_workers=4",
+              "reward.custom_reward_function.path=pkg://omni_rewards.scorers.builtin_digits",
+              "reward.custom_reward_function.name=compute_score_judged"]
+    assert main(judged) == 0, capsys.readouterr().err
+    rule, judge = ([json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+                   for name in ("rule", "judged"))
+    assert len(rule) == len(judge) == 20
+    assert all(row["reward/errors"] == 0 and row["reward/timeouts"] == 0 for row in judge)
+    agrees = [row["reward/omni_rl/builtin_digits/rule_agrees/mean"] for row in judge]
+    assert sum(agrees) / len(agrees) >= 0.98, agrees
+    curve = [row["reward/score/mean"] for row in judge]
+    assert sum(curve[:5]) / 5 < 0.1 and sum(curve[-3:]) / 3 > 0.9, curve  # it learns
+    same = next((i for i, agreed in enumerate(agrees) if agreed < 1.0), len(agrees))
+    assert same > 0 and curve[:same] == [row["reward/score/mean"] for row in rule[:same]]
+    assert max(abs(a - row["reward/score/mean"]) for a, row in zip(curve, rule, strict=True)) < 0.05

@@ -106,6 +106,10 @@ class LocalTrainer:
         self.device = local_device(cfg)
         if self.device != "cpu":
             self._print_gpu_plan(hf_config)
+        # Again here: building a tiny checkpoint above (the first run on a machine) draws from
+        # the global generators, and the adapter's initial weights must not depend on that.
+        torch.manual_seed(cfg.trainer.seed)
+        random.seed(cfg.trainer.seed)
         self.actor = Actor.from_pretrained(
             model_path, self.training_adapter,
             settings=actor_settings(cfg, distillation, device=self.device), lora=lora_settings(cfg),
