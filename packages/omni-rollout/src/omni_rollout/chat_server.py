@@ -36,6 +36,8 @@ from typing import Any
 
 CHAT_PATH = "/v1/chat/completions"
 MODELS_PATH = "/v1/models"
+GATHER_S = 0.005
+"""A batch closes when no request has arrived for this long (or at ``max_num_seqs``)."""
 
 
 @dataclass(frozen=True)
@@ -216,6 +218,7 @@ class ChatServer:
         self._threads = [threading.Thread(target=self._http.serve_forever, name="judge-http", daemon=True),
                          threading.Thread(target=self._generate_loop, name="judge-generate", daemon=True)]
         self.served = 0
+        self.batches = 0
         self._started = False
 
     @property
@@ -255,16 +258,16 @@ class ChatServer:
             if item is None:
                 return
             batch = [item]
-            time.sleep(0.005)  # let requests that arrive together share a generate
-            while len(batch) < self.settings.max_num_seqs:
+            while len(batch) < self.settings.max_num_seqs:  # requests arriving together share a generate
                 try:
-                    more = self._pending.get_nowait()
+                    more = self._pending.get(timeout=GATHER_S)
                 except queue.Empty:
                     break
                 if more is None:
                     self._pending.put(None)
                     break
                 batch.append(more)
+            self.batches += 1
             groups: dict[tuple[float, float], list[tuple[ChatRequest, Future[Any]]]] = {}
             for request, future in batch:
                 groups.setdefault((request.temperature, request.top_p), []).append((request, future))
