@@ -39,6 +39,10 @@ def test_the_step_line_shows_what_the_optional_features_did() -> None:
     )
     verl_row = {**measured, "actor/grad_norm": float("nan"), "distillation/loss": 0.25}  # verl's names
     assert step_line(3, 10, verl_row).endswith("| update skipped (grad not finite) | distill loss 0.2500")
+    # samples whose scorer or judge failed under reward.max_error_rate: scored 0, named in the line
+    failed = {**measured, "reward/errors": 3.0, "reward/timeouts": 1.0}
+    assert step_line(3, 10, failed).endswith("| 1.5 s | reward failed: 3 errors, 1 timeouts")
+    assert step_line(3, 10, {**measured, "reward/errors": 0.0, "reward/timeouts": 0.0}) == step_line(3, 10, measured)
 
 
 def test_the_summary_trend_names_the_steps_it_averages() -> None:

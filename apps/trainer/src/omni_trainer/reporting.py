@@ -39,8 +39,12 @@ def feature_parts(m: Mapping[str, float]) -> list[str]:
     """What the step's optional features did, each only where its metrics are present:
     rollout correction's importance weights and their effective sample size (and the share
     rejection sampling masked), skipped policy updates, distillation's KL (verl: its loss),
-    and the samples' staleness under asynchronous training."""
+    the samples' staleness under asynchronous training, and samples whose reward failed (scored
+    0: a scorer or judge that erred or timed out, under ``reward.max_error_rate``)."""
     parts = []
+    errors, timeouts = int(m.get("reward/errors", 0)), int(m.get("reward/timeouts", 0))
+    if errors or timeouts:
+        parts.append(f"reward failed: {errors} errors, {timeouts} timeouts")
     if "rollout_corr/rollout_is_mean" in m:
         ess = m.get("rollout_corr/rollout_is_eff_sample_size")
         parts.append(f"IS w {m['rollout_corr/rollout_is_mean']:.3f}" + (f" ESS {ess:.3f}" if ess is not None else ""))
