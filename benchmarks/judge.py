@@ -36,21 +36,10 @@ MAX_TOKENS = 16
 
 def answers(count: int, seed: int = 1) -> list[str]:
     """``count`` rubric messages about answers like the tiny policy's (as the judge was taught)."""
-    from transformers import AutoTokenizer
+    from omni_trainer.builtin_files import judge_examples
 
-    from omni_rewards.scorers.builtin_digits import JUDGE_RUBRIC
-    from omni_trainer.embedded_model import embedded_model_path
-
-    tokenizer = AutoTokenizer.from_pretrained(embedded_model_path())
-    special = set(tokenizer.all_special_ids)
-    ids = [i for i in range(len(tokenizer)) if i not in special]
-    rng = random.Random(seed)
-    out = []
-    for _ in range(count):
-        text = tokenizer.decode([rng.choice(ids) for _ in range(rng.randint(1, 4))], skip_special_tokens=True)
-        text = f"{rng.randint(0, 99)}{text}" if rng.random() < 0.5 else text
-        out.append(JUDGE_RUBRIC.format(answer=text))
-    return out
+    example, rng = judge_examples(), random.Random(seed)
+    return [example(rng)[0] for _ in range(count)]
 
 
 def peer_generate(model: Any, tokenizer: Any, messages: list[str], batch: int) -> list[str]:

@@ -113,20 +113,31 @@ def test_scores_are_clamped_and_read_from_the_first_object() -> None:
 
 
 def test_http_errors_timeouts_and_a_closed_port_are_failures(judge: Judge) -> None:
-    judge.answers = [(500, b'{"error": "out of memory"}', 0.0), (200, b"not json", 0.0),
-                     (200, "late", 2.0)]
-    with pytest.raises(JudgeError, match="answered HTTP 500: .*out of memory"):
+    judge.answers = [(400, b'{"error": "prompt too long"}', 0.0), *[(500, b'{"error": "out of memory"}', 0.0)] * 3,
+                     (200, b"not json", 0.0), (200, "late", 2.0)]
+    with pytest.raises(JudgeError, match="answered HTTP 400: .*prompt too long"):  # not retried
         chat_completion(judge.address, judge_messages("x"))
+    with pytest.raises(JudgeError, match=r"answered HTTP 500: .*out of memory.* \(after 3 attempts\)"):
+        chat_completion(judge.address, judge_messages("x"), backoff_s=0.01)
+    assert len(judge.requests) == 4
     with pytest.raises(JudgeError, match="without choices"):
         chat_completion(judge.address, judge_messages("x"))
-    with pytest.raises(JudgeTimeoutError, match="did not answer within 0.5 s"):
+    with pytest.raises(JudgeTimeoutError, match="did not answer within 0.5 s"):  # not retried: the budget is spent
         chat_completion(judge.address, judge_messages("x"), timeout_s=0.5)
+    assert len(judge.requests) == 6
     closed = Judge()
     closed.server.server_close()
-    with pytest.raises(JudgeError, match="cannot be reached"):
-        chat_completion(closed.address, judge_messages("x"), timeout_s=5)
+    with pytest.raises(JudgeError, match=r"cannot be reached: .* \(after 2 attempts\)"):
+        chat_completion(closed.address, judge_messages("x"), timeout_s=5, retries=1, backoff_s=0.01)
     with pytest.raises(JudgeError, match="no judge address"):
         chat_completion("", judge_messages("x"))
+
+
+def test_a_judge_restarting_behind_the_router_is_asked_again(judge: Judge) -> None:
+    """verl's router answers 502 while a judge replica restarts; the next attempt is answered."""
+    judge.answers = [(502, b"Bad Gateway", 0.0), (503, b"", 0.0), (200, '{"score": 0.5}', 0.0)]
+    assert chat_completion(judge.address, judge_messages("x"), backoff_s=0.01) == '{"score": 0.5}'
+    assert len(judge.requests) == 3
 
 
 def test_addresses_in_every_spelling_reach_the_chat_endpoint() -> None:

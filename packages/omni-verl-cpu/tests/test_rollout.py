@@ -220,3 +220,44 @@ def test_a_weight_sync_waits_for_the_running_batch_and_each_sample_names_its_wei
     assert order == ["released", "loaded"] and loaded == 1
     assert weights_seen == [0.0]  # the batch sampled with the old weights throughout
     assert output.extra_fields["global_steps"] == 3 and server.global_steps == 4
+
+
+def test_a_judge_replica_serves_its_checkpoint_as_an_openai_chat_endpoint_at_its_address(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """verl's ``RewardModelManager`` builds replicas with ``is_reward_model`` and hands their
+    ``(ip, port)`` to its router: the CPU replica serves the judge at that address, answering as
+    its ``reward.reward_model.rollout`` says (greedy for ``do_sample=false``, at most
+    ``response_length`` tokens), and refuses verl's token-level calls by name."""
+    import asyncio
+    import json
+    import urllib.request
+    from types import SimpleNamespace
+
+    from omni_model_kit.tiny import build_tiny_chat_lm
+    from omni_rewards.judge import chat_completion
+    from omni_verl_cpu.rollout import LocalRolloutServer, judge_settings
+
+    monkeypatch.setenv("OMNI_RL_CACHE", str(tmp_path_factory.getbasetemp() / "omni-rl-cache"))
+    config = SimpleNamespace(dtype="float32", prompt_length=256, response_length=6, max_num_seqs=4, temperature=1.0,
+                             top_p=1.0, top_k=-1, do_sample=False)
+    assert judge_settings(config, "/j", "10.0.0.1").temperature == 0.0  # do_sample=false: greedy
+    judge = str(build_tiny_chat_lm())
+    server = LocalRolloutServer(config, model_config=SimpleNamespace(path=judge), replica_rank=0, is_reward_model=True)
+    asyncio.run(server.launch_server())
+    try:
+        host, port = server.get_server_address()
+        assert f"{host}:{port}" == server.judge.address and port > 0
+        messages = [{"role": "user", "content": "Is 3 a digit?"}]
+        request = urllib.request.Request(
+            f"http://{host}:{port}/v1/chat/completions", json.dumps({"messages": messages, "max_tokens": 64}).encode(),
+            {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            answer = json.loads(response.read())
+        assert 1 <= answer["usage"]["completion_tokens"] <= 6  # capped at response_length
+        first = answer["choices"][0]["message"]["content"]
+        assert first and first == chat_completion(f"{host}:{port}", messages, max_tokens=64)  # greedy
+        with pytest.raises(ValueError, match="judge replica 0 answers chat requests"):
+            asyncio.run(server.generate([1, 2], {"temperature": 1.0}, "r0"))
+    finally:
+        server.judge.close()

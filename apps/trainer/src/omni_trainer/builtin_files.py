@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import random
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -169,16 +170,22 @@ JUDGE_RULE = "builtin-digits-v1"
 
 def builtin_judge() -> Path:
     """The built-in task's judge (``trainer tiny-judge``): the tiny chat model taught
-    ``JUDGE_RUBRIC``'s rule on answers like the embedded policy's (1 to 4 random tokens of its
-    tokenizer, a number put in front of a third of them and a digit inside another third), built
-    offline and cached. With it, ``reward.reward_model`` and
-    ``omni_rewards.scorers.builtin_digits.compute_score_judged`` pay what the rule scorer pays."""
-    from transformers import AutoTokenizer
-
+    ``JUDGE_RUBRIC``'s rule on :func:`judge_examples`, built offline and cached. With it,
+    ``reward.reward_model`` and ``omni_rewards.scorers.builtin_digits.compute_score_judged`` pay
+    what the rule scorer pays."""
     from omni_model_kit.tiny_judge import build_tiny_judge
 
     policy = embedded_model_path()
-    tokenizer = AutoTokenizer.from_pretrained(policy)
+    return build_tiny_judge(f"{JUDGE_RULE}-{Path(policy).name}", judge_examples())
+
+
+def judge_examples() -> Callable[[random.Random], tuple[str, str]]:
+    """``JUDGE_RUBRIC``'s messages about answers like the embedded policy's (1 to 4 random
+    tokens of its tokenizer, a number put in front of a third of them and a digit inside another
+    third), each with the rule's verdict as the judge answers it."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(embedded_model_path())
     special = set(tokenizer.all_special_ids)
     ids = [i for i in range(len(tokenizer)) if i not in special]
 
@@ -192,4 +199,4 @@ def builtin_judge() -> Path:
             text = f"{text[:cut]}{rng.randint(0, 9)}{text[cut:]}"
         return JUDGE_RUBRIC.format(answer=text), judge_answer(digits_rule(text))
 
-    return build_tiny_judge(f"{JUDGE_RULE}-{Path(policy).name}", example)
+    return example

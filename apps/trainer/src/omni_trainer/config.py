@@ -747,7 +747,8 @@ class JudgeModelConfig:
                        verl=MAPPED)
     model_path: str | None = key(None, "the judge checkpoint", verl=MAPPED)
     enable_resource_pool: bool | None = key(
-        None, "the judge on a GPU pool of its own (false: on the training GPUs)", engines="verl",
+        None, "the judge on a GPU pool of its own (the verl engine needs true: verl's trainer scores a judge on the "
+        "training GPUs without the rows' data)", engines="verl",
         other_engine="serves the judge in this process on the policy's device (honours false)", honoured=(False,))
     n_gpus_per_node: int | None = key(
         None, "GPUs per node of the judge's own pool", at_least=1, engines="verl",

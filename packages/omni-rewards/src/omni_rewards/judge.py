@@ -37,6 +37,7 @@ import json
 import math
 import re
 import socket
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -45,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from omni_rewards.errors import RewardError
+from omni_rewards.http_client import is_retryable_status
 
 CHAT_PATH = "/v1/chat/completions"
 _IMAGE_TYPES = {b"\x89PNG": "image/png", b"\xff\xd8\xff": "image/jpeg", b"GIF8": "image/gif", b"RIFF": "image/webp"}
@@ -117,9 +119,12 @@ def judge_messages(rubric: str, *, images: Sequence[Any] = (), system: str | Non
 
 def chat_completion(
     address: str, messages: Sequence[Mapping[str, Any]], *, model: str | None = None, max_tokens: int = 256,
-    temperature: float = 0.0, top_p: float = 1.0, timeout_s: float = 300.0,
+    temperature: float = 0.0, top_p: float = 1.0, timeout_s: float = 300.0, retries: int = 2,
+    backoff_s: float = 0.5,
 ) -> str:
-    """The judge's answer to ``messages`` (greedy by default).
+    """The judge's answer to ``messages`` (greedy by default). A refused connection or a 408,
+    429 or 5xx answer (a judge restarting behind verl's router) is retried ``retries`` times,
+    ``backoff_s`` apart and doubling; a timeout is not (``timeout_s`` bounds each attempt).
 
     Raises:
         JudgeTimeoutError: no answer within ``timeout_s``.
@@ -131,28 +136,45 @@ def chat_completion(
                                "temperature": temperature, "top_p": top_p}
     if model:
         payload["model"] = model
-    request = urllib.request.Request(url, json.dumps(payload).encode(), {"Content-Type": "application/json"})
+    body = json.dumps(payload).encode()
+    for attempt in range(retries + 1):
+        try:
+            answer = _post(url, body, timeout_s)
+            break
+        except _Retryable as exc:
+            if attempt == retries:
+                raise JudgeError(f"{exc} (after {retries + 1} attempts)") from exc.__cause__
+            time.sleep(backoff_s * 2**attempt)
+    try:
+        content = json.loads(answer)["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise JudgeError(f"the judge at {url} answered without choices[0].message.content: {answer[:300]!r}") from exc
+    if not isinstance(content, str):
+        raise JudgeError(f"the judge at {url} answered a {type(content).__name__} as its message content")
+    return content
+
+
+class _Retryable(JudgeError):
+    """A failure another attempt may not meet."""
+
+
+def _post(url: str, body: bytes, timeout_s: float) -> bytes:
+    request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            body = response.read()
+            return bytes(response.read())
     except urllib.error.HTTPError as exc:
         detail = exc.read()[:500].decode(errors="replace")
-        raise JudgeError(f"the judge at {url} answered HTTP {exc.code}: {detail}") from exc
+        error = _Retryable if is_retryable_status(exc.code) else JudgeError
+        raise error(f"the judge at {url} answered HTTP {exc.code}: {detail}") from exc
     except (TimeoutError, socket.timeout) as exc:
         raise JudgeTimeoutError(f"the judge at {url} did not answer within {timeout_s:g} s") from exc
     except urllib.error.URLError as exc:
         if isinstance(exc.reason, (TimeoutError, socket.timeout)):
             raise JudgeTimeoutError(f"the judge at {url} did not answer within {timeout_s:g} s") from exc
-        raise JudgeError(f"the judge at {url} cannot be reached: {exc.reason}") from exc
+        raise _Retryable(f"the judge at {url} cannot be reached: {exc.reason}") from exc
     except (ConnectionError, OSError) as exc:
-        raise JudgeError(f"the judge at {url} dropped the connection: {type(exc).__name__}: {exc}") from exc
-    try:
-        content = json.loads(body)["choices"][0]["message"]["content"]
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise JudgeError(f"the judge at {url} answered without choices[0].message.content: {body[:300]!r}") from exc
-    if not isinstance(content, str):
-        raise JudgeError(f"the judge at {url} answered a {type(content).__name__} as its message content")
-    return content
+        raise _Retryable(f"the judge at {url} dropped the connection: {type(exc).__name__}: {exc}") from exc
 
 
 def parse_score(answer: str, *, key: str = "score", low: float = 0.0, high: float = 1.0) -> tuple[float, str]:

@@ -92,6 +92,12 @@ def judge_tokenizer(model_path: str) -> Any:
     return AutoTokenizer.from_pretrained(model_path)
 
 
+def judge_kwargs(reward_router_address: str, judge_model_path: str | None) -> dict[str, Any]:
+    """The keyword arguments a reward file's function gets for a judge model, as they travel to
+    the reward workers (the tokenizer by its path: :func:`score_with_file` loads it there)."""
+    return {"reward_router_address": reward_router_address, "judge_model_path": judge_model_path}
+
+
 def score_with_file(
     path: str, name: str, data_source: str, solution_str: str, ground_truth: str,
     extra_info: Mapping[str, Any] | None = None, *, judge_model_path: str | None = None, **kwargs: Any,

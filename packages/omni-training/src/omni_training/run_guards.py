@@ -34,14 +34,22 @@ then exit 0. After :data:`SKIPPED_STEPS_TO_STOP` skipped steps in a row it stops
 
 from __future__ import annotations
 
+import json
 import math
+import numbers
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from omni_contracts.speech import SOURCE_TRUNCATED
 
 FAILED_STATUSES = ("error", "timeout")
+REWARD_REASON = "reward_reason"
+"""The ``reward_extra_info`` key holding why a sample's scorer failed (empty when it did not)."""
+REASONS_KEPT = 5
+REWARD_FIELDS = "reward_fields"
+"""The ``reward_extra_info`` key holding a sample's other scorer fields as a JSON object (one
+key for every sample: verl stacks each key across a batch, and a failed sample has none)."""
 
 
 class RewardFailureError(RuntimeError):
@@ -84,24 +92,64 @@ def check_reward_failures(
 
 @dataclass
 class StepTally:
-    """A training step's scored samples and how many of them failed."""
+    """A training step's scored samples, how many of them failed and how, and the sums of
+    the numeric fields the scorers returned, per data source."""
 
     failed: int = 0
     total: int = 0
     masked: int = 0
     """Samples kept out of training (:data:`MASKED_FLAG`)."""
+    errors: int = 0
+    timeouts: int = 0
+    sums: dict[str, float] = field(default_factory=dict)
+    """``"<data_source>/<field>"`` -> the sum over the samples that returned it."""
+    counts: dict[str, int] = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)
+    """Why the first failed samples failed (at most :data:`REASONS_KEPT`)."""
+
+    def merge(self, other: StepTally) -> None:
+        self.failed += other.failed
+        self.total += other.total
+        self.masked += other.masked
+        self.errors += other.errors
+        self.timeouts += other.timeouts
+        self.reasons = [*self.reasons, *other.reasons][:REASONS_KEPT]
+        for name, value in other.sums.items():
+            self.sums[name] = self.sums.get(name, 0.0) + value
+            self.counts[name] = self.counts.get(name, 0) + other.counts[name]
+
+    def metrics(self) -> dict[str, float]:
+        """The local engine's names: ``reward/errors``, ``reward/timeouts`` (counts) and
+        ``reward/<data_source>/<field>/mean``."""
+        means = {f"reward/{name}/mean": self.sums[name] / self.counts[name] for name in self.sums}
+        return {"reward/errors": float(self.errors), "reward/timeouts": float(self.timeouts), **means}
 
 
-def count_sample(tallies: dict[int, StepTally], step: int, reward_info: Mapping[str, Any]) -> None:
+def count_sample(
+    tallies: dict[int, StepTally], step: int, reward_info: Mapping[str, Any], data_source: str = "",
+) -> None:
     """Count one sample of ``step`` from its ``reward_<status>`` indicators (0/1; see
-    :mod:`omni_verl.reward`). A sample without them was not scored by omni-rewards:
-    not counted."""
+    :mod:`omni_verl.reward`), and add its other numeric fields to the sums. A sample without
+    them was not scored by omni-rewards: not counted."""
     if "reward_ok" not in reward_info:
         return
     tally = tallies.setdefault(step, StepTally())
     tally.total += 1
-    tally.failed += any(float(reward_info.get(f"reward_{status}", 0.0)) for status in FAILED_STATUSES)
+    errored, timed_out = (bool(float(reward_info.get(f"reward_{status}", 0.0))) for status in FAILED_STATUSES)
+    tally.failed += errored or timed_out
+    tally.errors += errored
+    tally.timeouts += timed_out
     tally.masked += bool(reward_info.get(MASKED_FLAG, False))
+    reason = reward_info.get(REWARD_REASON)
+    if (errored or timed_out) and reason and len(tally.reasons) < REASONS_KEPT:
+        tally.reasons.append(f"{data_source or 'sample'}: {reason}")
+    fields = {name: value for name, value in reward_info.items() if not name.startswith("reward_") and name != MASKED_FLAG}
+    fields.update(json.loads(str(reward_info.get(REWARD_FIELDS) or "{}")))
+    for name, value in fields.items():
+        if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value):
+            key = f"{data_source}/{name}" if data_source else name
+            tally.sums[key] = tally.sums.get(key, 0.0) + float(value)
+            tally.counts[key] = tally.counts.get(key, 0) + 1
 
 
 class StepFailureWatch:
@@ -116,13 +164,17 @@ class StepFailureWatch:
         self.samples_per_step = samples_per_step
         self.max_error_rate = max_error_rate
         self.tallies: dict[int, StepTally] = {}
+        self.decided: dict[int, StepTally] = {}
+        """Complete steps that passed, until :meth:`take_metrics` reports them."""
 
     def add(self, tallies: Mapping[int, StepTally]) -> None:
         for step, tally in tallies.items():
-            merged = self.tallies.setdefault(step, StepTally())
-            merged.failed += tally.failed
-            merged.total += tally.total
-            merged.masked += tally.masked
+            self.tallies.setdefault(step, StepTally()).merge(tally)
+
+    def take_metrics(self, step: int) -> dict[str, float]:
+        """A decided step's :meth:`StepTally.metrics` (then forgotten), or none."""
+        tally = self.decided.pop(step, None)
+        return tally.metrics() if tally is not None else {}
 
     def check(self, run_dir: str = "") -> None:
         """Check every step whose samples are all in, or whose failures already exceed the rate.
@@ -139,7 +191,7 @@ class StepFailureWatch:
             # alone exceed the rate, whatever the rest score.
             check_reward_failures(
                 step, tally.failed, tally.total if complete else self.samples_per_step, self.max_error_rate,
-                run_dir=run_dir,
+                tally.reasons, run_dir=run_dir,
             )
             if complete and tally.masked >= tally.total:
                 raise NothingToTrainError(
@@ -149,7 +201,7 @@ class StepFailureWatch:
                     "answer. Ask for shorter answers in the prompts."
                 )
             if complete:
-                del self.tallies[step]
+                self.decided[step] = self.tallies.pop(step)
 
 SKIPPED_STEPS_TO_STOP = 3
 SKIPPED_KEY = "actor/skipped_step"

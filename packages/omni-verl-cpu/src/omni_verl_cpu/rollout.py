@@ -17,6 +17,13 @@ This module is such a backend, with the local engine's generation instead of vLL
   (one-step-off), verl builds it in the replica's ``CheckpointEngineWorker`` instead, which
   hands it what the checkpoint engine received (:mod:`omni_verl_cpu.gloo_checkpoint`).
 
+A judge replica (verl's generative reward model, ``reward.reward_model.enable``:
+``RewardModelManager`` builds one per ``rollout_world_size`` of the judge's pool, with
+``is_reward_model``) serves the judge checkpoint over HTTP as
+:class:`~omni_rollout.chat_server.ChatServer`, the OpenAI-compatible ``/v1/chat/completions``
+the local engine serves its judge with; verl's router proxies the user's reward function to it
+(``reward_router_address``), as it proxies to a vLLM server's on GPUs.
+
 A teacher replica (on-policy distillation: verl's ``TeacherModelManager`` builds one per
 teacher slot of ``distillation.nnodes`` x ``distillation.n_gpus_per_node``) holds the
 teacher checkpoint as the local engine's :class:`~omni_training.distillation.Teacher` and
@@ -44,7 +51,7 @@ from typing import Any
 import ray
 import torch
 from verl.workers.rollout.base import BaseRollout
-from verl.workers.rollout.replica import RolloutReplica, TokenOutput
+from verl.workers.rollout.replica import RolloutMode, RolloutReplica, TokenOutput
 from verl.workers.rollout.utils import ensure_async_iterator
 
 from omni_rollout.local_engine import LocalEngine, find_policy_module
@@ -240,6 +247,20 @@ def _digest_into(digest: Any, value: Any) -> None:
         digest.update(repr(value).encode())
 
 
+def judge_settings(config: Any, model_path: str, host: str) -> Any:
+    """verl's ``reward.reward_model.rollout`` (a ``RolloutConfig``) -> the judge endpoint's
+    settings: its dtype, lengths and batch, and the sampling a request that names none gets
+    (``do_sample=false``: greedy); on this node's address, a free port."""
+    from omni_rollout.chat_server import ChatServerSettings
+
+    return ChatServerSettings(
+        model_path=model_path, device="cpu", dtype=str(config.dtype), prompt_length=int(config.prompt_length),
+        response_length=int(config.response_length), max_num_seqs=int(config.max_num_seqs),
+        temperature=float(config.temperature) if config.do_sample else 0.0, top_p=float(config.top_p),
+        top_k=int(config.top_k), host=host, port=0,
+    )
+
+
 async def _settle(requests: list[_Request], call: Any, *args: Any) -> None:
     """Run ``call(*args)`` in a thread; its results answer ``requests`` in order, or its failure
     answers each of them (none is left waiting)."""
@@ -260,11 +281,16 @@ class LocalRolloutServer:
     vLLM servers; the model loads in :meth:`launch_server`.
     """
 
-    def __init__(self, config: Any, model_config: Any, replica_rank: int, is_teacher: bool = False, **_: Any) -> None:
+    def __init__(
+        self, config: Any, model_config: Any, replica_rank: int, is_teacher: bool = False,
+        is_reward_model: bool = False, **_: Any,
+    ) -> None:
         self.config = config
         self.model_config = model_config
         self.replica_rank = replica_rank
         self.is_teacher = is_teacher
+        self.is_reward_model = is_reward_model
+        self.judge: Any = None  # a judge replica's ChatServer
         self.teacher: Any = None
         self._teacher_calls: asyncio.Lock | None = None
         self.global_steps: int | None = None
@@ -283,7 +309,11 @@ class LocalRolloutServer:
         return ray.util.get_node_ip_address(), 0, 0
 
     async def launch_server(self, **_: Any) -> None:
-        """Load the policy and the processor; start the batching loop."""
+        """Load the policy and the processor; start the batching loop (a judge replica: load
+        the judge and serve it)."""
+        if self.is_reward_model:
+            await asyncio.to_thread(self._serve_judge)
+            return
         from transformers import AutoConfig
 
         from omni_training.model_loading import load_policy
@@ -332,10 +362,22 @@ class LocalRolloutServer:
             prompts_per_call=int(self.config.max_num_seqs) if self.config.max_num_seqs else None,
         )
 
+    def _serve_judge(self) -> None:
+        from omni_rollout.chat_server import ChatServer
+
+        path = str(self.model_config.path)
+        self.judge = ChatServer(judge_settings(self.config, path, ray.util.get_node_ip_address())).start()
+        print(f"{ROLLOUT_NAME} judge replica {self.replica_rank}: {path} answers "
+              f"http://{self.judge.address}/v1/chat/completions", flush=True)
+
     def get_server_address(self) -> tuple[str, int]:
-        """``(ip, port)``: verl's load balancer keys replicas by it (a free port, held)."""
+        """``(ip, port)``: verl's load balancer keys replicas by it (a free port, held); a judge
+        replica's is its chat endpoint, where verl's router sends the reward function's requests."""
         from verl.utils.net_utils import get_free_port
 
+        if self.judge is not None:
+            host, port = self.judge.address.rsplit(":", 1)
+            return host, int(port)
         address = ray.util.get_node_ip_address()
         if self._port_reservation is None:
             self._port, self._port_reservation = get_free_port(address, with_alive_sock=True)
@@ -360,6 +402,9 @@ class LocalRolloutServer:
             return await self._score(prompt_ids, int(num_prompt_logprobs), image_data, video_data, audio_data, mm_processor_kwargs)
         if self.is_teacher:
             raise ValueError(f"{ROLLOUT_NAME} teacher replica {self.replica_rank} scores sequences (prompt_logprobs); it does not sample.")
+        if self.is_reward_model:
+            raise ValueError(f"{ROLLOUT_NAME} judge replica {self.replica_rank} answers chat requests at "
+                             f"http://{self.judge.address}/v1/chat/completions; it does not sample token ids.")
         # Unset, vLLM takes the model's context length; here the run's prompt + response budget.
         max_model_len = self.config.max_model_len or self.config.prompt_length + self.config.response_length
         room = int(max_model_len) - len(prompt_ids)
@@ -528,6 +573,17 @@ class LocalRolloutReplica(RolloutReplica):
     def rollout_worker_use_gpu(self) -> bool:
         return False
 
+    async def init_colocated(self, resource_pool: Any) -> None:
+        """A judge replica on its pool (its own, or the training ranks'): only its server. verl
+        would first start a ``CheckpointEngineWorker`` per slot, which a judge never uses (it
+        takes no weights) and which costs a process of its own on the CPU."""
+        if not self.is_reward_model:
+            await super().init_colocated(resource_pool)
+            return
+        self.rollout_mode = RolloutMode.COLOCATED
+        self.resource_pool = resource_pool
+        await self.launch_servers()
+
     async def launch_servers(self) -> None:
         if self.world_size != 1:
             raise ValueError(
@@ -549,7 +605,7 @@ class LocalRolloutReplica(RolloutReplica):
             )
             .remote(
                 config=self.config, model_config=self.model_config, replica_rank=self.replica_rank,
-                is_teacher=self.is_teacher_model,
+                is_teacher=self.is_teacher_model, is_reward_model=self.is_reward_model,
             )
         )
         await server.launch_server.remote()

@@ -67,7 +67,8 @@ class RewardTallyMixin(AfterPostprocess):
         if validate:
             return
         info = outputs[-1].extra_fields.get("reward_extra_info") or {}
-        count_sample(self.__dict__.setdefault("_reward_tallies", {}), int(sample["global_steps"]), info)
+        count_sample(self.__dict__.setdefault("_reward_tallies", {}), int(sample["global_steps"]), info,
+                     str(sample.get("data_source") or ""))
 
     def take_reward_tallies(self) -> dict[int, StepTally]:
         """The tallies since the last call (then forgotten here)."""
@@ -113,6 +114,12 @@ class OmniAgentLoopManager(AgentLoopManagerTQ):
             self.reward_watch.add(tallies)
         self.reward_watch.check(run_dir=str(config.trainer.default_local_dir))
 
+    def reward_metrics(self, step: int) -> dict[str, float]:
+        """Step ``step``'s failed samples (``reward/errors``, ``reward/timeouts``) and the means of
+        the fields its scorers returned (``reward/<data_source>/<field>/mean``), as the local
+        engine logs them; verl's own metrics carry the score only."""
+        return self.reward_watch.take_metrics(step) if self.reward_watch is not None else {}
+
 
 class OmniBatchAgentLoopManager(AgentLoopManager):
     """verl's batch-returning agent-loop manager, which its one-step-off trainer drives, starting
@@ -154,7 +161,8 @@ def check_batch_rewards(step: int, columns: dict[str, Any], run_dir: str) -> Non
     for i in range(rows):
         count_sample(tallies, step, {key: columns[key][i] for key in keys})
     tally = tallies.get(step, StepTally())
-    check_reward_failures(step, tally.failed, tally.total, VerlSettings.from_env().reward_max_error_rate, run_dir=run_dir)
+    check_reward_failures(step, tally.failed, tally.total, VerlSettings.from_env().reward_max_error_rate, tally.reasons,
+                          run_dir=run_dir)
 
 
 class RewardCheckedReplayBuffer(ReplayBuffer):
@@ -170,6 +178,7 @@ class RewardCheckedReplayBuffer(ReplayBuffer):
         manager = OmniAgentLoopManager.running
         if partition_id == "train" and manager is not None:
             manager.check_rewards()
+            metrics = {**metrics, **manager.reward_metrics(global_steps)}
         return batch, metrics
 
 

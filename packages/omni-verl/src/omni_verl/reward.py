@@ -5,8 +5,10 @@ Ray actor). Each call goes through one omni-rewards :class:`RewardManager` per p
 so every sample gets the manager's per-sample timeout and crash isolation. A sample whose
 scorer fails, times out or (with ``on_unknown_data_source=skip``) has no scorer scores 0
 and says so: the returned dict always carries ``reward_ok``, ``reward_timeout``,
-``reward_error`` and ``reward_skipped`` (0/1), which verl averages into its step metrics,
-and the manager logs the first failure messages. The key set is fixed so every sample of
+``reward_error`` and ``reward_skipped`` (0/1), which our agent-loop workers tally per step
+(``reward/errors``, ``reward/timeouts`` and the means of the other fields in the step's
+metrics: :class:`omni_training.run_guards.StepTally`), and the manager logs the first failure
+messages. The key set is fixed so every sample of
 a batch reports the same extra fields.
 
 A user's ``reward.custom_reward_function`` (verl's key) travels in the reward kwargs
@@ -29,7 +31,8 @@ from omegaconf import OmegaConf
 
 from omni_rewards import SCORERS, RewardManager, RewardManagerConfig, ScorerRegistry
 from omni_rewards.api import as_ground_truth
-from omni_rewards.reward_file import JUDGE_PRELOAD, custom_scorer, load_reward_function
+from omni_rewards.reward_file import JUDGE_PRELOAD, custom_scorer, judge_kwargs, load_reward_function
+from omni_training.run_guards import REWARD_FIELDS, REWARD_REASON
 
 STATUS_KEYS = ("ok", "timeout", "error", "skipped")
 _managers: dict[tuple[Any, ...], RewardManager] = {}
@@ -81,8 +84,9 @@ def compute_score(
     reward_router_address: str | None = None,
     reward_model_tokenizer: Any = None,
     **_: Any,
-) -> dict[str, float]:
-    """One sample's reward: ``score``, ``acc`` and the ``reward_<status>`` indicators.
+) -> dict[str, Any]:
+    """One sample's reward: ``score``, ``acc``, the ``reward_<status>`` indicators, why it failed
+    (``reward_reason``, empty if it did not) and the scorer's other fields (``reward_fields``, JSON).
 
     Raises:
         UnknownDataSourceError: no scorer for ``data_source`` and the policy is ``raise``.
@@ -94,13 +98,17 @@ def compute_score(
         kwargs: dict[str, Any] = dict(OmegaConf.to_container(custom_kwargs) if OmegaConf.is_config(custom_kwargs)  # type: ignore[arg-type]
                                       else custom_kwargs or {})
         if reward_router_address is not None:
-            kwargs["reward_router_address"] = reward_router_address
-            kwargs["judge_model_path"] = getattr(reward_model_tokenizer, "name_or_path", None)
+            kwargs.update(judge_kwargs(reward_router_address, getattr(reward_model_tokenizer, "name_or_path", None)))
         custom = (custom_path, custom_name, json.dumps(kwargs, sort_keys=True))
     manager = _manager(num_workers, timeout_s, on_unknown_data_source, custom, reward_router_address is not None)
     if custom is not None:
         _route(manager, data_source, custom)
     outcome = manager.score_batch([data_source], [solution_str], [as_ground_truth(ground_truth)], [dict(extra_info or {})]).outcomes[0]
-    result = {"score": float(outcome.score), "acc": float(outcome.result.get("acc", outcome.score))}
+    result: dict[str, Any] = {"score": float(outcome.score), "acc": float(outcome.result.get("acc", outcome.score))}
     result.update({f"reward_{status}": float(outcome.status == status) for status in STATUS_KEYS})
+    result[REWARD_REASON] = outcome.error or ""
+    # The scorer's other fields, in one string: verl stacks each key across a batch, and a failed
+    # sample has none of them (verl's validation metrics skip strings; our tallies read it).
+    fields = {name: float(value) for name, value in outcome.result.items() if name not in result}
+    result[REWARD_FIELDS] = json.dumps(fields, sort_keys=True)
     return result

@@ -1,65 +1,29 @@
 """A judge model as the reward on the local engine (``reward.reward_model``), end to end: the
 judge is served in-process behind an OpenAI-compatible chat endpoint, and a reward function
-written as verl-omni writes its judged rewards (``async def compute_score(..., reward_router_address,
-reward_model_tokenizer, **kwargs)``, posting ``/v1/chat/completions`` with a system prompt and content
-parts, reading ``choices[0].message.content``) runs unchanged. The tiny judge is a random chat
-model: what it answers is read, and an answer without a score is a counted failure that stops
-the run, never a 0 trained on."""
+written as verl-omni writes its judged rewards (``engines/judged_reward.py``, which verl's judged
+run loads too) runs unchanged. The tiny judge is a random chat model: what it answers is read,
+and an answer without a score is a counted failure that stops the run, never a 0 trained on."""
 
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from omni_trainer.cli import main
 
-REWARD = textwrap.dedent('''
-    import asyncio
-    import json
-    import re
-    import urllib.request
-
-    SYSTEM = 'You judge answers. Reply with only {"score": <0 or 1>, "reason": "..."}.'
-
-
-    def _post(url, payload):
-        request = urllib.request.Request(url, json.dumps(payload).encode(), {"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return json.loads(response.read())
-
-
-    async def compute_score(data_source, solution_str, ground_truth, extra_info=None,
-                            reward_router_address=None, reward_model_tokenizer=None, strict=False, **kwargs):
-        payload = {
-            "model": reward_model_tokenizer.name_or_path,
-            "messages": [{"role": "system", "content": SYSTEM},
-                         {"role": "user", "content": [{"type": "text", "text":
-                             f"Reference: {ground_truth}\\nAnswer: {solution_str}"}]}],
-            "temperature": 0.0, "top_p": 1.0, "max_tokens": 8,
-        }
-        result = await asyncio.to_thread(_post, f"http://{reward_router_address}/v1/chat/completions", payload)
-        answer = result["choices"][0]["message"]["content"]
-        found = re.search(r"\\{.*?\\}", answer)
-        if found is None and strict:
-            raise ValueError(f"no score in the judge's answer {answer!r}")
-        # the rule part, as a judged reward has one, and how long the judge's answer was
-        return {"score": float(str(ground_truth) in solution_str), "judge_chars": float(len(answer))}
-''')
+JUDGED_REWARD = Path(__file__).resolve().parents[1] / "judged_reward.py"  # verl's judged run loads it too
 
 
 def judged_run(tmp_path: Path, *extra: str) -> list[str]:
     from omni_model_kit.tiny import build_tiny_chat_lm
 
-    reward = tmp_path / "judged_reward.py"
-    reward.write_text(REWARD)
     return [
         "data.builtin_task_size=8", "data.train_batch_size=2", "actor_rollout_ref.rollout.n=2",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2", "data.max_response_length=4", "reward.num_workers=1",
         "trainer.total_training_steps=2", "trainer.save_freq=-1", "trainer.val_before_train=false",
-        f"reward.custom_reward_function.path={reward}", "reward.reward_model.enable=true",
+        f"reward.custom_reward_function.path={JUDGED_REWARD}", "reward.reward_model.enable=true",
         f"reward.reward_model.model_path={build_tiny_chat_lm()}", "reward.reward_model.rollout.response_length=8",
         "reward.reward_model.rollout.do_sample=false", f"trainer.default_local_dir={tmp_path / 'run'}", *extra,
     ]

@@ -125,3 +125,15 @@ def test_a_local_engine_key_is_refused_by_name_on_verl_unless_its_value_says_wha
         assert verl_refusals(load_config([*VERL, *extra, f"{key}={honoured}"])) == []
     assert verl_refusals(load_config([*VERL, *extra])) == []  # the defaults are not the user's
     assert local_refusals(load_config([*extra, f"{key}={refused}"])) == []  # the local engine's own key
+
+
+def test_the_local_judge_answers_with_verls_reward_model_defaults() -> None:
+    """The local engine cannot read verl's composed config; its judge's values for the unset
+    ``reward.reward_model.rollout`` keys are verl's, but for the batch (verl's 1024 sizes a vLLM
+    server's, the local judge answers 16 requests in one ``generate``)."""
+    from omni_trainer.settings_builders import JUDGE_DEFAULTS
+
+    verl = verl_defaults().reward.reward_model.rollout
+    assert {name: value for name, value in JUDGE_DEFAULTS.items() if name != "max_num_seqs"} == {
+        name: verl[name] for name in JUDGE_DEFAULTS if name != "max_num_seqs"}
+    assert (JUDGE_DEFAULTS["max_num_seqs"], verl.max_num_seqs) == (16, 1024)

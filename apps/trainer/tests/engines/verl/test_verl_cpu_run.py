@@ -19,6 +19,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -259,46 +260,6 @@ def test_a_talker_run_through_omni_local(inputs: tuple[str, Path, Path], tmp_pat
     assert {(0, 1), (1, 1)} <= syncs.keys() and syncs[0, 1] == syncs[1, 1] != syncs[0, 0]
 
 
-def test_a_users_reward_file_scores_and_a_failing_step_stops_before_its_update(
-    inputs: tuple[str, Path, Path], tmp_path: Path
-) -> None:
-    """verl-omni's ``reward.custom_reward_function`` on verl: verl's reward loop calls the
-    user's function (with its ``reward_kwargs``) through ours. When it fails on every sample
-    of step 2, the run stops as the trainer takes that step's batch: step 2 is never trained
-    on and no checkpoint follows it (before, the check ran at the next dispatch, so the last
-    step trained on zeros and the run ended with exit 0). The run also turns on verl's
-    ``algorithm.rollout_correction`` (token TIS and token rejection), which reaches verl's code."""
-    tiny, train, val = inputs
-    scorer = tmp_path / "my_reward.py"
-    scorer.write_text(textwrap.dedent("""
-        def my_score(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):
-            if extra_info["index"] >= 2:  # the second step's rows (data.shuffle=false)
-                raise ConnectionError("the grading service is down")
-            return 0.5 + bonus
-    """))
-    run_dir = tmp_path / "run"
-    command = [arg for arg in trainer_command(tiny, train, val, run_dir) if not arg.startswith(
-        ("trainer.n_gpus_per_node=", "trainer.total_training_steps="))]
-    command += ["trainer.n_gpus_per_node=1", "trainer.total_training_steps=2", "data.shuffle=false",
-                f"reward.custom_reward_function.path={scorer}", "reward.custom_reward_function.name=my_score",
-                "reward.custom_reward_function.reward_kwargs.bonus=0.25",
-                # verl's rollout correction, token-level truncated IS and token rejection, on its own code
-                "algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold=2.0",
-                "algorithm.rollout_correction.rollout_rs=token_k1",
-                "algorithm.rollout_correction.rollout_rs_threshold=0.5_2.0"]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=600, env=RUN_ENV)
-    assert run.returncode == 2, run.stdout[-4000:] + run.stderr[-4000:]
-    assert "step 2: the reward scorer failed (error or timeout) on 4 of 4 samples (100%)" in run.stderr, run.stderr[-4000:]
-    assert "reward.max_error_rate=0.5" in run.stderr and "Traceback" not in run.stderr.split("error:")[-1]
-    (steps,) = launches(run_dir)
-    assert [row["step"] for row in steps] == [1]  # step 2 was never trained on
-    assert steps[0]["critic/score/mean"] == 0.75  # the user's function, with its reward_kwargs
-    # omni_local samples with the actor's weights in fp32: every weight near 1, nothing rejected
-    assert abs(steps[0]["rollout_corr/rollout_is_mean"] - 1) < 1e-3 and steps[0]["rollout_corr/rollout_is_max"] <= 2.0
-    assert steps[0]["rollout_corr/rollout_rs_masked_fraction"] == 0
-    assert sorted(p.name for p in run_dir.glob("global_step_*")) == ["global_step_1"]
-
-
 RAY_PROCESS = re.compile(r"\((CheckpointEngineWorker|WorkerDict|LocalRolloutServer) pid=(\d+)\)")
 
 
@@ -428,3 +389,67 @@ def test_fully_async_rollout_streams_samples_within_its_staleness_bound(
     assert all(len(pids) == 1 for pids in processes.values()), processes
     assert len(set.union(*processes.values())) == 3, processes
     assert sorted(p.name for p in run_dir.glob("global_step_*")) == ["global_step_2"]
+
+
+JUDGED_REWARD = HERE.parent / "judged_reward.py"  # the local engine's judged runs load it too
+JUDGE_LINE = re.compile(r"\(LocalRolloutServer pid=(\d+)\)\S* omni_local judge replica 0: (\S+) answers http://(\S+)/v1")
+
+
+def test_a_users_judged_reward_runs_with_its_judge_on_a_pool_of_its_own_and_its_death_stops_the_run(
+    inputs: tuple[str, Path, Path], tmp_path: Path
+) -> None:
+    """verl's generative reward model on the CPU: the judge (the tiny chat model) on a pool of its
+    own (``enable_resource_pool``), served by the CPU replica's judge endpoint behind verl's
+    router, and verl-omni's ``reward.custom_reward_function`` (with its ``reward_kwargs``) written
+    as verl-omni writes its judged rewards: the local engine's judged runs load the same file,
+    unchanged. Step 1: the judge answers every sample. Then its process is killed as step 2's
+    samples ask for it (``gate``); each of them fails, is counted and named, and the run stops as
+    the trainer takes step 2's batch: step 2 is never trained on and no checkpoint follows it.
+    The run also turns on verl's ``algorithm.rollout_correction`` (token TIS and token
+    rejection), which reaches verl's code."""
+    from omni_model_kit.tiny import build_tiny_chat_lm
+
+    tiny, train, val = inputs
+    gate, run_dir, log_path = tmp_path / "gate", tmp_path / "run", tmp_path / "run.log"
+    gate.mkdir()
+    command = [arg for arg in trainer_command(tiny, train, val, run_dir) if not arg.startswith(
+        ("trainer.n_gpus_per_node=", "trainer.total_training_steps="))]
+    command += ["trainer.n_gpus_per_node=1", "trainer.total_training_steps=2", "data.shuffle=false",
+                f"reward.custom_reward_function.path={JUDGED_REWARD}", f"reward.custom_reward_function.reward_kwargs.gate={gate}",
+                "reward.reward_model.enable=true", f"reward.reward_model.model_path={build_tiny_chat_lm()}",
+                "reward.reward_model.enable_resource_pool=true", "reward.reward_model.nnodes=1",
+                "reward.reward_model.n_gpus_per_node=1", "reward.reward_model.rollout.response_length=8",
+                "reward.reward_model.rollout.do_sample=false",
+                # verl's rollout correction, token-level truncated IS and token rejection, on its own code
+                "algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold=2.0",
+                "algorithm.rollout_correction.rollout_rs=token_k1",
+                "algorithm.rollout_correction.rollout_rs_threshold=0.5_2.0"]
+    with log_path.open("w") as log:
+        run = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=RUN_ENV)
+    killed = False
+    try:
+        while run.poll() is None:
+            if not killed and (gate / "waiting").exists():  # step 2's first sample holds at the gate
+                ((pid, _, _),) = JUDGE_LINE.findall(log_path.read_text(errors="replace"))
+                os.kill(int(pid), 9)
+                (gate / "killed").touch()
+                killed = True
+            time.sleep(0.2)
+    finally:
+        if run.poll() is None:
+            run.kill()
+        run.wait()
+    text = log_path.read_text(errors="replace")
+    assert killed and run.returncode == 2, text[-4000:]
+    assert "step 2: the reward scorer failed (error or timeout) on 4 of 4 samples (100%)" in text, text[-4000:]
+    assert "First failures:\n    omni_rl/builtin_digits: HTTPError: HTTP Error 500" in text  # the router found no judge
+    (steps,) = launches(run_dir)
+    assert [row["step"] for row in steps] == [1]  # step 2 was never trained on
+    assert sorted(p.name for p in run_dir.glob("global_step_*")) == ["global_step_1"]
+    step = steps[0]
+    assert step["reward/errors"] == step["reward/timeouts"] == 0
+    assert step["reward/omni_rl/builtin_digits/judge_chars/mean"] > 0  # the judge answered every sample
+    assert step["reward/omni_rl/builtin_digits/score/mean"] == step["critic/score/mean"]
+    # omni_local samples with the actor's weights in fp32: every weight near 1, nothing rejected
+    assert abs(step["rollout_corr/rollout_is_mean"] - 1) < 1e-3 and step["rollout_corr/rollout_is_max"] <= 2.0
+    assert step["rollout_corr/rollout_rs_masked_fraction"] == 0

@@ -94,13 +94,40 @@ def test_the_watch_stops_a_step_whose_scorer_failed_on_most_samples() -> None:
     count_sample(two, 1, {"score": 0.0})  # not scored by omni-rewards (no reward_ok): not counted
     watch = StepFailureWatch(samples_per_step=4, max_error_rate=0.5)
     watch.add(one)
-    watch.check()  # step 1: 1 failed of 2 so far, 2 to come: undecided
+    watch.add(two)
+    watch.check()  # step 1: 1 failed of 2 so far, 2 to come: undecided; step 2: 2 of 4, not more than half
     watch.add({1: StepTally(failed=0, total=2)})
-    watch.check()  # step 1 complete, 1 of 4; step 2 complete, 2 of 4: not more than half
+    watch.check()  # step 1 complete, 1 of 4
     assert watch.tallies == {}
-    watch.add({3: StepTally(failed=3, total=3)})  # 3 of 4 failed before the last sample is in
-    with pytest.raises(RewardFailureError, match=r"step 3: .* on 3 of 4 samples \(75%\)"):
+    assert watch.take_metrics(2) == {"reward/errors": 1.0, "reward/timeouts": 1.0}  # named in the step line
+    assert watch.take_metrics(2) == {}  # reported once
+    three: dict[int, StepTally] = {}
+    for reason in ("HTTPError: HTTP Error 500", "JudgeTimeoutError: no answer within 30 s", ""):
+        count_sample(three, 3, {**timeout, "reward_reason": reason}, "digits")
+    watch.add(three)  # 3 of 4 failed before the last sample is in
+    with pytest.raises(RewardFailureError, match=r"step 3: .* on 3 of 4 samples \(75%\)") as stopped:
         watch.check(run_dir="/runs/x")
+    assert ("First failures:\n    digits: HTTPError: HTTP Error 500\n    digits: JudgeTimeoutError: no answer within 30 s\n"
+            in str(stopped.value))
+
+
+def test_a_steps_scorer_fields_are_averaged_per_data_source_as_the_local_engine_logs_them() -> None:
+    """verl logs a training step's score only; what the scorers returned besides (a judge's
+    agreement with a rule, an answer's length; ours travel as one JSON field, ``reward_fields``)
+    is averaged per data source from the tallies."""
+    import numpy as np
+
+    status = {"reward_ok": 1.0, "reward_error": 0.0, "reward_timeout": 0.0, "reward_skipped": 0.0}
+    tallies: dict[int, StepTally] = {}
+    count_sample(tallies, 1, {**status, "score": 1.0, "agrees": np.float32(1.0), "reason": "ok"}, "digits")
+    count_sample(tallies, 1, {**status, "score": 0.0, "agrees": 0.0, "source_truncated": False}, "digits")
+    count_sample(tallies, 1, {**status, "score": 0.5, "chars": float("nan")}, "math")
+    count_sample(tallies, 1, {**status, "score": 0.0, "reward_fields": '{"agrees": 1.0, "judge": "said so"}'}, "digits")
+    watch = StepFailureWatch(samples_per_step=4, max_error_rate=0.5)
+    watch.add(tallies)
+    watch.check()
+    assert watch.take_metrics(1) == {"reward/errors": 0.0, "reward/timeouts": 0.0, "reward/digits/score/mean": 1 / 3,
+                                     "reward/digits/agrees/mean": 2 / 3, "reward/math/score/mean": 0.5}
 
 
 def test_a_step_with_no_sample_left_to_train_stops_with_its_cause() -> None:
@@ -143,7 +170,7 @@ def test_our_workers_tally_training_samples_and_the_step_stops_before_its_update
     failed = SimpleNamespace(extra_fields={"reward_extra_info": {"reward_ok": 0.0, "reward_error": 1.0}})
     for step, validate in ((5, False), (5, False), (5, True)):
         worker.after_postprocess([failed], validate, {"global_steps": step})
-    assert worker.take_reward_tallies() == {5: StepTally(failed=2, total=2)}  # validation not counted
+    assert worker.take_reward_tallies() == {5: StepTally(failed=2, total=2, errors=2)}  # validation not counted
     assert worker.take_reward_tallies() == {}
 
     class Handle:
@@ -186,6 +213,7 @@ def test_verls_sync_trainer_samples_the_step_before_updating_and_after_every_ses
     step = inspect.getsource(PPOTrainer._step_once)
     assert step.index("self.replay_buffer.sample(") < step.index("self._compute_old_log_prob(") < step.index(
         "self._update_actor(")
+    assert "metrics.update(off_policy_metrics)" in step  # the sample's metrics (our reward/* ones) are the step's
     run_prompt = inspect.getsource(AgentLoopWorkerTQ._run_prompt)
     assert run_prompt.index("await _settle_session_tasks(tasks)") < run_prompt.index('tag={"status": status}')
 

@@ -559,16 +559,22 @@ def test_a_judge_reaches_verls_reward_model_keys_as_verl_omni_sets_them() -> Non
           "reward.reward_model.rollout.top_k=-1", "reward.reward_model.rollout.prompt_length=32768",
           "reward.reward_model.rollout.response_length=256", "reward.reward_model.rollout.max_model_len=33024",
           "reward.reward_model.rollout.max_num_seqs=32", "reward.reward_model.rollout.limit_images=32"]
-    verl = _verl(*JUDGE, *qi)
+    # verl-omni's launcher shares the training GPUs, which verl 0.9.1's trainer scores without the rows' data
+    (shared,) = config_problems(load_config([*VERL_BASE, *JUDGE, *qi]))
+    assert shared.startswith("reward.reward_model.enable_resource_pool=false: verl 0.9.1's trainer scores a judge")
+    own = ["reward.reward_model.enable_resource_pool=true", "reward.reward_model.nnodes=1",
+           "reward.reward_model.n_gpus_per_node=8"]
+    assert config_problems(load_config([*VERL_BASE, *JUDGE, *qi, *own])) == []
+    verl = _verl(*JUDGE, *qi, *own)
     judge = verl.reward.reward_model
-    assert judge.enable is True and judge.model_path == "/judge" and judge.enable_resource_pool is False
+    assert judge.enable is True and judge.model_path == "/judge"
+    assert (judge.enable_resource_pool, judge.nnodes, judge.n_gpus_per_node) == (True, 1, 8)
     assert OmegaConf.to_container(judge.rollout, resolve=True).items() >= {
         "name": "vllm", "tensor_model_parallel_size": 8, "gpu_memory_utilization": 0.4, "free_cache_engine": True,
         "enforce_eager": False, "do_sample": False, "temperature": 0, "top_p": 1.0, "top_k": -1,
         "prompt_length": 32768, "response_length": 256, "max_model_len": 33024, "max_num_seqs": 32,
         "limit_images": 32}.items()
     assert verl.reward.custom_reward_function.reward_kwargs.custom_path == "/qi.py"  # the user's, behind ours
-    assert config_problems(load_config([*VERL_BASE, *JUDGE, *qi])) == []
     assert _verl().reward.reward_model.enable is False  # verl's defaults, unsent
     assert _verl().reward.reward_model.rollout.max_num_seqs == 1024
 
@@ -576,9 +582,37 @@ def test_a_judge_reaches_verls_reward_model_keys_as_verl_omni_sets_them() -> Non
 def test_a_judge_verl_cannot_serve_is_refused_by_name() -> None:
     from omni_trainer.engines.verl.translate import config_problems
 
-    (unnamed,) = config_problems(load_config([*VERL_BASE, *JUDGE]))
+    own = ["reward.reward_model.enable_resource_pool=true", "reward.reward_model.nnodes=1",
+           "reward.reward_model.n_gpus_per_node=1"]
+    (unnamed,) = config_problems(load_config([*VERL_BASE, *JUDGE, *own]))
     assert unnamed == ("reward.reward_model.enable=true: name verl's server for the judge, "
                        "reward.reward_model.rollout.name=vllm")
-    on_cpu = config_problems(load_config([*VERL_BASE, *JUDGE, "reward.reward_model.rollout.name=vllm",
-                                          "trainer.device=cpu"]))
-    assert any(p.startswith("reward.reward_model.enable=true: on trainer.device=cpu") for p in on_cpu), on_cpu
+    (cpu_replica,) = config_problems(load_config([*VERL_BASE, *JUDGE, *own, "reward.reward_model.rollout.name=omni_local"]))
+    assert cpu_replica.startswith("reward.reward_model.rollout.name=omni_local is the CPU replica")
+    (vllm_on_cpu,) = config_problems(load_config([*VERL_BASE, *JUDGE, *own, "reward.reward_model.rollout.name=vllm",
+                                                  "trainer.device=cpu"]))
+    assert vllm_on_cpu.startswith("reward.reward_model.rollout.name=vllm: on trainer.device=cpu the judge is served by")
+    (unsized,) = config_problems(load_config([*VERL_BASE, *JUDGE, "reward.reward_model.rollout.name=vllm",
+                                              "reward.reward_model.enable_resource_pool=true"]))
+    assert unsized.startswith("reward.reward_model.enable_resource_pool=true: size the judge's own pool")
+    (shared,) = config_problems(load_config([*VERL_BASE, *JUDGE, "reward.reward_model.rollout.name=vllm"]))
+    assert shared.startswith("reward.reward_model.enable_resource_pool=false: verl 0.9.1's trainer")  # unset: verl's
+
+
+def test_on_the_cpu_the_judge_is_served_by_the_cpu_replica_on_a_pool_of_its_own() -> None:
+    """``trainer.device=cpu``: verl's reward-model servers are ``omni_local`` replicas (one process
+    each, fp32 unless told), and the judge's own pool adds its rank slots to the local Ray's."""
+    from omni_trainer.engines.verl.translate import config_problems
+
+    cpu = [*VERL_BASE, *JUDGE, "trainer.device=cpu", "trainer.n_gpus_per_node=2"]
+    own_pool = ["reward.reward_model.enable_resource_pool=true", "reward.reward_model.nnodes=1",
+                "reward.reward_model.n_gpus_per_node=1"]
+    assert config_problems(load_config([*cpu, *own_pool])) == []
+    verl = _verl(*cpu, *own_pool)
+    judge = verl.reward.reward_model
+    assert (judge.rollout.name, judge.rollout.tensor_model_parallel_size, judge.rollout.dtype) == (
+        "omni_local", 1, "float32")
+    assert (judge.enable_resource_pool, judge.nnodes, judge.n_gpus_per_node) == (True, 1, 1)
+    assert verl.ray_kwargs.ray_init.num_gpus == 3  # two training ranks and the judge's slot
+    given = _verl(*cpu, *own_pool, "reward.reward_model.rollout.dtype=bfloat16", "reward.reward_model.n_gpus_per_node=2")
+    assert given.reward.reward_model.rollout.dtype == "bfloat16" and given.ray_kwargs.ray_init.num_gpus == 4

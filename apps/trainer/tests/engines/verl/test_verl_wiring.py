@@ -120,6 +120,7 @@ def test_reward_function_counts_failures(monkeypatch: pytest.MonkeyPatch) -> Non
     failed = reward.compute_score("test/broken", "x", "7", {}, **kwargs)
     assert failed["score"] == 0.0 and failed["reward_error"] == 1.0 and failed["reward_ok"] == 0.0
     assert set(ok) == set(failed)  # verl needs the same extra fields on every sample
+    assert json.loads(failed["reward_fields"]) == {}  # the scorer's own fields: none from a failure
     for manager in reward._managers.values():
         manager.close()
 

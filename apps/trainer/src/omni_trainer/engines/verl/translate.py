@@ -164,20 +164,48 @@ def config_problems(config: Config) -> list[str]:
 
 
 def judge_problems(config: Config) -> list[str]:
-    """A judge model (``reward.reward_model``) verl cannot serve: none named, or on the CPU."""
+    """A judge model (``reward.reward_model``) verl cannot serve: none named on GPUs, or a server
+    other than the CPU replica on the CPU."""
     judge = config.reward.reward_model
     if not judge.enable:
         return []
-    problems = []
-    if judge.rollout.name is None:
-        problems.append("reward.reward_model.enable=true: name verl's server for the judge, "
-                        "reward.reward_model.rollout.name=vllm")
+    name = judge.rollout.name
+    own_pool = "reward.reward_model.nnodes=1 reward.reward_model.n_gpus_per_node=<GPUs>"
+    if not judge.enable_resource_pool:
+        return [f"reward.reward_model.enable_resource_pool={str(bool(judge.enable_resource_pool)).lower()}: verl "
+                "0.9.1's trainer scores a judge that shares the training GPUs after sampling, from the prompts and "
+                "responses alone (no data_source, ground truth or extra_info reach the reward function, which stops "
+                "on KeyError 'data_source'); give the judge a pool of its own: "
+                f"reward.reward_model.enable_resource_pool=true {own_pool}"]
+    if not ((judge.nnodes or 0) >= 1 and (judge.n_gpus_per_node or 0) >= 1):
+        return [f"reward.reward_model.enable_resource_pool=true: size the judge's own pool, {own_pool}"]
     if config.trainer.device == "cpu":
-        problems.append(
-            "reward.reward_model.enable=true: on trainer.device=cpu verl's judge servers need a rollout that answers "
-            "OpenAI chat requests, which the CPU replica does not yet; train with a judge on the local engine "
-            "(trainer.engine=local serves it in-process), or on GPUs")
-    return problems
+        if name not in (None, LOCAL_ROLLOUT_NAME):
+            return [f"reward.reward_model.rollout.name={name}: on trainer.device=cpu the judge is served by the CPU "
+                    f"replica, reward.reward_model.rollout.name={LOCAL_ROLLOUT_NAME} (the default there)"]
+        return []
+    if name is None:
+        return ["reward.reward_model.enable=true: name verl's server for the judge, reward.reward_model.rollout.name=vllm"]
+    if name == LOCAL_ROLLOUT_NAME:
+        return [f"reward.reward_model.rollout.name={LOCAL_ROLLOUT_NAME} is the CPU replica (trainer.device=cpu); on "
+                "GPUs the judge is served by vllm"]
+    return []
+
+
+def judge_cpu_values(config: Config) -> dict[str, Any]:
+    """The judge on the CPU: the CPU replica serves it (one process each, in fp32 unless told),
+    with its own rank slots when it has a pool of its own (``enable_resource_pool``)."""
+    rollout = "reward.reward_model.rollout."
+    return {rollout + "name": LOCAL_ROLLOUT_NAME, rollout + "tensor_model_parallel_size": 1,
+            rollout + "dtype": config.reward.reward_model.rollout.dtype or "float32"}
+
+
+def judge_slots(config: Config) -> int:
+    """Rank slots the judge's own pool takes (0 when it shares the training ranks)."""
+    judge = config.reward.reward_model
+    if not (judge.enable and judge.enable_resource_pool):
+        return 0
+    return (judge.nnodes or 0) * (judge.n_gpus_per_node or 0)
 
 
 def bypass_problems(config: Config) -> list[str]:
@@ -505,10 +533,12 @@ def cpu_values(config: Config, env_vars: dict[str, str], settings: VerlSettings)
             values[teacher + "free_cache_engine"] = False
             values[teacher + "enforce_eager"] = True
         teacher_slots = distillation.nnodes * distillation.n_gpus_per_node
+    if config.reward.reward_model.enable:
+        values.update(judge_cpu_values(config))
     if ray_init.address is None:
         if ray_init.num_gpus is None:
             values["ray_kwargs.ray_init.num_gpus"] = (
-                trainer.nnodes * trainer.n_gpus_per_node + teacher_slots + rollout_slots(config)
+                trainer.nnodes * trainer.n_gpus_per_node + teacher_slots + rollout_slots(config) + judge_slots(config)
             )
         if ray_init.num_cpus is None:
             # Also logical: verl's actors and placement bundles each hold CPUs, more than a laptop has.

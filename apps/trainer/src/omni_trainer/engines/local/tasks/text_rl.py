@@ -23,7 +23,7 @@ from omni_training.actor import Actor, Regularizer
 from omni_trainer import builtin_task
 from omni_trainer.builtin_files import BUILTIN_VALIDATION_ROWS, write_builtin_clips
 from omni_trainer.config import Config, ConfigError
-from omni_rewards.reward_file import custom_registry
+from omni_rewards.reward_file import custom_registry, judge_kwargs
 from omni_trainer.interrupts import workers_ignore_sigint
 from omni_trainer.prompts import BuiltinPrompts, DatasetPrompts, Prepared, PromptSource, encode_builtin
 from omni_trainer.settings_builders import judge_settings, reward_manager_config, sampling_settings, validation_sampling
@@ -155,8 +155,7 @@ class TextRL(Task):
     def _scorers(self) -> ScorerRegistry:
         custom = self.config.reward.custom_reward_function
         if custom.path:
-            judge = {"reward_router_address": self.judge.address, "judge_model_path": self.judge.settings.model_path
-                     } if self.judge is not None else {}
+            judge = judge_kwargs(self.judge.address, self.judge.settings.model_path) if self.judge is not None else {}
             return custom_registry(custom.path, custom.name, self._data_sources(), {**custom.reward_kwargs, **judge})
         return SCORERS
 
