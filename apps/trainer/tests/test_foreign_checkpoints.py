@@ -157,69 +157,17 @@ def test_a_text_only_causal_lm_package_trains(tmp_path: Path) -> None:
 
 PACKAGES = {"text_lm_model": HERE / "text_lm_package", "vision_lm_model": HERE / "vision_lm_package"}
 ALLOWED_IMPORTS = {"__future__", "collections", "typing", "torch", "transformers", "omni_contracts", *PACKAGES}
-VISION_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
-                 "<|image_pad|>", "<|video_pad|>")
-VISION_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
-    "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for part in m['content'] %}"
-    "{% if part['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif part['type'] == 'video' %}<|vision_start|><|video_pad|><|vision_end|>"
-    "{% else %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-PATCH = 14  # the vision encoder's and the image processor's; a 56 x 56 picture: 4 x 4 patches, 4 placeholders
+PATCH = 14  # the tiny vision model's patch; a 56 x 56 picture: 4 x 4 patches, 4 placeholders
 IMAGE_SIDE = 56
 PATCHES_PER_IMAGE = (IMAGE_SIDE // PATCH) ** 2
 
 
-def build_vision_lm(out: Path) -> Path:
-    """A tiny ``Qwen2VLForConditionalGeneration`` (mrope, a 2-block vision tower) with an offline
-    512-entry BPE, Qwen2-VL's media tokens and a ChatML template with image parts, and
-    transformers' ``Qwen2VLProcessor`` (pictures of 2 to 4 patches a side)."""
-    import torch
-    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLProcessor
-    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX, Qwen2Tokenizer
-    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
-    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
-
-    from omni_model_kit.tiny import train_bpe
-
-    vocab, merges = train_bpe(512, VISION_TOKENS, PRETOKENIZE_REGEX)
-    tokenizer = Qwen2Tokenizer(vocab=vocab, merges=merges, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                               unk_token=None, extra_special_tokens={"image_token": "<|image_pad|>",
-                                                                    "video_token": "<|video_pad|>"})
-    tokenizer.chat_template = VISION_TEMPLATE
-    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in VISION_TOKENS}
-    config = Qwen2VLConfig(
-        text_config={
-            "vocab_size": len(tokenizer), "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 1024,
-            "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [4, 2, 2]},
-            "eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"], "bos_token_id": None,
-        },
-        vision_config={"depth": 2, "embed_dim": 32, "hidden_size": 64, "mlp_ratio": 2, "num_heads": 2,
-                       "patch_size": PATCH, "spatial_merge_size": 2, "temporal_patch_size": 2},
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=False,
-    )
-    config.architectures = ["Qwen2VLForConditionalGeneration"]
-    torch.manual_seed(0)
-    model = Qwen2VLForConditionalGeneration(config)
-    vision = {"patch_size": PATCH, "temporal_patch_size": 2, "merge_size": 2,
-              "min_pixels": (2 * PATCH) ** 2, "max_pixels": (4 * PATCH) ** 2}
-    processor = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(**vision),
-                                 video_processor=Qwen2VLVideoProcessor(**vision), tokenizer=tokenizer,
-                                 chat_template=VISION_TEMPLATE)
-    model.save_pretrained(out)
-    processor.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
-
-
 @pytest.fixture(scope="module")
 def vision_lm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_vision_lm(tmp_path_factory.mktemp("vision-lm") / "qwen2-vl")
+    from omni_model_kit.tiny import TINY_VISION_PATCH, build_tiny_vision_lm
+
+    assert TINY_VISION_PATCH == PATCH
+    return build_tiny_vision_lm(tmp_path_factory.mktemp("vision-lm") / "qwen2-vl")
 
 
 @pytest.fixture(scope="module")

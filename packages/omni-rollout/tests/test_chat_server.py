@@ -109,3 +109,41 @@ def test_requests_it_cannot_serve_are_refused_with_the_reason(
 def test_the_model_list_names_the_served_model(server: ChatServer, judge_path: Path) -> None:
     with urllib.request.urlopen(f"http://{server.address}/v1/models", timeout=10) as response:
         assert json.loads(response.read())["data"][0]["id"] == str(judge_path)
+
+
+def test_a_vision_judge_sees_each_image_as_transformers_does() -> None:
+    """A judge with an image processor (a tiny Qwen2-VL, built offline) gets the pictures of
+    ``omni_rewards.judge``'s messages (``image_url`` data URIs): each request's answer equals
+    transformers' greedy ``generate`` on the processor's inputs for the same conversation and
+    pictures (batched with another request), and every picture adds its placeholders to the prompt."""
+    import numpy as np
+    from PIL import Image
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from omni_model_kit.tiny import build_tiny_vision_lm
+    from omni_rewards.judge import chat_completion, judge_messages
+
+    path = build_tiny_vision_lm()
+    pictures = [Image.fromarray(np.random.default_rng(seed).integers(0, 256, (56, 56, 3), dtype=np.uint8))
+                for seed in range(3)]
+    rubric = "Does the picture show a cat? Reply with JSON."
+    asked = [judge_messages(rubric, images=pictures[:1]), judge_messages(rubric, images=pictures[1:]),
+             judge_messages(rubric)]
+    settings = ChatServerSettings(str(path), response_length=6, prompt_length=256, max_num_seqs=4)
+    with ChatServer(settings) as served:
+        with ThreadPoolExecutor(3) as pool:  # concurrent: answered in one batch
+            answers = list(pool.map(lambda m: chat_completion(served.address, m, max_tokens=6), asked))
+        prompt_tokens = [post(served, {"messages": m, "max_tokens": 1})[1]["usage"]["prompt_tokens"] for m in asked]
+    processor = AutoProcessor.from_pretrained(path)
+    model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32).eval()
+    for messages, images, answer in zip(asked, ([pictures[0]], pictures[1:], None), answers, strict=True):
+        text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        inputs = processor(text=[text], images=images, return_tensors="pt")
+        with torch.no_grad():
+            out = model.generate(**inputs, max_new_tokens=6, do_sample=False, pad_token_id=processor.tokenizer.pad_token_id)
+        new = out[0, inputs["input_ids"].shape[1]:].tolist()
+        eos = processor.tokenizer.eos_token_id
+        assert answer == processor.tokenizer.decode(new[:new.index(eos)] if eos in new else new, skip_special_tokens=True)
+    markers = len(processor.tokenizer("<|vision_start|><|vision_end|>", add_special_tokens=False).input_ids)
+    per_picture = markers + (56 // 14) ** 2 // 4  # the picture's markers and its merged patches
+    assert prompt_tokens[0] - prompt_tokens[2] == per_picture and prompt_tokens[1] - prompt_tokens[2] == 2 * per_picture

@@ -515,3 +515,67 @@ def build_tiny_chat_lm(out_dir: str | Path | None = None, seed: int = 0) -> Path
         tokenizer.save_pretrained(out)
 
     return cached_build("tiny-chat-lm", settings, write, out_dir)
+
+
+VISION_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
+                 "<|image_pad|>", "<|video_pad|>")
+VISION_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for part in m['content'] %}"
+    "{% if part['type'] == 'image' or part['type'] == 'image_url' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif part['type'] == 'video' %}<|vision_start|><|video_pad|><|vision_end|>"
+    "{% else %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+TINY_VISION_PATCH = 14
+"""The tiny vision model's patch side (its encoder's and its image processor's)."""
+
+
+def build_tiny_vision_lm(out_dir: str | Path | None = None, seed: int = 0) -> Path:
+    """(Or reuse) a tiny ``Qwen2VLForConditionalGeneration`` (mrope, a 2-block vision tower) with
+    an offline 512-entry BPE, Qwen2-VL's media tokens, a ChatML template with image parts, and
+    transformers' ``Qwen2VLProcessor`` (pictures of 2 to 4 patches a side): an image-text model
+    that is not an omni model (a third-party package's, a vision judge)."""
+    settings = {"family": "tiny-vision-lm", "vocab": 512, "hidden": 64, "layers": 2, "seed": seed, "builder": 1}
+
+    def write(out: Path) -> None:
+        import torch
+        from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLProcessor
+        from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX, Qwen2Tokenizer
+        from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
+        from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+
+        vocab, merges = train_bpe(512, VISION_TOKENS, PRETOKENIZE_REGEX)
+        options: dict[str, Any] = {"vocab": vocab, "merges": merges, "eos_token": "<|im_end|>",
+                                   "pad_token": "<|endoftext|>", "unk_token": None,
+                                   "extra_special_tokens": {"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"}}
+        tokenizer = Qwen2Tokenizer(**options)
+        tokenizer.chat_template = VISION_TEMPLATE
+        ids = {token: tokenizer.get_vocab()[token] for token in VISION_TOKENS}
+        patch = TINY_VISION_PATCH
+        config = Qwen2VLConfig(
+            text_config={
+                "vocab_size": len(tokenizer), "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 1024,
+                "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [4, 2, 2]},
+                "eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"], "bos_token_id": None,
+            },
+            vision_config={"depth": 2, "embed_dim": 32, "hidden_size": 64, "mlp_ratio": 2, "num_heads": 2,
+                           "patch_size": patch, "spatial_merge_size": 2, "temporal_patch_size": 2},
+            image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+            vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+            tie_word_embeddings=False,
+        )
+        config.architectures = ["Qwen2VLForConditionalGeneration"]
+        torch.manual_seed(seed)
+        model = Qwen2VLForConditionalGeneration(config)
+        vision = {"patch_size": patch, "temporal_patch_size": 2, "merge_size": 2,
+                  "min_pixels": (2 * patch) ** 2, "max_pixels": (4 * patch) ** 2}
+        processor = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(**vision),
+                                     video_processor=Qwen2VLVideoProcessor(**vision), tokenizer=tokenizer,
+                                     chat_template=VISION_TEMPLATE)
+        model.save_pretrained(out)
+        processor.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+
+    return cached_build("tiny-vision-lm", settings, write, out_dir)
