@@ -54,6 +54,7 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutMode, RolloutReplica, TokenOutput
 from verl.workers.rollout.utils import ensure_async_iterator
 
+from omni_rollout.chat_server import ChatServerSettings
 from omni_rollout.local_engine import LocalEngine, find_policy_module
 from omni_rollout.placeholders import policy_logit_mask
 from omni_rollout.sampling import SamplingSettings
@@ -247,12 +248,10 @@ def _digest_into(digest: Any, value: Any) -> None:
         digest.update(repr(value).encode())
 
 
-def judge_settings(config: Any, model_path: str, host: str) -> Any:
+def judge_settings(config: Any, model_path: str, host: str) -> ChatServerSettings:
     """verl's ``reward.reward_model.rollout`` (a ``RolloutConfig``) -> the judge endpoint's
     settings: its dtype, lengths and batch, and the sampling a request that names none gets
     (``do_sample=false``: greedy); on this node's address, a free port."""
-    from omni_rollout.chat_server import ChatServerSettings
-
     return ChatServerSettings(
         model_path=model_path, device="cpu", dtype=str(config.dtype), prompt_length=int(config.prompt_length),
         response_length=int(config.response_length), max_num_seqs=int(config.max_num_seqs),

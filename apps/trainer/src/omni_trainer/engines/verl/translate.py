@@ -164,8 +164,9 @@ def config_problems(config: Config) -> list[str]:
 
 
 def judge_problems(config: Config) -> list[str]:
-    """A judge model (``reward.reward_model``) verl cannot serve: none named on GPUs, or a server
-    other than the CPU replica on the CPU."""
+    """A judge model (``reward.reward_model``) verl cannot serve: one sharing the training GPUs, a
+    pool of its own left unsized, no server named on GPUs, or a server other than the CPU replica
+    on the CPU."""
     judge = config.reward.reward_model
     if not judge.enable:
         return []
@@ -193,8 +194,8 @@ def judge_problems(config: Config) -> list[str]:
 
 
 def judge_cpu_values(config: Config) -> dict[str, Any]:
-    """The judge on the CPU: the CPU replica serves it (one process each, in fp32 unless told),
-    with its own rank slots when it has a pool of its own (``enable_resource_pool``)."""
+    """The judge on the CPU: the CPU replica serves it (one process each, in fp32 unless told); its
+    pool's rank slots are :func:`judge_slots`."""
     rollout = "reward.reward_model.rollout."
     return {rollout + "name": LOCAL_ROLLOUT_NAME, rollout + "tensor_model_parallel_size": 1,
             rollout + "dtype": config.reward.reward_model.rollout.dtype or "float32"}
