@@ -35,7 +35,7 @@ their verl-only keys (which the local engine would refuse)."""
 SCRIPTS = ("gsm8k_gspo_lora.sh", "mmk12_gspo_lora.sh", "avqa_gspo_lora.sh", "mmk12_opd_lora.sh",
            "qwen25_mmk12_gspo_lora.sh", "qwen25_avqa_gspo_lora.sh", "qwen3_omni_dpo_lora.sh",
            "gsm8k_gspo_lora_one_step_off.sh", "gsm8k_gspo_lora_fully_async.sh", "geometry3k_gspo.sh",
-           "audiomcq_gspo.sh", "nextqa_gspo.sh", "avqa_video_gspo.sh")
+           "audiomcq_gspo.sh", "nextqa_gspo.sh", "avqa_video_gspo.sh", "omnivideo_qi_gspo.sh")
 
 
 def png(seed: int) -> bytes:
@@ -155,6 +155,26 @@ def raw_avqa_video(directory: Path) -> None:
         (directory / f"{split}_qa.json").write_text(json.dumps(records))
 
 
+def raw_omnivideo_qi(directory: Path) -> None:
+    """OmniVideo-R1's QI release: merged_train_all_qi.jsonl (multiple-choice and open rows) and
+    its clips under ./data (each 2 s at 4 fps, with a tone as its soundtrack)."""
+    from omni_trainer.builtin_files import write_clip
+
+    records = []
+    for i in range(6):
+        clip = Path("data") / "LLaVA-Video-178K" / f"clip{i}.mp4"
+        (directory / clip).parent.mkdir(parents=True, exist_ok=True)
+        tone = (0.3 * np.sin(2 * np.pi * (220 + 40 * i) * np.arange(32_000) / 16_000)).astype(np.float32)
+        write_clip(directory / clip, [np.full((32, 32, 3), 40 * i, np.uint8)] * 8, 4, tone[None], 16_000)
+        choice = i % 3 == 0
+        records.append({
+            "id": f"qi{i}", "Type": "0_30_s_nextqa_mc_qa_processed" if choice else "0_30_s_nextqa_oe_qa_processed",
+            "problem": "<video><audio>\nWhat opens?" + ("\nA. A window\nB. A door" if choice else ""),
+            "solution": "B. A door" if choice else "a door", "videos": [f"./{clip}"],
+            "audios": [f"./data/audios/clip{i}.mp3"], "data_source": "0_30_s_nextqa"})
+    (directory / "merged_train_all_qi.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+
+
 def script_overrides(script: str, tmp_path: Path, **env: str) -> list[str]:
     """What ``script`` passes to ``uv run trainer`` (a stand-in ``uv`` on PATH prints it)."""
     fake = tmp_path / "bin"
@@ -231,7 +251,7 @@ def tiny_qwen25(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def run_recipe(
     tmp_path: Path, model: Path, script: str, recipe: str, make_raw: object, val_split: str, scorer_metric: str,
-    *, convert_flags: tuple[str, ...] = (), lora: bool = True,
+    *, convert_flags: tuple[str, ...] = (), lora: bool = True, env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Convert synthetic raw files (``convert_flags``: the converter's input flags, ``{raw}`` for
     the raw directory; by default ``--input {raw}``), run the script for two steps and check its
@@ -244,7 +264,7 @@ def run_recipe(
     uv = shutil.which("uv")
     assert uv is not None, "the example scripts run through uv"
     env = {**os.environ, "MODEL_PATH": str(model), "TRAIN_FILE": str(data / "train.parquet"),
-           "VAL_FILE": str(data / f"{val_split}.parquet"), "UV_PYTHON_DOWNLOADS": "never", **LOCAL_ON_CPU}
+           "VAL_FILE": str(data / f"{val_split}.parquet"), "UV_PYTHON_DOWNLOADS": "never", **LOCAL_ON_CPU, **(env or {})}
     tiny_mode = TINY_MODE if lora else [o for o in TINY_MODE if not o.startswith("actor_rollout_ref.model.lora_rank")]
     done = subprocess.run(
         ["bash", str(ROOT / "examples" / script), *tiny_mode, f"trainer.default_local_dir={run}"],
@@ -313,6 +333,31 @@ def test_full_fine_tune_recipe_runs_in_tiny_cpu_mode(
     assert config["trainer"]["engine"] == "local"
     assert config["data"]["use_audio_in_video"] is (recipe == "nextqa")  # NExT-QA hears its videos, as verl-omni
     assert config["data"]["soundtrack_as_audio"] is (recipe == "avqa_video")  # as verl-omni's NextQARLHFDataset
+
+
+@pytest.mark.slow
+def test_the_omnivideo_qi_recipe_runs_with_its_judge_in_tiny_cpu_mode(tmp_path: Path, tiny: Path) -> None:
+    """examples/omnivideo_qi_gspo.sh: videos heard with their soundtracks, paid by the judged QI
+    reward (omni_rewards.scorers.omnivideo_qi_judge) with the tiny QI judge served in-process;
+    the open rows' answers are the judge's to score, and none of its answers failed."""
+    from omni_trainer.builtin_files import qi_judge
+
+    judge = qi_judge()
+    config = run_recipe(
+        tmp_path, tiny, "omnivideo_qi_gspo.sh", "omnivideo_qi", raw_omnivideo_qi, "validation",
+        "reward/omnivideo_r1_qi/answer/mean", lora=False, env={"JUDGE_PATH": str(judge)},
+        convert_flags=("--input", "{raw}/merged_train_all_qi.jsonl", "--path-map", "./data={raw}/data",
+                       "--val-size", "2"))
+    assert config["trainer"]["experiment_name"] == "qwen3_omni_omnivideo_qi_gspo"
+    assert config["data"]["use_audio_in_video"] is True and config["trainer"]["engine"] == "local"
+    assert config["reward"]["reward_model"]["enable"] is True
+    assert config["reward"]["reward_model"]["model_path"] == str(judge)
+    assert config["reward"]["custom_reward_function"]["path"] == "pkg://omni_rewards.scorers.omnivideo_qi_judge"
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert all(row["reward/errors"] == 0 and row["reward/timeouts"] == 0 for row in rows[1:]), rows
+    # The tiny policy never writes an <answer>, so no rule pays one: a paid answer is the judge's
+    # verdict on an open row (QI_VERDICTS["answer"]).
+    assert any(row["reward/omnivideo_r1_qi/answer/mean"] > 0 for row in rows[1:]), rows
 
 
 @pytest.mark.slow

@@ -23,7 +23,8 @@ from omni_trainer.resolved import resolve_run
 
 ROOT = Path(__file__).resolve().parents[3]
 QWEN3_RECIPES = ("gsm8k_gspo_lora.sh", "mmk12_gspo_lora.sh", "avqa_gspo_lora.sh", "mmk12_opd_lora.sh")
-FULL_FINE_TUNE_RECIPES = {"geometry3k_gspo.sh": 4, "audiomcq_gspo.sh": 4, "nextqa_gspo.sh": 2, "avqa_video_gspo.sh": 4}
+FULL_FINE_TUNE_RECIPES = {"geometry3k_gspo.sh": 4, "audiomcq_gspo.sh": 4, "nextqa_gspo.sh": 2, "avqa_video_gspo.sh": 4,
+                          "omnivideo_qi_gspo.sh": 2}
 """verl-omni's full-parameter recipes (Megatron or FSDP there) -> the rollout's tensor parallel size."""
 # Qwen3-Omni-30B-A3B's thinker text decoder, from the released checkpoint's config.json
 # (thinker_config.text_config; benchmarks/gpu.py lists the same sizes). The vision and audio

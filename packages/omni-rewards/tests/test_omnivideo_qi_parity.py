@@ -400,13 +400,13 @@ def test_a_multiple_choice_answer_without_pairs_scores_its_letter() -> None:
                       "intent": 0.0, "num_groundings": 0.0}
     missing = compute_score("omnivideo_r1_qi", "no tags", "B", {"is_multiple_choice": True})
     assert missing["score"] == 0.0
-    with pytest.raises(JudgeRequiredError, match=r"open-ended .*compose_qi_score"):  # no extra_info: open
+    with pytest.raises(JudgeRequiredError, match=r"open-ended .*omnivideo_qi_judge"):  # no extra_info: open
         compute_score("omnivideo_r1_qi", "<answer>B</answer>", "B")
 
 
 def test_the_judge_error_is_a_reward_error_naming_the_pairs() -> None:
     text = response([pair("0.0", "1.0"), pair("1.0", "2.0")])
-    with pytest.raises(RewardError, match=r"has 2 <time>/<caption> pair\(s\).*does not serve yet"):
+    with pytest.raises(RewardError, match=r"has 2 <time>/<caption> pair\(s\).*omnivideo_qi_judge"):
         compute_score("omnivideo_r1_qi", text, "B", {"is_multiple_choice": True})
 
 

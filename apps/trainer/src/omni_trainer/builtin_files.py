@@ -11,7 +11,8 @@ With ``data.use_audio_in_video`` (or ``data.soundtrack_as_audio``) the built-in 
 (frames and an AAC soundtrack, written with PyAV's bundled libav) beside the parquet.
 
 :func:`builtin_judge` is the built-in task's judge, a tiny checkpoint built offline
-(``trainer tiny-judge``).
+(``trainer tiny-judge``); :func:`qi_judge` is a tiny judge for OmniVideo-R1 QI's judged reward
+(``trainer tiny-judge --qi``).
 """
 
 from __future__ import annotations
@@ -198,5 +199,63 @@ def judge_examples() -> Callable[[random.Random], tuple[str, str]]:
             cut = rng.randint(0, len(text))
             text = f"{text[:cut]}{rng.randint(0, 9)}{text[cut:]}"
         return JUDGE_RUBRIC.format(answer=text), judge_answer(digits_rule(text))
+
+    return example
+
+
+QI_JUDGE_RULE = "qi-rubric-v2"
+"""Names the tiny QI judge's rule (and its version) in its cache key."""
+QI_JUDGE_STEPS = 100
+QI_VERDICTS = {"consistency": 1.0, "completeness": 0.5, "answer": 0.25}
+"""The tiny QI judge's verdict per rubric (:func:`qi_judge_rule`); no rule pays an answer 0.25."""
+
+
+def qi_judge() -> Path:
+    """A tiny judge for OmniVideo-R1 QI's judged reward (``trainer tiny-judge --qi``): the tiny
+    vision model taught :func:`qi_judge_rule` on :func:`qi_judge_examples`, built offline and
+    cached. It answers :mod:`omni_rewards.scorers.omnivideo_qi_judge`'s three rubrics, frames
+    and all, with a JSON score, so a tiny run's judged reward is read, never failed."""
+    from omni_model_kit.tiny_judge import build_tiny_vision_judge
+
+    return build_tiny_vision_judge(QI_JUDGE_RULE, qi_judge_examples(), steps=QI_JUDGE_STEPS)
+
+
+def qi_judge_rule(rubric: str) -> float:
+    """The tiny QI judge's verdict: one number per rubric (:data:`QI_VERDICTS`), whatever it is
+    shown, so that a swapped verdict shows in the sum. A tiny model learns to read pictures and
+    words too slowly for a test (brightness and a word, tried: under 60% after 200 steps)."""
+    return QI_VERDICTS[rubric]
+
+
+def qi_judge_examples() -> Callable[[random.Random], tuple[list[dict[str, Any]], list[Any], str]]:
+    """Conversations as ``omnivideo_qi_judge`` asks them (its rubrics and prompts with random
+    words; 1 to 8 frames of random brightness and size for a segment, text only for an
+    answer), each with :func:`qi_judge_rule`'s verdict as the judge answers it."""
+    import numpy as np
+    from PIL import Image
+
+    from omni_rewards.scorers import omnivideo_qi_judge as qi
+
+    words = "a the door dog red blue opens barks man woman car bell rings plays piano water runs".split()
+
+    def phrase(rng: random.Random) -> str:
+        return " ".join(rng.choice(words) for _ in range(rng.randint(0, 5)))
+
+    def example(rng: random.Random) -> tuple[list[dict[str, Any]], list[Any], str]:
+        rubric = rng.choice(sorted(QI_VERDICTS))
+        images: list[Any] = []
+        if rubric == "answer":
+            system, text = qi.ANSWER_RUBRIC, qi.ANSWER_PROMPT.format(question=phrase(rng), ground_truth=phrase(rng),
+                                                                      answer=phrase(rng))
+        else:
+            side = rng.choice([28, 56, 112, 336])
+            images = [Image.fromarray(np.full((side, side, 3), rng.randint(0, 255), np.uint8))
+                      for _ in range(rng.randint(1, 8))]
+            system, text = ((qi.CONSISTENCY_RUBRIC, qi.CONSISTENCY_PROMPT.format(caption=phrase(rng)))
+                            if rubric == "consistency" else (qi.COMPLETENESS_RUBRIC, qi.COMPLETENESS_PROMPT.format(
+                                question=phrase(rng), ground_truth=phrase(rng))))
+        messages = [{"role": "system", "content": [{"type": "text", "text": system}]},
+                    {"role": "user", "content": [*({"type": "image"} for _ in images), {"type": "text", "text": text}]}]
+        return messages, images, '{"score": %g}' % qi_judge_rule(rubric)
 
     return example

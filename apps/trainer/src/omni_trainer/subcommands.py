@@ -65,13 +65,13 @@ def _tiny(argv: Sequence[str]) -> int:
 
 
 def _tiny_judge(argv: Sequence[str]) -> int:
-    if argv:
-        print("usage: trainer tiny-judge  (builds or reuses the built-in task's judge; prints its path)",
-              file=sys.stderr)
+    if list(argv) not in ([], ["--qi"]):
+        print("usage: trainer tiny-judge [--qi]  (builds or reuses the built-in task's judge, or with --qi the "
+              "tiny OmniVideo-R1 QI judge; prints its path)", file=sys.stderr)
         return 0 if argv[0] in ("-h", "--help") else 2
-    from omni_trainer.builtin_files import builtin_judge
+    from omni_trainer.builtin_files import builtin_judge, qi_judge
 
-    print(builtin_judge())
+    print(qi_judge() if argv else builtin_judge())
     return 0
 
 
@@ -208,7 +208,8 @@ def _doctor_plan(overrides: Sequence[str]) -> int:
 SUBCOMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "convert": (_convert, "convert a raw dataset to RL parquet (gsm8k | mmk12 | avqa | omni_preference)"),
     "tiny": (_tiny, "build the tiny offline Qwen3-Omni checkpoint"),
-    "tiny-judge": (_tiny_judge, "build the built-in task's tiny judge (reward.reward_model.model_path)"),
+    "tiny-judge": (_tiny_judge, "build the built-in task's tiny judge, or --qi OmniVideo-R1 QI's "
+                                "(reward.reward_model.model_path)"),
     "plan-memory": (_plan_memory, "size vLLM-Omni rollout memory for colocated training"),
     "merge": (_merge, "merge a LoRA adapter into its base checkpoint"),
     "model": (_model, "checkpoint tools: noise (distillation student), merge"),

@@ -52,6 +52,6 @@ class AudioRewardError(RewardError, RuntimeError):
 
 
 class JudgeRequiredError(RewardError, RuntimeError):
-    """A response can only be scored with a judge model, which omni-rl does not serve yet
-    (OmniVideo-R1 QI's intent rewards and open answers). Counted as a failed sample by the
-    reward manager, never scored 0 silently."""
+    """A rule scorer met a response only a judge model can score (OmniVideo-R1 QI's intent
+    rewards and open answers) and no judge was asked. Counted as a failed sample by the reward
+    manager, never scored 0 silently."""

@@ -92,3 +92,32 @@ def test_a_judged_run_learns_as_the_rule_scored_run_does(
     same = next((i for i, agreed in enumerate(agrees) if agreed < 1.0), len(agrees))
     assert same > 0 and curve[:same] == [row["reward/score/mean"] for row in rule[:same]]
     assert max(abs(a - row["reward/score/mean"]) for a, row in zip(curve, rule, strict=True)) < 0.05
+
+
+@pytest.mark.slow
+def test_a_judge_that_hangs_is_a_counted_timeout_that_stops_the_run(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """OmniVideo-R1 QI's judged reward asking a judge of the user's own (``judge_url``) that takes
+    every request and never answers: each sample runs into ``reward.timeout_s``, is counted as a
+    timeout, and the step stops before its update."""
+    import socket
+
+    monkeypatch.setenv("OMNI_RL_CACHE", str(tmp_path_factory.getbasetemp() / "omni-rl-cache"))
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # the kernel accepts; nobody ever answers
+        address = "127.0.0.1:%d" % silent.getsockname()[1]
+        code = main([
+            "data.builtin_task_size=8", "data.train_batch_size=2", "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2", "data.max_response_length=4", "reward.num_workers=1",
+            "trainer.total_training_steps=2", "trainer.save_freq=-1", "trainer.val_before_train=false",
+            "reward.timeout_s=2", "reward.custom_reward_function.path=pkg://omni_rewards.scorers.omnivideo_qi_judge",
+            "reward.custom_reward_function.name=compute_score",
+            f"+reward.custom_reward_function.reward_kwargs.judge_url={address}",
+            f"trainer.default_local_dir={tmp_path / 'run'}"])
+    error = capsys.readouterr().err
+    assert code == 2, error
+    assert "step 1: the reward scorer failed (error or timeout) on 4 of 4 samples (100%)" in error
+    assert error.count("timeout, scored 0: timed out after 2 s") == 4, error  # each sample named a timeout
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    assert not metrics.exists() or not metrics.read_text()

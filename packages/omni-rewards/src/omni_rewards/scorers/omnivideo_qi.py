@@ -25,7 +25,8 @@ The response template (the system prompt of ``omni_data.convert.omnivideo_qi``):
 multiple-choice row whose response has no pairs (then ``score = r_format + r_answer``, and
 ``r_format`` is 0). Everywhere else it raises :class:`~omni_rewards.errors.JudgeRequiredError`
 (the reward manager counts it as a failed sample). verl-omni too needs its judge there,
-even for an open answer that matches exactly. :func:`compose_qi_score` adds given judge
+even for an open answer that matches exactly. The whole reward, judge included, is
+:func:`omni_rewards.scorers.omnivideo_qi_judge.compute_score`. :func:`compose_qi_score` adds given judge
 numbers to the rule parts, as verl-omni does.
 
 Differences from verl-omni: ``max_segments`` is a scorer keyword (verl-omni reads
@@ -180,10 +181,10 @@ def compose_qi_score(
     ``{"score", "reason"}``; a score is clamped to [0, 1], an unreadable reply is 0) gives:
 
     Args:
-        consistency: one score per pair, in order: the judge shown up to 8 frames of the
-            pair's span (1 fps from its start; one frame at the middle of a span shorter
-            than 1 s; sides at most 768 px) and its caption, with the paper's Figure 11
-            prompt. A span whose frames cannot be decoded scores 0. Averaged; 0 without pairs.
+        consistency: one score per pair, in order: the judge shown the pair's span (at most 8
+            frames, one a second; :mod:`omni_rewards.video_spans`) and its caption, with the
+            paper's Figure 11 rubric. A span without two frames to show scores 0. Averaged; 0
+            without pairs.
         completeness: one score: the judge shown every pair's frames together (evenly
             thinned to at most 32), ``extra_info.question`` and the ground truth, with the
             Figure 12 prompt. 0 without pairs, or when any span failed to decode.
@@ -263,8 +264,9 @@ def _judge_message(parts: QIRuleParts) -> str:
         else "its row is open-ended (extra_info.is_multiple_choice is false)"
     )
     return (
-        f"omnivideo_r1_qi: this response needs the intent judge ({why}), which omni-rl does not serve yet. "
-        "Only multiple-choice responses without grounding pairs are scored by rule now. Train on this data once "
-        "the judge is served, or score these responses with your own judge and combine its numbers with "
-        "omni_rewards.scorers.omnivideo_qi.compose_qi_score."
+        f"omnivideo_r1_qi: this response needs the intent judge ({why}); the registered scorer scores only "
+        "multiple-choice responses without grounding pairs. Serve a judge (reward.reward_model.enable=true "
+        "reward.reward_model.model_path=<a vision-language model>) and name the judged reward: "
+        "reward.custom_reward_function.path=pkg://omni_rewards.scorers.omnivideo_qi_judge "
+        "reward.custom_reward_function.name=compute_score."
     )
