@@ -210,7 +210,7 @@ def test_a_judge_needs_a_checkpoint_and_a_reward_function_that_asks_it(tmp_path:
     scorer.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw):\n"
                       "    return 0.0\n")
     judged = ["reward.reward_model.enable=true", f"reward.custom_reward_function.path={scorer}"]
-    with pytest.raises(ConfigError, match=r"reward.reward_model.model_path=/nowhere is not a checkpoint directory"):
+    with pytest.raises(ConfigError, match=r"reward.reward_model.model_path=/nowhere is not a checkpoint directory .*hf download"):
         preflight(resolve_run(load_config([*judged, "reward.reward_model.model_path=/nowhere"])))
     from omni_model_kit.tiny import build_tiny_chat_lm
 

@@ -369,7 +369,10 @@ def _judge(run: ResolvedRun, found: Findings) -> None:
     if not judge.model_path:
         found.problems.append(f"reward.reward_model.enable=true needs {key}, the judge checkpoint")
     elif not (Path(judge.model_path).expanduser() / "config.json").is_file():
-        found.problems.append(f"{key}={judge.model_path} is not a checkpoint directory (no config.json)")
+        found.problems.append(
+            f"{key}={judge.model_path} is not a checkpoint directory (no config.json). Point it at a local Hugging "
+            "Face checkpoint (download one with `hf download <org>/<name> --local-dir <dir>`; `uv run trainer "
+            "tiny-judge` builds a tiny one)")
     else:
         found.problems.extend(folder_problems(key, judge.model_path))
     if not run.config.reward.custom_reward_function.path:
