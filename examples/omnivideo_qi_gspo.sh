@@ -14,7 +14,9 @@
 # Deliberate difference: verl-omni shares its 16 devices between the trainer and the judge
 # (reward.reward_model.enable_resource_pool=false); verl 0.9.1 then scores without the rows' data
 # (see the README, "A judge model as the reward"), so here the judge has 8 GPUs of its own (one
-# vLLM replica, tensor_model_parallel_size=8) and the actor and vLLM-Omni share the other 8.
+# vLLM replica, tensor_model_parallel_size=8) and the actor and vLLM-Omni share the other 8: two
+# nodes of 8 x 80 GB GPUs in one Ray cluster (start it with examples/ray_multinode.sh head / worker,
+# then: NNODES=1 bash examples/ray_multinode.sh run examples/omnivideo_qi_gspo.sh).
 # JUDGE_URL=<an OpenAI-compatible server> asks a judge you run yourself instead, as verl-omni's
 # OMNIVIDEO_QI_JUDGE_URL does (then no judge is served).
 # ENGINE=local runs it on the local engine (the tiny model on a CPU, the judge in-process; for
