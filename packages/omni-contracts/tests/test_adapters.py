@@ -18,8 +18,6 @@ from omni_contracts import (
     check_engine_prompt,
     get_rollout_adapter,
     get_training_adapter,
-    keep_final_outputs,
-    select_synced_weights,
     strip_submodules,
 )
 from omni_contracts.errors import RegistrationError
@@ -104,34 +102,6 @@ def test_a_logit_mask_refuses_ids_outside_its_stage() -> None:
         LogitMask(3072, (2048, 151655))
     with pytest.raises(SchemaError, match="needs the stage's vocabulary size"):
         LogitMask(0)
-
-
-def test_select_synced_weights_keeps_the_stage_and_reads_the_stream_to_its_end() -> None:
-    read: list[str] = []
-
-    def stream() -> Any:
-        for name in ("thinker.a", "talker.b", "code2wav.c", "talker.d", "thinker.e"):
-            read.append(name)  # a distributed actor gathers each tensor here, on every rank
-            yield name, len(read)
-
-    assert list(select_synced_weights(stream(), ("talker.",))) == [("talker.b", 2), ("talker.d", 4)]
-    assert read == ["thinker.a", "talker.b", "code2wav.c", "talker.d", "thinker.e"]
-    assert list(select_synced_weights([("x", 1), ("y", 2)], None)) == [("x", 1), ("y", 2)]
-    with pytest.raises(SchemaError, match=r"No actor parameter is named under \['talker\.'\].*'model\.x'"):
-        list(select_synced_weights([("model.x", 1)], ("talker.",)))
-
-
-def test_keep_final_outputs_orders_by_stage_and_keeps_aborts() -> None:
-    stages = [
-        StageConfig(0, "T", "text", final_output=True),
-        StageConfig(1, "K", "codec", inputs=(0,)),
-        StageConfig(2, "W", "audio", final_output=True, inputs=(1,)),
-    ]
-    wave = StageOutput(2, aborted=True, finished=False)
-    text = StageOutput(0, (1, 2))
-    codec = StageOutput(1, (3,))
-    assert keep_final_outputs([wave, codec, text], stages) == (text, wave)
-    assert keep_final_outputs([], stages) == ()
 
 
 def test_custom_prompt_must_carry_mm_processor_kwargs() -> None:

@@ -14,8 +14,8 @@ from omni_contracts import (
     SchemaError,
     StageConfig,
     StageOutput,
-    keep_final_outputs,
 )
+from omni_model_kit.rollout_adapter import keep_final_outputs
 from omni_rollout.vllm_omni.outputs import convert_request, stage_output_from_engine
 from omni_rollout.vllm_omni.prompts import build_engine_prompt, dedup_function
 

@@ -17,6 +17,8 @@ pytest.importorskip("verl", reason="needs the distributed extra (uv sync --extra
 
 import torch  # noqa: E402
 
+from omni_contracts import SchemaError  # noqa: E402
+
 from omni_verl.settings import OMNI_MODEL_TYPE, SETTINGS_ENV, VerlSettings  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -169,3 +171,20 @@ def test_extra_fields_reach_the_forward_from_either_of_verls_batch_layouts() -> 
     from omni_qwen3.training_adapter import Qwen3OmniThinkerAdapter
 
     assert adapter_model_inputs(Qwen3OmniThinkerAdapter(), None, dict(inputs), flat) == inputs
+
+
+def test_select_synced_weights_keeps_the_stage_and_reads_the_stream_to_its_end() -> None:
+    from omni_verl.engine import select_synced_weights
+
+    read: list[str] = []
+
+    def stream() -> Any:
+        for name in ("thinker.a", "talker.b", "code2wav.c", "talker.d", "thinker.e"):
+            read.append(name)  # a distributed actor gathers each tensor here, on every rank
+            yield name, len(read)
+
+    assert list(select_synced_weights(stream(), ("talker.",))) == [("talker.b", 2), ("talker.d", 4)]
+    assert read == ["thinker.a", "talker.b", "code2wav.c", "talker.d", "thinker.e"]
+    assert list(select_synced_weights([("x", 1), ("y", 2)], None)) == [("x", 1), ("y", 2)]
+    with pytest.raises(SchemaError, match=r"No actor parameter is named under \['talker\.'\].*'model\.x'"):
+        list(select_synced_weights([("model.x", 1)], ("talker.",)))

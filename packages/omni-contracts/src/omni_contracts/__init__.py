@@ -26,9 +26,7 @@ from omni_contracts.rollout_adapter import (
     RolloutAdapter,
     check_engine_prompt,
     get_rollout_adapter,
-    keep_final_outputs,
     rollout_adapters,
-    select_synced_weights,
 )
 from omni_contracts.sample import RolloutSample, StageOutput, collate_extra_fields
 from omni_contracts.thinker_processor import OmniProcessor, load_processor, require_omni_processor, require_usable_tokenizer
@@ -83,13 +81,11 @@ __all__ = [
     "get_rollout_adapter",
     "get_training_adapter",
     "is_namespaced",
-    "keep_final_outputs",
     "load_processor",
     "require_omni_processor",
     "require_usable_tokenizer",
     "resolve_training_adapter",
     "rollout_adapters",
-    "select_synced_weights",
     "strip_submodules",
     "training_adapters",
     "validate_extra_fields",

@@ -14,7 +14,7 @@ The defaults describe a single-stage, single-output autoregressive model.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
@@ -25,7 +25,6 @@ from omni_contracts.sample import RolloutSample, StageOutput
 from omni_contracts.topology import StageConfig
 
 R = TypeVar("R", bound="type[RolloutAdapter]")
-T = TypeVar("T")
 StageFlags = Mapping[int, Mapping[str, object]]
 
 
@@ -229,50 +228,6 @@ class RolloutAdapter(abc.ABC):
         and stores model-native data under namespaced ``extra_fields`` keys.
         """
         return sample
-
-
-def keep_final_outputs(
-    outputs: Sequence[StageOutput], stages: Sequence[StageConfig]
-) -> tuple[StageOutput, ...]:
-    """The outputs of every stage marked ``final_output``, in stage order.
-
-    Aborted outputs are kept (the caller sees they were aborted); an empty list gives ``()``.
-    """
-    final_ids = {stage.stage_id for stage in stages if stage.final_output}
-    kept = [output for output in outputs if output.stage_id in final_ids]
-    return tuple(sorted(kept, key=lambda output: output.stage_id))
-
-
-def select_synced_weights(
-    weights: Iterable[tuple[str, T]], prefixes: Sequence[str] | None
-) -> Iterator[tuple[str, T]]:
-    """The ``(name, tensor)`` pairs of ``weights`` a sync sends: those whose name starts with
-    one of ``prefixes`` (all of them when ``None``), lazily and in order.
-
-    The input is always consumed to its end (a distributed actor's stream gathers each
-    tensor with a collective, which every rank must run in the same order).
-
-    Raises:
-        SchemaError: ``prefixes`` is given and no name starts with one of them (the actor's
-            names and the stage's differ; a sync that sends nothing would go unnoticed).
-    """
-    if prefixes is None:
-        yield from weights
-        return
-    wanted = tuple(prefixes)
-    sent = 0
-    seen: list[str] = []  # a few names that were not sent, for the error
-    for name, tensor in weights:
-        if name.startswith(wanted):
-            sent += 1
-            yield name, tensor
-        elif len(seen) < 3:
-            seen.append(name)
-    if not sent:
-        raise SchemaError(
-            f"No actor parameter is named under {list(wanted)} (the weight-sync stages' prefixes), e.g. {seen}; "
-            "the actor's names must be the checkpoint's, as the stage loads them."
-        )
 
 
 def check_engine_prompt(

@@ -15,12 +15,24 @@ import importlib.util
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from omni_contracts import RolloutAdapter, StageConfig
+from omni_contracts import RolloutAdapter, StageConfig, StageOutput
 
 STAGE_OUTPUTS = {"thinker": "text", "talker": "codec", "code2wav": "audio"}
 """What each of vLLM-Omni's model stages emits."""
 
 TALKER_MODE = "talker"
+
+
+def keep_final_outputs(
+    outputs: Sequence[StageOutput], stages: Sequence[StageConfig]
+) -> tuple[StageOutput, ...]:
+    """The outputs of every stage marked ``final_output``, in stage order.
+
+    Aborted outputs are kept (the caller sees they were aborted); an empty list gives ``()``.
+    """
+    final_ids = {stage.stage_id for stage in stages if stage.final_output}
+    kept = [output for output in outputs if output.stage_id in final_ids]
+    return tuple(sorted(kept, key=lambda output: output.stage_id))
 
 
 def omni_stage_configs(arches: Mapping[str, str], mode: str) -> tuple[StageConfig, ...]:

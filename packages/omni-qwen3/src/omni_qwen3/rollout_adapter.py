@@ -22,10 +22,11 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
-from omni_contracts import LogitMask, RolloutAdapter, RolloutSample, StageConfig, StageOutput, keep_final_outputs
+from omni_contracts import LogitMask, RolloutAdapter, RolloutSample, StageConfig, StageOutput
 from omni_model_kit.rollout_adapter import (
     TALKER_MODE,
     OmniRolloutAdapter,
+    keep_final_outputs,
     omni_stage_configs,
     translate_pipeline,
     vllm_omni_installed,

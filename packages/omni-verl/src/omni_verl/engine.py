@@ -18,8 +18,8 @@ duration of the call.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 import torch
 from torch.distributed.tensor import DTensor
@@ -30,7 +30,7 @@ from verl.workers.engine.base import EngineRegistry
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 from verl.workers.engine.fsdp.utils import unfuse_moe_params
 
-from omni_contracts import select_synced_weights
+from omni_contracts import SchemaError
 from omni_verl.adapters import rollout_adapter, training_adapter
 from omni_verl.compat import (
     as_language_model,
@@ -83,6 +83,41 @@ def ensure_auto_class(hf_config: Any, adapter: Any) -> None:
             "the model class in its register_auto_classes()."
         )
     verl_auto.register(config_cls, model_class_for(ours, config_cls), exist_ok=True)
+
+
+T = TypeVar("T")
+
+
+def select_synced_weights(
+    weights: Iterable[tuple[str, T]], prefixes: Sequence[str] | None
+) -> Iterator[tuple[str, T]]:
+    """The ``(name, tensor)`` pairs of ``weights`` a sync sends: those whose name starts with
+    one of ``prefixes`` (all of them when ``None``), lazily and in order.
+
+    The input is always consumed to its end (a distributed actor's stream gathers each
+    tensor with a collective, which every rank must run in the same order).
+
+    Raises:
+        SchemaError: ``prefixes`` is given and no name starts with one of them (the actor's
+            names and the stage's differ; a sync that sends nothing would go unnoticed).
+    """
+    if prefixes is None:
+        yield from weights
+        return
+    wanted = tuple(prefixes)
+    sent = 0
+    seen: list[str] = []  # a few names that were not sent, for the error
+    for name, tensor in weights:
+        if name.startswith(wanted):
+            sent += 1
+            yield name, tensor
+        elif len(seen) < 3:
+            seen.append(name)
+    if not sent:
+        raise SchemaError(
+            f"No actor parameter is named under {list(wanted)} (the weight-sync stages' prefixes), e.g. {seen}; "
+            "the actor's names must be the checkpoint's, as the stage loads them."
+        )
 
 
 def synced_weight_prefixes(settings: VerlSettings) -> tuple[str, ...] | None:

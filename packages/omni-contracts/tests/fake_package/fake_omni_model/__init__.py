@@ -16,8 +16,8 @@ from omni_contracts import (
     StageConfig,
     StageOutput,
     TrainingAdapter,
-    keep_final_outputs,
 )
+from omni_model_kit.rollout_adapter import keep_final_outputs
 
 FAKE_ARCH = "FakeOmniForConditionalGeneration"
 FAKE_PIPELINE = "fake_omni"
