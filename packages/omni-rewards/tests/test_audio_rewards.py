@@ -355,6 +355,8 @@ def test_a_batch_counts_failures_per_sample_and_per_reward(
         SpeechSample(np.array([0.0, np.inf], np.float32), SR, "a", data_source="tts"),
         SpeechSample(dc(-6.0), SR, "a", data_source="tts"),
     ]
+    # at WARNING: importing vLLM's server (its model_hosting_container_standards) sets the root logger to ERROR
+    caplog.set_level("WARNING", logger="omni_rewards")
     result = reward.score_batch(samples)
     assert [o.status for o in result.outcomes] == ["ok", "error", "error", "ok"]
     # ok: 1·1 + 2·1 = 3 and 1·0.5 + 2·1 = 2.5; failures score 0 and are counted

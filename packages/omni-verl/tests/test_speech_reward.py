@@ -39,6 +39,8 @@ def test_a_failed_sample_scores_zero_and_is_counted(
     rewards: WeightedAudioReward, waveform: np.ndarray | None, rate: int | None, text: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    # at WARNING: importing vLLM's server (its model_hosting_container_standards) sets the root logger to ERROR
+    caplog.set_level("WARNING", logger="omni_verl.speech_reward")
     score, info = score_speech(rewards, waveform, rate, text, None)
     assert score == 0.0 and (info["reward_ok"], info["reward_error"]) == (0.0, 1.0)
     assert "speech reward failed" in caplog.text

@@ -104,6 +104,23 @@ def test_external_modules_reach_the_ray_runtime_env() -> None:
     assert kwargs["address"] == "auto"
 
 
+@needs_extras
+def test_an_unset_ray_address_starts_a_ray_of_the_runs_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray given no address attaches to a cluster that ``ray start`` left on the machine (then
+    refuses ``num_cpus``: seen when two tests ran side by side); ``RAY_ADDRESS`` still attaches."""
+    from omni_trainer.config import load_config
+    from omni_trainer.engines.verl.launch import ray_init_kwargs
+    from omni_trainer.engines.verl.translate import to_verl_config
+
+    config = load_config(["trainer.engine=verl", "actor_rollout_ref.model.path=/m", "data.train_files=[/d.parquet]",
+                          "actor_rollout_ref.rollout.pipeline_name=qwen3_omni_moe"])
+    verl = to_verl_config(config, lora_target_modules=None, lora_exclude_modules=None)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert ray_init_kwargs(verl)["address"] == "local"
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert "address" not in ray_init_kwargs(verl)
+
+
 def test_reward_function_counts_failures(monkeypatch: pytest.MonkeyPatch) -> None:
     from omni_rewards import SCORERS
     from omni_verl import reward

@@ -76,7 +76,11 @@ def build_verl_config(run: ResolvedRun) -> DictConfig:
 
 def ray_init_kwargs(verl_config: DictConfig) -> dict[str, Any]:
     """What ``ray.init`` gets: verl's default runtime env merged with ``ray_kwargs.ray_init``
-    (ours on top), exactly as verl's ``run_ppo`` would merge them."""
+    (ours on top), exactly as verl's ``run_ppo`` would merge them.
+
+    An unset ``address`` starts a Ray of the run's own (``"local"``), as documented. Ray given
+    no address would attach to any cluster a ``ray start`` left running on this machine, and
+    then refuse ``num_cpus``. ``RAY_ADDRESS`` in the environment still attaches, as in Ray."""
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
     container = OmegaConf.to_container(verl_config.ray_kwargs.ray_init, resolve=True)
@@ -84,6 +88,8 @@ def ray_init_kwargs(verl_config: DictConfig) -> dict[str, Any]:
     ray_init: dict[str, Any] = {str(k): v for k, v in container.items()}
     runtime_env = OmegaConf.merge(get_ppo_ray_runtime_env(verl_config), ray_init.get("runtime_env") or {})
     ray_init["runtime_env"] = OmegaConf.to_container(runtime_env, resolve=True)
+    if ray_init.get("address") is None and not os.environ.get("RAY_ADDRESS"):
+        ray_init["address"] = "local"
     return {k: v for k, v in ray_init.items() if v is not None}
 
 
