@@ -65,13 +65,13 @@ class SamplerConfig:
 
 @dataclass
 class DataConfig:
-    # None: the built-in task; a single path is accepted (as in verl)
     train_files: list[str] | None = key(
-        None, "parquet files of training rows (verl's RL schema); null: the built-in task", verl=MAPPED)
+        None, "parquet files of training rows (verl's RL schema; one path is taken too); null: the built-in task",
+        verl=MAPPED)
     val_files: list[str] | None = key(None, "parquet files of validation rows; null: no validation", verl=MAPPED)
-    # at least 1, or 0 with verl's fully-async streaming (async_training.max_staleness >= 2),
-    # where a step is ppo_mini_batch_size x require_batches (the pre-flight checks the pair)
-    train_batch_size: int = key(8, "prompts per step", at_least=0)
+    train_batch_size: int = key(
+        8, "prompts per step; 0 only with verl's fully-async streaming (async_training.max_staleness >= 2), where a "
+        "step is ppo_mini_batch_size x async_training.require_batches", at_least=0)
     val_batch_size: int = key(16, "prompts per validation batch", at_least=1)
     max_prompt_length: int = key(
         1024, "prompt tokens at most; longer prompts are filtered, counted and reported", at_least=1)
@@ -92,7 +92,6 @@ class DataConfig:
         choices=("extra_info", "thinker"), verl=NOT_SENT)
     max_spoken_tokens: int = key(
         64, "stage=talker, data.spoken_text=thinker: the thinker's answer's tokens at most", at_least=1, verl=NOT_SENT)
-    # extra processor kwargs
     mm_processor_kwargs: dict[str, Any] = key(
         {}, "extra keyword arguments of the model's processor (fps, ...)", verl=MAPPED)
     use_audio_in_video: bool = key(
@@ -106,25 +105,21 @@ class DataConfig:
         "frames), as verl-omni's NextQARLHFDataset does (data.custom_cls.name=NextQARLHFDataset says the same); "
         "exclusive with data.use_audio_in_video; a video without sound is a bad row (no_soundtrack)", verl=MAPPED)
     custom_cls: CustomClassConfig = field(default_factory=CustomClassConfig)
-    # verl's dataset keys, passed to verl as given (None: verl's default, or ours where noted);
-    # the local engine honours or refuses each by name (omni_trainer.engines.local.verl_keys).
-    # verl 0.9.1 reads it and applies nothing (overlong prompts are filtered)
+    # verl's dataset keys: None is verl's default, or ours where the help says so.
     truncation: str | None = key(
         None, "what verl's dataset does with an overlong prompt; verl 0.9.1 reads it and applies nothing",
         engines="verl",
         other_engine="drops overlong prompts and truncates none (honours error; offline preference runs honour every "
                      "value: how a long answer is cut)",
         honoured=lambda value, config: (value == "error" or config.algorithm.sample_source == "offline"))
-    # None: true on both engines (verl's default is false)
     filter_overlong_prompts: bool | None = key(
-        None, "drop prompts over data.max_prompt_length", engines="verl",
+        None, "drop prompts over data.max_prompt_length; null: true (verl's default is false)", engines="verl",
         other_engine="always drops them, counted in the step line (honours true)",
         honoured=(True,), verl=MAPPED)
     filter_overlong_prompts_workers: int | None = key(
         None, "processes verl's dataset filters with", engines="verl",
         other_engine="filters in its one process (honours 1)",
         honoured=(1,))
-    # verl: validation rows used (-1: all)
     val_max_samples: int | None = key(
         None, "how many validation rows verl uses, -1 for all", engines="verl",
         other_engine="validates the first data.val_batch_size rows; set data.val_batch_size instead (offline "
@@ -150,10 +145,9 @@ class DataConfig:
 class LoraSection:
     """verl's ``model.lora`` section (its Megatron LoRA keys are not taken)."""
 
-    # verl: merge the adapter into the base weights before each weight sync to the rollout.
-    # None: true when LoRA is on (vLLM-Omni cannot serve an adapter for the policy stage).
     merge: bool | None = key(
-        None, "merge the adapter into the base weights before each sync to the rollout", engines="verl",
+        None, "merge the adapter into the base weights before each sync to the rollout; null: true with LoRA "
+        "(vLLM-Omni cannot serve an adapter for the policy stage)", engines="verl",
         other_engine="samples from the training model with its adapter applied, which either setting gives verl's "
                      "rollout",
         honoured=any_value, verl=MAPPED)
@@ -161,7 +155,6 @@ class LoraSection:
 
 @dataclass
 class ModelConfig:
-    # None: the tiny Qwen3-Omni, built offline
     path: str | None = key(
         None, "the checkpoint to train (a Hugging Face folder); null: the tiny Qwen3-Omni, built offline", verl=MAPPED)
     stage: str = key("thinker", "the trained stage: thinker (text out) or talker (speech codes out)", verl=NOT_SENT)
@@ -171,41 +164,33 @@ class ModelConfig:
         0.0, "dropout on the LoRA path", engines="local",
         other_engine="builds its FSDP LoRA (verl 0.9.1) without dropout (honours 0)",
         honoured=(0.0,), verl=NOT_SENT)
-    # None: the adapter's defaults
     target_modules: list[str] | None = key(
         None, "LoRA's target modules; null: the model adapter's defaults", verl=MAPPED)
     exclude_modules: str | None = key(None, "a regex of modules LoRA leaves out", verl=MAPPED)
-    # LoRA on nn.Parameters by name (PEFT's target_parameters): a MoE's fused experts
-    # (verl-omni's recipe: [gate_up_proj, down_proj]); exclude_modules applies to their modules.
     target_parameters: list[str] | None = key(
-        None, "LoRA on nn.Parameters by name (PEFT's target_parameters), e.g. a MoE's fused experts", verl=MAPPED)
+        None, "LoRA on nn.Parameters by name (PEFT's target_parameters), e.g. a MoE's fused experts (verl-omni's "
+        "recipe: [gate_up_proj, down_proj]); exclude_modules applies to their modules", verl=MAPPED)
     freeze_vision_tower: bool = key(True, "keep the vision encoder frozen", verl=NOT_SENT)
     freeze_audio_tower: bool = key(True, "keep the audio encoder frozen", verl=NOT_SENT)
-    # verl engine only: packed (padding-free) forward needs flash-attn 2, which is not in the
-    # lock.
     use_remove_padding: bool = key(
-        False, "packed, padding-free forward, which needs flash-attn 2", engines="verl",
+        False, "packed, padding-free forward, which needs flash-attn 2 (not in the lock)", engines="verl",
         other_engine="pads its micro-batches (honours false)",
         honoured=(False,))
-    # Both engines: decoder layers recompute their forward in the backward pass instead of
-    # keeping activations (verl's default; see `trainer doctor` for what it saves).
     enable_gradient_checkpointing: bool = key(
-        True, "decoder layers recompute their forward in the backward pass instead of keeping activations")
-    # verl engine: a module verl imports in every worker before building the model.
+        True, "decoder layers recompute their forward in the backward pass instead of keeping activations (verl's "
+        "default; `trainer doctor` shows what it saves)")
     external_lib: str | None = key(
         None, "a module verl imports in every worker before building the model", engines="verl",
         other_engine="finds model code through the omni_rl.models entry points; install the package instead")
-    # verl-omni's key: the dtype the LoRA parameters are cast to once built (None: the base's,
-    # fp32 unless fsdp_config.model_dtype says otherwise).
     lora_dtype: str | None = key(
-        None, "verl-omni: the dtype the LoRA parameters are cast to once built", engines="verl",
+        None, "verl-omni: the dtype the LoRA parameters are cast to once built; null: the base's (fp32 unless "
+        "fsdp_config.model_dtype says otherwise)", engines="verl",
         other_engine="keeps LoRA parameters in float32 (honours float32)",
         honoured=('float32', 'fp32'), verl=MAPPED)
     lora: LoraSection = field(default_factory=LoraSection)
-    # verl: HF config overrides at load; ours under verl is {attn_implementation: sdpa} (flash-attn
-    # 2 is not in the lock); given keys win.
     override_config: dict[str, Any] = key(
-        {}, "overrides of the checkpoint's HF config at load", engines="verl",
+        {}, "overrides of the checkpoint's HF config at load, on top of ours: {attn_implementation: sdpa}",
+        engines="verl",
         other_engine="loads the checkpoint's config as it is, with transformers' sdpa attention (honours "
                      "attn_implementation=sdpa)",
         honoured=lambda value, config: dict(value) in ({}, {"attn_implementation": "sdpa"}), verl=MAPPED)
@@ -239,27 +224,23 @@ class FsdpConfig:
     the rollout, they free the GPU for vLLM's memory share (verl-omni's Qwen3-Omni recipes set
     both on 80 GB GPUs)."""
 
-    # parameters (and gradients) on the CPU while the actor is idle
     param_offload: bool = key(
         False, "the FSDP actor's parameters and gradients wait on the CPU while it is idle", engines="verl",
         other_engine="keeps its actor on its one device (honours false)",
         honoured=(False,))
-    # optimizer state on the CPU outside the optimizer step
     optimizer_offload: bool = key(
         False, "the optimizer state waits on the CPU outside the optimizer step", engines="verl",
         other_engine="keeps its actor on its one device, optimizer state included (honours false)",
         honoured=(False,))
-    # None: fp32 under verl (verl's default too; a bf16 base gives a bf16 LoRA adapter, see lora_dtype).
     model_dtype: str | None = key(
-        None, "the dtype FSDP holds the actor's parameters in", engines="verl",
+        None, "the dtype FSDP holds the actor's parameters in; null: fp32 (a bf16 base gives a bf16 LoRA adapter, "
+        "see model.lora_dtype)", engines="verl",
         other_engine="sets precision with actor_rollout_ref.actor.dtype",
         verl=MAPPED)
-    # FSDP1 only
     use_orig_params: bool | None = key(
         None, "FSDP1's original-parameter switch", engines="verl", other_engine="has no FSDP")
-    # verl's default: true (compiles the entropy kernel)
     use_torch_compile: bool | None = key(
-        None, "torch.compile of the FSDP engine's entropy kernel", engines="verl",
+        None, "torch.compile of the FSDP engine's entropy kernel; null: verl's true", engines="verl",
         other_engine="runs eagerly (honours false)",
         honoured=(False,))
 
@@ -270,9 +251,8 @@ class RefFsdpConfig:
         None, "the reference model's parameters wait on the CPU", engines="verl",
         other_engine="keeps the reference on its one device (honours false)",
         honoured=(False,))
-    # None: fp32, as the actor's
     model_dtype: str | None = key(
-        None, "the dtype FSDP holds the reference's parameters in", engines="verl",
+        None, "the dtype FSDP holds the reference's parameters in; null: fp32, as the actor's", engines="verl",
         other_engine="sets precision with actor_rollout_ref.actor.dtype",
         verl=MAPPED)
 
@@ -283,7 +263,6 @@ class RefConfig:
     sizing keys default to the actor's (``ppo_micro_batch_size_per_gpu``, ``use_dynamic_bsz``,
     ``ppo_max_token_len_per_gpu``), which is how the local engine sizes every forward."""
 
-    # None: the actor's
     strategy: str | None = key(
         None, "the FSDP version of the reference model", engines="verl", other_engine="has no FSDP")
     fsdp_config: RefFsdpConfig = field(default_factory=RefFsdpConfig)
@@ -300,7 +279,6 @@ class OmniLossConfig:
     loss_mode: str = key("dpo", "verl-omni's offline preference loss family (dpo)", verl=NOT_SENT)
     loss_type: str = key("sigmoid", "the preference loss (omni_training.preference.PREFERENCE_LOSSES)", verl=NOT_SENT)
     beta: float = key(0.1, "the preference loss's temperature (DPO's beta)", verl=NOT_SENT)
-    # sigmoid/simpo: conservative DPO; robust: the flip rate
     label_smoothing: float = key(
         0.0, "sigmoid/simpo: conservative DPO's smoothing; robust: the flip rate", verl=NOT_SENT)
     average_log_prob: bool = key(False, "per-token mean log-probs instead of sums", verl=NOT_SENT)
@@ -315,11 +293,9 @@ class ActorConfig:
         "fsdp2", "the FSDP version that shards the actor, fsdp or fsdp2", choices=("fsdp", "fsdp2"), engines="verl",
         other_engine="trains one unsharded model")
     fsdp_config: FsdpConfig = field(default_factory=FsdpConfig)
-    # verl's spelling of actor_rollout_ref.model.freeze_vision_tower (folded into it).
     freeze_vision_tower: bool | None = key(
         None, "verl's spelling of actor_rollout_ref.model.freeze_vision_tower (folded into it)", verl=MAPPED)
-    # verl: entropy over vocabulary chunks (memory); verl 0.9.1's FSDP engine reads the
-    # fsdp_config copies, which the translation sets too.
+    # verl 0.9.1's FSDP engine reads the fsdp_config copies, which the translation sets too.
     entropy_from_logits_with_chunking: bool | None = key(
         None, "entropy over vocabulary chunks, to save memory", engines="verl",
         other_engine="computes entropy in one piece (honours false)",
@@ -332,7 +308,6 @@ class ActorConfig:
     clip_ratio_high: float | None = key(None, "the clip range above 1; null: clip_ratio", at_least=0, verl=MAPPED)
     clip_ratio_c: float = key(3.0, "dual-clip PPO's bound on the ratio of a negative-advantage token")
     loss_agg_mode: str = key("seq-mean-token-mean", "how token losses aggregate into a sample's and the step's loss")
-    # seq-mean-token-sum-norm (Dr.GRPO) divides by this constant; None: data.max_response_length.
     loss_scale_factor: int | None = key(
         None, "seq-mean-token-sum-norm (Dr.GRPO) divides by this constant; null: data.max_response_length", verl=MAPPED)
     ppo_mini_batch_size: int = key(8, "prompts per optimizer step", at_least=1)
@@ -352,19 +327,17 @@ class ActorConfig:
         other_engine="holds the actor in actor_rollout_ref.actor.fsdp_config.model_dtype and computes under FSDP's "
                      "mixed precision (honours auto)",
         honoured=("auto",), verl=NOT_SENT)
-    # auto: when the step is on-policy (one epoch, one mini-batch, no KL reward, no teacher) the
-    # update's own forward gives the old log-probs (detached), one actor pass fewer with the same
-    # loss and gradients; recompute: always a separate pass first.
     old_log_prob: str = key(
-        "auto", "auto: an on-policy step takes its old log-probs from the update's own forward",
+        "auto", "auto: an on-policy step (one epoch, one mini-batch, no KL reward, no teacher) takes its old "
+        "log-probs from the update's own forward, detached: one actor pass fewer, the same loss and gradients; "
+        "recompute: always a pass of their own first",
         choices=("auto", "recompute"), engines="local",
         other_engine="computes the old log-probs in a pass of their own, or takes the rollout's with "
                      "algorithm.rollout_correction.bypass_mode=true (honours recompute)",
         honoured=("recompute",), verl=NOT_SENT)
-    # Local engine, with trainer.talker_drift=true: adds coef x talker/drift_kl (on the probes,
-    # differentiable in the thinker) to every update's loss, to keep the talker's behaviour.
     talker_drift_coef: float = key(
-        0.0, "with trainer.talker_drift: this x talker/drift_kl is added to every update's loss", engines="local",
+        0.0, "with trainer.talker_drift: this x talker/drift_kl (on the probes, differentiable in the thinker) is "
+        "added to every update's loss, to keep the talker's behaviour", engines="local",
         other_engine="measures no talker drift (honours 0)",
         honoured=(0.0,), verl=NOT_SENT)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -375,9 +348,8 @@ class ActorConfig:
 @dataclass
 class AgentConfig:
     default_agent_loop: str = key("single_turn_agent", "the agent loop each prompt is sampled with", verl=MAPPED)
-    # verl engine: agent-loop worker processes (verl's default: 8)
     num_workers: int | None = key(
-        None, "verl's agent-loop worker processes", engines="verl",
+        None, "verl's agent-loop worker processes; null: verl's 8", engines="verl",
         other_engine="runs the agent loop in its one process")
 
 
@@ -400,8 +372,6 @@ class VllmOmniKwargs:
         None, "vLLM-Omni's concurrent sequences", engines="verl",
         other_engine="generates a step's samples with the model's generate",
         verl=NOT_SENT)
-    # verl-omni's older launchers: a hand-written deploy file; refused (ours is generated from
-    # the pipeline, with the weight-sync and sleep settings the run needs).
     stage_configs_path: str | None = key(
         None, "verl-omni's hand-written deploy file; refused (ours is generated from the pipeline)", verl=NOT_SENT)
 
@@ -439,14 +409,12 @@ class RolloutConfig:
     temperature: float = key(1.0, "sampling temperature", at_least=0, note=" (0: greedy)")
     top_p: float = key(1.0, "nucleus sampling mass", above=0, at_most=1)
     top_k: int = key(-1, "top-k sampling", at_least=1, allowed=(-1,), note=" (-1: off)")
-    # None: the pipeline the model's training adapter declares (``rollout_pipeline``),
-    # filled in by load_config from the checkpoint's config.json.
+    # None is filled in by load_config from the checkpoint's config.json and its adapter.
     pipeline_name: str | None = key(
         None, "the rollout pipeline; null: the one the model's training adapter declares", verl=NOT_SENT)
     pipeline_mode: str = key(
         "thinker_only", "which stages the rollout runs and which one is the policy (thinker_only, talker, ...)",
         verl=NOT_SENT)
-    # stage=talker: the voice, one of the checkpoint's speakers; None: its first.
     speaker: str | None = key(
         None, "stage=talker: the voice, one of the checkpoint's speakers; null: its first", verl=NOT_SENT)
     agent: AgentConfig = field(default_factory=AgentConfig)
@@ -463,10 +431,9 @@ class RolloutConfig:
     mode: str = key(
         "async", "verl's rollout mode, async servers", choices=("async",), engines="verl",
         other_engine="samples with the model's generate")
-    # The rollout engine's dtype (verl's key). None: verl's bfloat16 on GPUs; on the CPU the
-    # actor's (fp32 unless fsdp_config.model_dtype says otherwise), so log-probs can agree.
     dtype: str | None = key(
-        None, "the rollout engine's dtype", engines="verl",
+        None, "the rollout engine's dtype; null: verl's bfloat16 on GPUs, the actor's on the CPU (so log-probs can "
+        "agree)", engines="verl",
         other_engine="samples with the training model itself, in the actor's dtype")
     tensor_model_parallel_size: int = key(
         1, "GPUs per vLLM-Omni rollout replica", engines="verl",
@@ -486,30 +453,25 @@ class RolloutConfig:
     enforce_eager: bool = key(
         False, "vLLM-Omni without CUDA graphs", engines="verl", other_engine="runs eagerly (honours true)",
         honoured=(True,))
-    # sleep the engine while the colocated actor trains
     free_cache_engine: bool = key(
         True, "vLLM-Omni sleeps while the actor trains", engines="verl", other_engine="has no separate rollout engine")
-    # Off, as vLLM-Omni's deploy files for Qwen3-/Qwen2.5-Omni set every stage (and verl-omni):
-    # RL log-probs must not depend on cache state. verl's own default is on.
     enable_prefix_caching: bool = key(
-        False, "vLLM's prefix cache", engines="verl", other_engine="has no prefix cache (honours false)",
-        honoured=(False,))
-    # None: verl's "dummy" (random, then the actor's weights synced in)
+        False, "vLLM's prefix cache; off, as vLLM-Omni's deploy files set every Qwen-Omni stage, so log-probs do not "
+        "depend on cache state (verl's default is on)", engines="verl",
+        other_engine="has no prefix cache (honours false)", honoured=(False,))
     load_format: str | None = key(
-        None, "how vLLM-Omni loads its first weights; dummy: random, then the actor's synced in", engines="verl",
+        None, "how vLLM-Omni loads its first weights; null: verl's dummy (random, then the actor's synced in)",
+        engines="verl",
         other_engine="samples from the training model itself")
-    # None: data.max_prompt_length (verl's default); more leaves room for media expansion.
     prompt_length: int | None = key(
-        None, "the rollout's prompt budget: a longer multimodal prompt fails, a text one is left-truncated",
+        None, "the rollout's prompt budget: a longer multimodal prompt fails, a text one is left-truncated; null: "
+        "data.max_prompt_length (verl's default; more leaves room for media expansion)",
         engines="verl",
         other_engine="drops prompts over data.max_prompt_length before sampling (honours a budget of at least that)",
         honoured=lambda value, config: value >= config.data.max_prompt_length)
-    # The old-log-prob pass's sizing; None: the actor's (as verl's defaults, and the local engine).
     log_prob_micro_batch_size_per_gpu: int | None = log_prob_sizing("old", "ppo_micro_batch_size_per_gpu", verl=MAPPED)
     log_prob_use_dynamic_bsz: bool | None = log_prob_sizing("old", "use_dynamic_bsz")
     log_prob_max_token_len_per_gpu: int | None = log_prob_sizing("old", "ppo_max_token_len_per_gpu")
-    # verl's rollout routing replay (R3) for mixture-of-experts models: the rollout records each
-    # token's experts and the actor replays them. Refused on both engines (verl_keys, translate).
     enable_rollout_routing_replay: bool = key(
         False, "records each token's experts in the rollout for the actor to replay (MoE models)", engines="verl",
         other_engine="samples with the actor's own module, so its routing is the actor's: nothing to replay (honours "
@@ -653,12 +615,9 @@ class AlgorithmConfig:
     use_kl_in_reward: bool = key(False, "subtract a KL penalty to the reference policy from the reward")
     kl_penalty: str = key("kl", "the reward's KL estimator, by its registered name")
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
-    # verl-omni's: offline + direct_preference + paired_preference trains on preference pairs
-    # (data.train_batch_size counts pairs); online is RL.
-    # online | offline
     sample_source: str = key(
-        "online", "online: RL on the rollout's samples; offline: preference pairs from the data", verl=NOT_SENT)
-    # policy_gradient | direct_preference
+        "online", "online: RL on the rollout's samples; offline (with direct_preference and paired_preference, as "
+        "verl-omni): preference pairs from the data, data.train_batch_size counting pairs", verl=NOT_SENT)
     trainer_type: str = key("policy_gradient", "policy_gradient (RL) or direct_preference (offline DPO)", verl=NOT_SENT)
     paired_preference: bool = key(False, "offline runs: train on chosen/rejected pairs", verl=NOT_SENT)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
@@ -678,15 +637,13 @@ class CustomRewardFunctionConfig:
 class RewardManagerSection:
     """verl's ``reward.reward_manager``: the class that calls the reward function per sample."""
 
-    # verl's default: register
     source: str | None = key(
-        None, "where verl finds its reward manager class", engines="verl",
+        None, "where verl finds its reward manager class; null: verl's register", engines="verl",
         other_engine="scores each response with its data source's scorer, as verl's registered naive manager does "
                      "(honours register)",
         honoured=('register',))
-    # verl's default: naive
     name: str | None = key(
-        None, "verl's reward manager class", engines="verl",
+        None, "verl's reward manager class; null: verl's naive", engines="verl",
         other_engine="scores each response with its data source's scorer, as verl's naive manager does (honours "
                      "naive)",
         honoured=('naive',))
@@ -769,16 +726,12 @@ class RewardConfig:
     timeout_s: float = key(30.0, "seconds a scorer may take per sample", above=0, verl=MAPPED)
     on_unknown_data_source: str = key(
         "raise", "a row whose data_source no scorer knows: raise, or skip it", choices=("raise", "skip"), verl=MAPPED)
-    # Both engines: stop the run when a training step's scorer fails (error or timeout) on more
-    # than this share of its samples; they would score 0 and be trained on. 1.0: never stop.
-    # omni-rl's key (verl has none).
     max_error_rate: float = key(
-        0.5, "stop when a step's scorer fails on more than this share of its samples; 1.0: never", verl=NOT_SENT)
-    # stage=talker: the speech rewards, summed with weights, each also a metric; e.g.
-    # [{name: duration, weight: 1.0}, {name: http, label: asr, url: ..., weight: 1.0}]
-    # (omni_rewards.audio: signal rewards need no model; "http" reaches a user's scorer).
+        0.5, "stop when a step's scorer fails (error or timeout) on more than this share of its samples, which would "
+        "score 0 and be trained on; 1.0: never (omni-rl's key)", verl=NOT_SENT)
     audio_rewards: list[dict[str, Any]] = key(
-        [], "stage=talker: the speech rewards, summed with weights, each also a metric", verl=NOT_SENT)
+        [], "stage=talker: the speech rewards, summed with weights, each also a metric, e.g. [{name: duration, "
+        "weight: 1.0}, {name: http, label: asr, url: ..., weight: 1.0}] (omni_rewards.audio)", verl=NOT_SENT)
 
 
 @dataclass
@@ -795,61 +748,55 @@ class TrainerConfig:
         20, "steps between checkpoints; -1 (verl's default) or 0: only at the end", at_least=-1, verl=MAPPED)
     test_freq: int = key(-1, "steps between validations; -1 or 0: none", at_least=-1, verl=MAPPED)
     val_before_train: bool = key(True, "validate before the first step (as verl does)", verl=MAPPED)
-    # verl's: at each validation, this many samples (prompt, response, score; verl's fixed-seed
-    # choice) to <run_dir>/val_generations/step_<N>.jsonl (local engine) and to the TensorBoard /
-    # W&B loggers as val/generations. 0: none.
-    log_val_generations: int = key(0, "validation samples logged per validation", at_least=0)
-    # Local engine, thinker runs of a checkpoint that speaks: report talker/drift_kl with each
-    # validation (a frozen copy of the checkpoint speaks fixed probes; twice the weights' memory).
+    log_val_generations: int = key(
+        0, "validation samples (prompt, response, score; verl's fixed-seed choice) logged per validation, to "
+        "<run_dir>/val_generations/step_<N>.jsonl (local engine) and the loggers as val/generations", at_least=0)
     talker_drift: bool = key(
-        False, "thinker runs of a checkpoint that speaks: report talker/drift_kl with each validation", engines="local",
+        False, "thinker runs of a checkpoint that speaks: report talker/drift_kl with each validation (a frozen copy "
+        "speaks fixed probes; twice the weights' memory)", engines="local",
         other_engine="measures no talker drift (honours false)",
         honoured=(False,), verl=NOT_SENT)
-    # With talker_drift: audio rewards (reward.audio_rewards' format) of the probes spoken anew
-    # from the thinker being trained, reported as talker/probe/<metric>; never paid.
     talker_drift_rewards: list[dict[str, Any]] = key(
-        [], "with trainer.talker_drift: audio rewards of the drift probes' speech, reported, never paid",
+        [], "with trainer.talker_drift: audio rewards (reward.audio_rewards' form) of the drift probes' speech, "
+        "reported as talker/probe/<metric>, never paid",
         engines="local",
         other_engine="measures no talker drift (honours [])", honoured=([],), verl=NOT_SENT)
     max_checkpoints_to_keep: int = key(2, "checkpoints kept (verl's max_actor_ckpt_to_keep)", at_least=1, verl=MAPPED)
-    # auto: resume from the newest checkpoint in the run dir | disable: start over (the local engine
-    # moves an earlier run aside) | resume_path: resume from trainer.resume_from_path (verl's meaning).
-    resume_mode: str = key("auto", "where a run resumes from", choices=("auto", "disable", "resume_path"))
-    # resume_mode=resume_path: the checkpoint to resume from (local engine: a run's checkpoints/step_<N>;
-    # verl: a global_step_<N> folder); relative paths are from the current directory.
-    resume_from_path: str | None = key(None, "resume_mode=resume_path: the checkpoint to resume from", verl=MAPPED)
-    # Resume although the settings or the data differ from the run's saved config.yaml (the
-    # differences are listed; the earlier config is kept as config.before_step_<N>.yaml). omni-rl's key.
+    resume_mode: str = key(
+        "auto", "where a run resumes from: auto, the newest checkpoint in the run directory; disable, nowhere (the "
+        "local engine moves an earlier run aside); resume_path, trainer.resume_from_path",
+        choices=("auto", "disable", "resume_path"))
+    resume_from_path: str | None = key(
+        None, "resume_mode=resume_path: the checkpoint to resume from (local engine: a run's checkpoints/step_<N>; "
+        "verl: a global_step_<N> folder)", verl=MAPPED)
     resume_anyway: bool = key(
-        False, "resume although the settings or the data differ from the run's saved config.yaml", verl=NOT_SENT)
+        False, "resume although the settings or the data differ from the run's saved config.yaml (the differences "
+        "are listed; the earlier config is kept as config.before_step_<N>.yaml)", verl=NOT_SENT)
     default_local_dir: str = key(
         "runs/${trainer.experiment_name}", "the run directory: the config, checkpoints and metrics")
     project_name: str = key("omni-rl", "the loggers' project")
-    # None: derived from the model and the train files
     experiment_name: str | None = key(None, "the run's name; null: derived from the model and the train files")
     logger: list[str] = key(["console"], "where metrics go: console, tensorboard, wandb", verl=MAPPED)
     seed: int = key(
         0, "seeds torch and Python's random: LoRA's initial weights, sampling", engines="local",
         other_engine="seeds its workers with verl's own seeds (42); data.seed shuffles the data on both engines",
         verl=NOT_SENT)
-    # local engine: auto = cuda when visible, else cpu; verl: cuda, or cpu (verl's loop on the CPU)
-    device: str = key("auto", "the device the run trains on", choices=("auto", "cpu", "cuda", "npu"), verl=MAPPED)
-    # verl engine: Ray nodes
+    device: str = key(
+        "auto", "the device the run trains on; auto: cuda when visible, else cpu (verl: cuda, or cpu)",
+        choices=("auto", "cpu", "cuda", "npu"), verl=MAPPED)
     nnodes: int = key(
         1, "Ray nodes of the run", engines="verl",
         other_engine="trains and samples in one process on one device (honours 1)",
         honoured=(1,))
-    # verl engine: GPUs used on each node
     n_gpus_per_node: int = key(
         8, "GPUs verl uses on each node", engines="verl",
         other_engine="trains and samples in one process on one device (honours 1)",
         honoured=(1,))
-    # verl engine: equal tokens per data-parallel rank (verl's default: true)
     balance_batch: bool | None = key(
-        None, "reorder each batch so verl's data-parallel ranks get equal token counts", engines="verl",
+        None, "reorder each batch so verl's data-parallel ranks get equal token counts; null: verl's true",
+        engines="verl",
         other_engine="has one rank (honours false)",
         honoured=(False,))
-    # verl engine: critic-only steps first (no critic here; verl's default: 0)
     critic_warmup: int | None = key(
         None, "critic-only steps before the actor trains", engines="verl", other_engine="has no critic (honours 0)",
         honoured=(0,))
@@ -878,20 +825,16 @@ class RayKwargsConfig:
 
 @dataclass
 class DistillationLossConfig:
-    # kl|k1 (reverse KL on sampled tokens) | k3|low_var_kl | forward_kl_topk | ...
     loss_mode: str = key(
         "kl", "the divergence: kl|k1 (reverse KL on sampled tokens), k3|low_var_kl, forward_kl_topk, ...",
         verl=NOT_SENT)
-    # forward_kl_topk only
     topk: int = key(32, "forward_kl_topk: the teacher's top-k tokens compared", verl=NOT_SENT)
     use_task_rewards: bool = key(
         True, "train on the task's rewards too; false: pure distillation (rewards are still reported)", verl=NOT_SENT)
-    # weight of the distillation loss next to the task loss
     distillation_loss_coef: float = key(1.0, "the distillation loss's weight next to the task loss", verl=NOT_SENT)
     loss_max_clamp: float | None = key(
         None, "an upper bound of the per-token distillation loss; null: none", verl=NOT_SENT)
     log_prob_min_clamp: float | None = key(None, "a lower bound of the log-probs compared; null: none", verl=NOT_SENT)
-    # -divergence as a per-token advantage; false: direct loss
     use_policy_gradient: bool = key(True, "-divergence as a per-token advantage; false: a direct loss", verl=NOT_SENT)
     clip_ratio: float = key(0.2, "the distillation policy gradient's clip range", verl=NOT_SENT)
     clip_ratio_low: float | None = key(None, "its clip range below 1; null: clip_ratio", verl=NOT_SENT)
@@ -915,7 +858,6 @@ class TeacherInferenceConfig:
 @dataclass
 class TeacherModelConfig:
     model_path: str | None = key(None, "the teacher checkpoint (it must share the student's tokenizer)", verl=MAPPED)
-    # Local engine only (under verl the teacher is a vLLM-Omni server sized by `inference`):
     log_prob_micro_batch_size_per_gpu: int = key(
         16, "samples per forward of the in-process teacher", at_least=1, engines="local",
         other_engine="serves the teacher from rollout servers sized by "
@@ -938,11 +880,9 @@ class TeacherModelsConfig:
 @dataclass
 class DistillationConfig:
     enabled: bool = key(False, "on-policy distillation from a teacher model", verl=MAPPED)
-    # verl engine: the teacher's own GPU pool (nodes x GPUs), apart from trainer.nnodes x
-    # trainer.n_gpus_per_node; Ray must offer both.
     n_gpus_per_node: int = key(
-        8, "GPUs per node of the teacher's pool", engines="verl", other_engine="runs the teacher in its own process",
-        verl=MAPPED)
+        8, "GPUs per node of the teacher's own pool, apart from the trainer's (Ray must offer both)", engines="verl",
+        other_engine="runs the teacher in its own process", verl=MAPPED)
     nnodes: int = key(
         1, "nodes of the teacher's GPU pool", engines="verl", other_engine="runs the teacher in its own process",
         verl=MAPPED)

@@ -8,13 +8,13 @@ a pair is used, never again). The step itself is each engine's: the local engine
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from omni_training.preference import PreferenceLossFn, PreferenceSettings
+from omni_training.preference import PreferenceSettings
 
 from omni_trainer.builtin_preference import builtin_preference_files
 from omni_trainer.config import Config
@@ -127,31 +127,6 @@ def validation_indices(config: Config, val: PairSource) -> list[int]:
     return indices
 
 
-def validation_metrics(
-    loss_fn: PreferenceLossFn, settings: PreferenceSettings, parts: dict[str, tuple[Any, ...]]
-) -> dict[str, float]:
-    """verl-omni's ``val/*`` (overall) and ``val/<modality>/*`` from each modality's (policy
-    chosen, policy rejected, reference chosen, reference rejected) sequence log-probs."""
-    def joined(k: int) -> torch.Tensor | None:
-        values = [p[k] for p in parts.values()]
-        return None if values[0] is None else torch.cat(values)
-
-    metrics: dict[str, float] = {}
-    for name, (chosen, rejected, ref_c, ref_r) in [("", tuple(joined(k) for k in range(4))),
-                                                   *((f"{m}/", p) for m, p in parts.items())]:
-        out = loss_fn(chosen, rejected, ref_c, ref_r, settings)
-        margins = out.chosen_rewards - out.rejected_rewards
-        metrics.update({
-            f"val/{name}num_samples": float(len(chosen)),
-            f"val/{name}dpo_loss": float(out.losses.mean()),
-            f"val/{name}reward_accuracy": float((out.chosen_rewards > out.rejected_rewards).float().mean()),
-            f"val/{name}reward_margin": float(margins.mean()),
-            f"val/{name}chosen_rewards": float(out.chosen_rewards.mean()),
-            f"val/{name}rejected_rewards": float(out.rejected_rewards.mean()),
-        })
-    return metrics
-
-
 def load_pairs(config: Config, processor: Any, tokenizer: Any) -> tuple[PairSource, PairSource | None]:
     """The run's training and validation pairs (the built-in task's when no files are given);
     validation pairs' cache keys follow the training pairs'."""
@@ -169,31 +144,6 @@ def load_pairs(config: Config, processor: Any, tokenizer: Any) -> tuple[PairSour
         val = PairSource(PreferenceDataset(val_files, processor, data), tokenizer, offset=len(train), config=config)
         print(val.dataset.report.format())
     return train, val
-
-
-class ReferenceCache(dict[int, tuple[float, float]]):
-    """Each pair's reference sequence log-probs (chosen, rejected) by pair key: computed the
-    first time the pair is seen, never again."""
-
-    def __init__(self, reference_free: bool) -> None:
-        super().__init__()
-        self.reference_free = reference_free
-
-    def lookup(
-        self, pairs: Sequence[Pair], score: Callable[[list[Pair]], torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor] | tuple[None, None]:
-        """The pairs' (chosen, rejected) reference log-probs; ``score`` gives the sequence
-        log-probs of the pairs not cached yet, each pair's chosen then rejected row (``None``
-        for a reference-free loss)."""
-        if self.reference_free:
-            return None, None
-        wanted = list({p.key: p for p in pairs if p.key not in self}.values())  # a batch may repeat a pair
-        if wanted:
-            scores = score(wanted)
-            for pair, c, r in zip(wanted, scores[0::2].tolist(), scores[1::2].tolist(), strict=True):
-                self[pair.key] = (c, r)
-        values = torch.tensor([self[p.key] for p in pairs], dtype=torch.float32)
-        return values[:, 0], values[:, 1]
 
 
 def by_modality(pairs: Sequence[Pair]) -> dict[str, list[Pair]]:

@@ -19,14 +19,16 @@ reference ``ref``, see :func:`sequence_log_probs`), ``β`` = ``beta`` and ``ε``
 
 Rewards are ``β (π - ref)`` per response (``β π`` for ``simpo``), detached. A caller averages
 ``losses`` over the pairs it holds (:attr:`PreferenceLoss.loss`) and groups metrics by
-modality itself (:func:`preference_metrics` with a ``prefix``).
+modality itself (:func:`preference_metrics` with a ``prefix``). Validation reports verl-omni's
+``val/*`` names (:func:`validation_metrics`); a run computes each pair's reference log-probs
+once (:class:`ReferenceCache`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -173,6 +175,66 @@ def preference_metrics(
         "logps/chosen", "logps/rejected",
     )
     return {prefix + name: value for name, value in zip(names, values, strict=True)}
+
+
+class KeyedPair(Protocol):
+    """A pair with a key of its own (its row), under which its reference log-probs are cached."""
+
+    @property
+    def key(self) -> int: ...
+
+
+P = TypeVar("P", bound=KeyedPair)
+
+
+class ReferenceCache(dict[int, tuple[float, float]]):
+    """Each pair's reference sequence log-probs (chosen, rejected) by pair key: computed the
+    first time the pair is seen, never again."""
+
+    def __init__(self, reference_free: bool) -> None:
+        super().__init__()
+        self.reference_free = reference_free
+
+    def lookup(
+        self, pairs: Sequence[P], score: Callable[[list[P]], Tensor]
+    ) -> tuple[Tensor, Tensor] | tuple[None, None]:
+        """The pairs' (chosen, rejected) reference log-probs; ``score`` gives the sequence
+        log-probs of the pairs not cached yet, each pair's chosen then rejected row (``None``
+        for a reference-free loss)."""
+        if self.reference_free:
+            return None, None
+        wanted = list({p.key: p for p in pairs if p.key not in self}.values())  # a batch may repeat a pair
+        if wanted:
+            scores = score(wanted)
+            for pair, c, r in zip(wanted, scores[0::2].tolist(), scores[1::2].tolist(), strict=True):
+                self[pair.key] = (c, r)
+        values = torch.tensor([self[p.key] for p in pairs], dtype=torch.float32)
+        return values[:, 0], values[:, 1]
+
+
+def validation_metrics(
+    loss_fn: PreferenceLossFn, settings: PreferenceSettings, parts: dict[str, tuple[Any, ...]]
+) -> dict[str, float]:
+    """verl-omni's ``val/*`` (overall) and ``val/<modality>/*`` from each modality's (policy
+    chosen, policy rejected, reference chosen, reference rejected) sequence log-probs."""
+    def joined(k: int) -> Tensor | None:
+        values = [p[k] for p in parts.values()]
+        return None if values[0] is None else torch.cat(values)
+
+    metrics: dict[str, float] = {}
+    for name, (chosen, rejected, ref_c, ref_r) in [("", tuple(joined(k) for k in range(4))),
+                                                   *((f"{m}/", p) for m, p in parts.items())]:
+        out = loss_fn(chosen, rejected, ref_c, ref_r, settings)
+        margins = out.chosen_rewards - out.rejected_rewards
+        metrics.update({
+            f"val/{name}num_samples": float(len(chosen)),
+            f"val/{name}dpo_loss": float(out.losses.mean()),
+            f"val/{name}reward_accuracy": float((out.chosen_rewards > out.rejected_rewards).float().mean()),
+            f"val/{name}reward_margin": float(margins.mean()),
+            f"val/{name}chosen_rewards": float(out.chosen_rewards.mean()),
+            f"val/{name}rejected_rewards": float(out.rejected_rewards.mean()),
+        })
+    return metrics
 
 
 def _check_pairs(name: str, **tensors: Tensor | None) -> None:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from omni_training.preference import PREFERENCE_LOSSES, REFERENCE_FREE
+from omni_training.preference import PREFERENCE_LOSSES, REFERENCE_FREE, ReferenceCache, validation_metrics
 from omni_verl.preference import (
     METRIC_PREFIX,
     REFERENCE_KEY,
@@ -50,13 +50,11 @@ from omni_trainer.reporting import DROPPED_KEY
 from omni_trainer.preference_pairs import (
     TRUNCATED_KEY,
     Pair,
-    ReferenceCache,
     by_modality,
     load_pairs,
     preference_settings,
     step_pair_indices,
     validation_indices,
-    validation_metrics,
 )
 
 if TYPE_CHECKING:

@@ -18,19 +18,24 @@ import torch
 
 from omni_training.actor import Actor
 from omni_training.batching import MicroBatch, collate
-from omni_training.preference import PREFERENCE_LOSSES, REFERENCE_FREE, preference_metrics, sequence_log_probs
+from omni_training.preference import (
+    PREFERENCE_LOSSES,
+    REFERENCE_FREE,
+    ReferenceCache,
+    preference_metrics,
+    sequence_log_probs,
+    validation_metrics,
+)
 
 from omni_trainer.prompts import Prepared, PromptSource
 from omni_trainer.preference_pairs import (
     TRUNCATED_KEY,
     Pair,
-    ReferenceCache,
     by_modality,
     load_pairs,
     preference_settings,
     step_pair_indices,
     validation_indices,
-    validation_metrics,
 )
 from omni_trainer.engines.local.task import LoadedRun, Task
 from omni_trainer.engines.local.val_generations import ValGenerationsLog
