@@ -16,6 +16,7 @@ The module imports no MkDocs, so tests call it directly.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import re
 import subprocess
@@ -167,7 +168,8 @@ def converter_layouts() -> str:
     from omni_data.convert.cli import RECIPES, build_parser
 
     parser = build_parser()
-    subparsers = next(a for a in parser._actions if a.choices and isinstance(a.choices, dict))
+    # argparse has no public accessor for its subcommands' parsers.
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     out = []
     for recipe in RECIPES:
         sub = subparsers.choices[recipe]
