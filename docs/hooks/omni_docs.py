@@ -104,7 +104,8 @@ def key_entry(declared: Any, packaged: dict[str, Any], aliases: dict[str, list[s
     """One key's entry of the reference."""
     doc = declared.doc
     name = declared.name
-    lines = [f"### `{name}` {{ #{key_anchor(name)} }}", "", _escape(doc.help) + ".", ""]
+    leaf = name.rpartition(".")[2]
+    lines = [f'### `{name}` {{ #{key_anchor(name)} data-toc-label="{leaf}" }}', "", _escape(doc.help) + ".", ""]
     facts = []
     if declared.section:
         facts.append(f"**section**: every key below `{name}` (`{declared.type.__name__}`)")
@@ -135,18 +136,18 @@ def key_entry(declared: Any, packaged: dict[str, Any], aliases: dict[str, list[s
 
 
 def config_reference() -> str:
-    """The config reference: one entry per declared key, grouped by section."""
+    """The config reference: one entry per declared key, grouped by section (the sections in the
+    order of their first key, the keys in the schema's order)."""
     packaged = _packaged_defaults()
     aliases = _aliases()
     keys = config_keys()
-    out = [f"{len(keys)} keys, grouped by section in the schema's order.", ""]
-    group = None
+    groups: dict[str, list[str]] = {}
     for declared in keys:
         parent = declared.name.rpartition(".")[0] or "top level"
-        if parent != group:
-            group = parent
-            out += [f"## {parent}", ""]
-        out.append(key_entry(declared, packaged, aliases))
+        groups.setdefault(parent, []).append(key_entry(declared, packaged, aliases))
+    out = [f"{len(keys)} keys, in {len(groups)} sections.", ""]
+    for parent, entries in groups.items():
+        out += [f"## {parent}", "", *entries]
     return "\n".join(out)
 
 
@@ -186,15 +187,15 @@ def benchmarks_page() -> str:
     source = ROOT / "benchmarks" / "README.md"
     text = source.read_text()
     text = re.sub(r"\A# .*\n", "", text)
-    text = re.sub(r"^(#+) ", r"#\1 ", text, flags=re.MULTILINE)  # its sections below this page's
     try:
         date = subprocess.run(["git", "log", "-1", "--format=%cs", "--", str(source)], cwd=ROOT,
                               capture_output=True, text=True, timeout=30, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         date = ""
     when = f"last changed {date}" if date else "date unknown (not a git checkout)"
-    return (f"*Included at build time from `benchmarks/README.md` ({when}); each row names the "
-            f"machine and its load.*\n\n## The measurements\n\n{text}")
+    return (f"*This page is `benchmarks/README.md` ({when}), included when the site is built. Each "
+            f"row of the table names the machine and its load; the sections below it give each "
+            f"benchmark's settings and raw numbers.*\n\n{text}")
 
 
 GENERATORS: dict[str, Callable[[], str]] = {

@@ -58,9 +58,10 @@ class Block:
         return commands
 
 
-def fenced_blocks(page: Path) -> list[Block]:
-    """The page's fenced code blocks, list-indented ones included."""
-    lines = page.read_text().splitlines()
+def fenced_blocks(page: Path, text: str | None = None) -> list[Block]:
+    """The page's fenced code blocks (of ``text`` when given: the page as built), list-indented
+    ones included."""
+    lines = (page.read_text() if text is None else text).splitlines()
     blocks, i = [], 0
     while i < len(lines):
         match = FENCE.match(lines[i])

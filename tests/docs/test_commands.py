@@ -6,7 +6,8 @@ Either its fence carries ``title="illustrative: <why no test runs it>"`` (render
 block's caption, so a reader sees it too), or each of its commands is a key of :data:`TESTED`,
 whose value names the test that runs it (``path::test``) or the CI script that does. A command
 is written here as the docs write it: continuation lines joined, comments dropped, whitespace
-collapsed. The README's shell blocks follow the same rule.
+collapsed. The README's shell blocks, and those of the generated parts (the benchmarks page includes
+``benchmarks/README.md``), follow the same rule.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from docs_source import ILLUSTRATIVE, ROOT, SHELL_LANGUAGES, Block, fenced_blocks, pages
+from docs_source import ILLUSTRATIVE, ROOT, SHELL_LANGUAGES, Block, fenced_blocks, omni_docs, pages
 
 TESTED: dict[str, str] = {
     "uv run trainer":
@@ -38,8 +39,11 @@ TESTED: dict[str, str] = {
 
 
 def shell_blocks() -> list[Block]:
-    return [block for page in [*pages(), ROOT / "README.md"] for block in fenced_blocks(page)
-            if block.language in SHELL_LANGUAGES]
+    """The shell blocks of every page as built (generated parts included) and of the README."""
+    expand = omni_docs().expand
+    blocks = [block for page in pages() for block in fenced_blocks(page, expand(page.read_text()))]
+    blocks += fenced_blocks(ROOT / "README.md")
+    return [block for block in blocks if block.language in SHELL_LANGUAGES]
 
 
 def test_every_shown_command_is_tested_or_illustrative() -> None:
