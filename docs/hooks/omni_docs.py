@@ -164,6 +164,11 @@ def _escape_outside_code(text: str) -> str:
     return "`".join(part if i % 2 else _escape(part) for i, part in enumerate(parts))
 
 
+def _usage_formatter(prog: str) -> argparse.HelpFormatter:
+    """Usage lines wrapped at a fixed width, whatever the terminal building the site."""
+    return argparse.HelpFormatter(prog, width=90)
+
+
 def converter_layouts() -> str:
     """Each converter recipe: its command line and the raw layout it reads (its module's docstring)."""
     from omni_data.convert.cli import RECIPES, build_parser
@@ -175,7 +180,8 @@ def converter_layouts() -> str:
     for recipe in RECIPES:
         sub = subparsers.choices[recipe]
         sub.prog = f"uv run trainer convert {recipe}"
-        usage = " ".join(sub.format_usage().split())
+        sub.formatter_class = _usage_formatter
+        usage = sub.format_usage().strip()
         module = importlib.import_module(f"omni_data.convert.{recipe}")
         out += [f"### `{recipe}`", "", "```text", usage.removeprefix("usage: "), "```", "",
                 _rst_to_markdown((module.__doc__ or "").strip()), ""]
