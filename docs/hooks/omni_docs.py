@@ -71,7 +71,7 @@ def _aliases() -> dict[str, list[str]]:
         spelt.setdefault(key, []).append(f"`{alias}`")
     for dataset_class, keys in DATASET_CLASS_KEYS.items():
         for key, value in keys.items():
-            spelt.setdefault(key, []).append(f"`data.custom_cls.name={dataset_class}` (sets it to `{value}`)")
+            spelt.setdefault(key, []).append(f"`data.custom_cls.name={dataset_class}` (sets it to {_code(value)})")
     return spelt
 
 
