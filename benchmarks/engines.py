@@ -8,8 +8,7 @@ offline, and the built-in image+audio task):
 
 - local: ``trainer.engine=local``, the in-process engine;
 - verl: ``trainer.engine=verl trainer.device=cpu``, verl's trainer loop on a local Ray, its
-  FSDP2 actor on one gloo rank and the ``omni_local`` rollout replica (README "verl on the
-  CPU").
+  FSDP2 actor on one gloo rank and the ``omni_local`` rollout replica (docs/engines/verl-cpu.md).
 
 Both get the same overrides apart from the engine and the run directory
 (``shared_overrides``): N steps, no validation before training, ``test_freq=-1``,

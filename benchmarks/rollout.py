@@ -27,7 +27,7 @@ time to first token (a call for one new token on the same batch), and the peak r
 memory of where it runs (this process for the local engine, vLLM-Omni's engine processes for
 vLLM-Omni; sampled every 20 ms). One warm-up call per side, then ``--repeats`` timed calls per side,
 alternating. The weight-sync time per step comes from verl's own loop, not from here:
-``timing_s/update_weights`` in a verl CPU run's metrics (README, "The real vLLM-Omni on the CPU").
+``timing_s/update_weights`` in a verl CPU run's metrics (docs/engines/verl-cpu.md, "The real vLLM-Omni on the CPU").
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The repository's conftest turns a skip for a missing extra into a failure under CI.
 
 Checked on a throwaway test tree that uses the real ``conftest.py``: one test skipped for a
-missing extra (inside the test), one module skipped for it at import, one skipped for
-another reason (no CUDA device).
+missing extra (inside the test), one module skipped for it at import, one module skipped for
+the missing docs dependency group, one skipped for another reason (no CUDA device).
 """
 
 from __future__ import annotations
@@ -23,6 +23,12 @@ TESTS = {
         "    pytest.skip('needs the distributed extra (uv sync --extra distributed --extra gpu)')\n"
         "def test_needs_cuda():\n"
         "    pytest.skip('needs a CUDA device')\n"
+    ),
+    "test_docs.py": (
+        "import pytest\n"
+        "pytest.importorskip('omni_rl_no_such_module', reason='needs the docs dependency group (uv sync --group docs)')\n"
+        "def test_never_runs():\n"
+        "    pass\n"
     ),
     "test_module.py": (
         "import pytest\n"
@@ -54,7 +60,7 @@ def tree(tmp_path: Path) -> Path:
 def test_missing_extras_skip_outside_ci(tree: Path) -> None:
     done = run(tree, None)
     assert done.returncode == 0, done.stdout
-    assert "3 skipped" in done.stdout
+    assert "4 skipped" in done.stdout
 
 
 @pytest.mark.parametrize("ci", ["true", "1"])
@@ -65,3 +71,5 @@ def test_missing_extras_fail_in_ci(tree: Path, ci: str) -> None:
     assert "CI installs every extra, but this test was skipped" in inside.stdout
     module = run(tree, ci, "test_module.py")  # a module skipped at import fails its collection
     assert module.returncode != 0 and "CI installs every extra" in module.stdout, module.stdout
+    docs = run(tree, ci, "test_docs.py")  # the docs group is installed by CI too
+    assert docs.returncode != 0 and "CI installs every extra" in docs.stdout, docs.stdout

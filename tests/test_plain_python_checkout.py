@@ -5,7 +5,7 @@ The interpreter is a venv whose site-packages is this environment's minus omni-r
 distributions (their dist-info, so no ``omni_rl.models`` entry points, and their editable-path
 ``.pth`` files) and minus vLLM, vLLM-Omni, verl and Ray. The checkout comes through
 ``PYTHONPATH`` (``packages/*/src``, ``apps/trainer/src``) and the model packages through
-``OMNI_RL_MODEL_MODULES``, as README "Without installing" documents.
+``OMNI_RL_MODEL_MODULES``, as docs/engines/verl-gpu.md, "Without installing", documents.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """verl-engine keys on the local engine: each one honoured, or refused by name with the reason.
 
-A verl run script carries over (README): every key verl-omni's Qwen3-Omni launchers pass is
+A verl run script carries over (docs/coming-from-verl-omni.md): every key verl-omni's Qwen3-Omni launchers pass is
 in the schema and reaches verl with verl's meaning (``engines.verl.translate``). Many of them
 size or place verl's workers (FSDP, vLLM-Omni, Ray) and have no counterpart in the local
 engine's one process. Each such key is declared so on its schema field (``engines="verl"``:

@@ -2,7 +2,7 @@
 
 Ray: ``ray_kwargs.ray_init.address`` unset starts a local Ray on this machine;
 ``address=auto`` attaches to a cluster started with ``ray start --head`` (multi-node:
-see README "verl engine / multi-node"). Either way the runtime env carries
+see docs/engines/verl-gpu.md, "Multi-node"). Either way the runtime env carries
 ``VERL_USE_EXTERNAL_MODULES`` and our settings to every worker, since verl does not
 forward that variable itself.
 """
