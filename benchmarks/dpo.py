@@ -152,9 +152,9 @@ class Result(grpo_benchmark.Result):
 
 def text_pairs(count: int, seed: int) -> list[dict[str, Any]]:
     """The built-in preference task's pairs, text only: a question, a number preferred to an
-    evasion (:mod:`omni_trainer.builtin_preference`)."""
-    from omni_trainer.builtin_preference import EVASIONS
-    from omni_trainer.builtin_task import ANY_NUMBER
+    evasion (:mod:`omni_data.builtin`)."""
+    from omni_data.builtin import EVASIONS
+    from omni_data.builtin import ANY_NUMBER
 
     rng = random.Random(seed)
     pairs = []
@@ -179,7 +179,7 @@ def write_text_pairs(pairs: Sequence[dict[str, Any]], path: Path) -> Path:
 def write_media_pairs(modality: str, count: int, seed: int, workdir: Path) -> Path:
     """``count`` of the built-in preference task's ``modality`` pairs (a picture or a tone each)."""
     from omni_data import write_preference_parquet
-    from omni_trainer.builtin_preference import MODALITIES, builtin_pairs
+    from omni_data.builtin import MODALITIES, builtin_pairs
 
     rows = builtin_pairs(count * len(MODALITIES), seed, workdir / f"{modality}-media", split="train")
     chosen = [row for row in rows if row["extra_info"]["modality"] == modality][:count]

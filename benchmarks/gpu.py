@@ -169,7 +169,7 @@ def run_ours(setup: Setup, config: Any, tiny_path: str, rows: Sequence[dict[str,
     from omni_rewards import SCORERS, RewardManager
     from omni_rollout.agent_loops import get_agent_loop
     from omni_rollout.local_engine import LocalEngine, find_policy_module
-    from omni_trainer import builtin_task
+    from omni_data import builtin as builtin_task
     from omni_trainer.config import load_config
     from omni_rollout.placeholders import placeholder_token_ids
     from omni_trainer.prompts import encode_builtin

@@ -65,7 +65,7 @@ def main() -> None:
     from omni_qwen3.training_adapter import Qwen3OmniThinkerAdapter
     from omni_rollout.local_engine import LocalEngine
     from omni_rollout.sampling import SamplingSettings
-    from omni_trainer.builtin_task import builtin_rows
+    from omni_data.builtin import builtin_rows
     from omni_rollout.placeholders import placeholder_token_ids
 
     torch.set_num_threads(args.threads)
@@ -205,7 +205,7 @@ def vllm_omni_side_by_side(args: argparse.Namespace) -> None:
     from omni_rollout.local_engine import LocalEngine
     from omni_rollout.sampling import SamplingSettings
     from omni_rollout.vllm_omni import DeployOptions, ReplicaLayout, build_deploy_config, write_deploy_config
-    from omni_trainer.builtin_task import builtin_rows
+    from omni_data.builtin import builtin_rows
     from omni_rollout.placeholders import placeholder_token_ids
 
     torch.set_num_threads(args.threads)

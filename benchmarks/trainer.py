@@ -138,7 +138,7 @@ def trainable_parameters(model: Any) -> int:
 
 def questions(count: int, seed: int) -> list[dict[str, Any]]:
     """The built-in task's rows, text only: the question and the reward's ground truth."""
-    from omni_trainer.builtin_task import builtin_rows
+    from omni_data.builtin import builtin_rows
 
     rows = []
     for row in builtin_rows(count, seed=seed):
@@ -155,7 +155,7 @@ def our_overrides(
     device: str = "cpu", checkpointing: bool = False,
 ) -> list[str]:
     """``train_file=None``: the built-in task itself (image + audio prompts), rows seeded as
-    :func:`omni_trainer.builtin_task.builtin_rows` ``(prompts x steps, seed)``."""
+    :func:`omni_data.builtin.builtin_rows` ``(prompts x steps, seed)``."""
     from omni_qwen3.training_adapter import LORA_TARGET_MODULES
 
     data = (
@@ -205,7 +205,7 @@ def our_overrides(
 
 def write_train_file(rows: Sequence[dict[str, Any]], path: Path) -> Path:
     from omni_data.schema import rl_row, write_rl_parquet
-    from omni_trainer.builtin_task import DATA_SOURCE
+    from omni_data.builtin import DATA_SOURCE
 
     return write_rl_parquet(
         [

@@ -48,7 +48,7 @@ CASES = {
 def write_video_with_sound(path: Path, frames: int, fps: int, seconds: float, rate: int, *, channels: int = 1,
                            size: int = 32) -> str:
     """An mp4 of ``frames`` pictures and an AAC soundtrack of a rising tone, ``seconds`` long."""
-    from omni_trainer.builtin_files import write_clip
+    from omni_data.builtin import write_clip
 
     pictures = [np.asarray(picture(size, size, seed=100 + i)) for i in range(frames)]
     t = np.arange(int(seconds * rate)) / rate

@@ -121,7 +121,7 @@ def raw_audiomcq(directory: Path) -> None:
 def raw_nextqa(directory: Path) -> None:
     """TinyLLaVA-Video-R1's NExT-QA: nextqa_0-30s.jsonl and the clips under NextQA/ (each 1 s
     at 4 fps, with a tone as its soundtrack)."""
-    from omni_trainer.builtin_files import write_clip
+    from omni_data.builtin import write_clip
 
     problem = ("What does the man do after he stands up?\nA. He sits down.\nB. He waves.\nC. He runs away.\n"
                "D. He jumps.\nE. He laughs.")
@@ -139,7 +139,7 @@ def raw_nextqa(directory: Path) -> None:
 def raw_avqa_video(directory: Path) -> None:
     """AVQA's original release: train_qa.json, val_qa.json and the clips (each 1 s at 4 fps,
     with a tone as its soundtrack)."""
-    from omni_trainer.builtin_files import write_clip
+    from omni_data.builtin import write_clip
 
     (directory / "videos").mkdir()
     splits: dict[str, list[dict[str, Any]]] = {"train": [], "val": []}
@@ -158,7 +158,7 @@ def raw_avqa_video(directory: Path) -> None:
 def raw_omnivideo_qi(directory: Path) -> None:
     """OmniVideo-R1's QI release: merged_train_all_qi.jsonl (multiple-choice and open rows) and
     its clips under ./data (each 2 s at 4 fps, with a tone as its soundtrack)."""
-    from omni_trainer.builtin_files import write_clip
+    from omni_data.builtin import write_clip
 
     records = []
     for i in range(6):

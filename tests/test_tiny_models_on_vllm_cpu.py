@@ -120,7 +120,7 @@ def clip_request(model_dir: Path, pipeline: str, tmp_path: Path) -> tuple[dict[s
     from omni_data import DatasetConfig, RLDataset, decode_all, media_in_messages, rl_row, settings_from_processor
     from omni_data import write_rl_parquet
     from omni_rollout.vllm_omni.prompts import build_engine_prompt, dedup_function
-    from omni_trainer.builtin_files import write_clip
+    from omni_data.builtin import write_clip
 
     hf_config = AutoConfig.from_pretrained(model_dir)
     adapter = get_training_adapter(hf_config.architectures[0], "thinker")

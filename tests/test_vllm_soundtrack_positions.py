@@ -132,7 +132,7 @@ def encoded_clips(model_dir: Path, pipeline: str, root: Path) -> Iterator[tuple[
     from omni_data import write_rl_parquet
     from omni_model_kit.thinker_processor import rope_index_kwargs
     from omni_rollout.vllm_omni.prompts import build_engine_prompt, dedup_function
-    from omni_trainer.builtin_files import write_clip
+    from omni_data.builtin import write_clip
 
     hf_config = AutoConfig.from_pretrained(model_dir)
     adapter = get_training_adapter(hf_config.architectures[0], "thinker")

@@ -64,7 +64,7 @@ def test_local_run_without_val_files_reports_no_validation(
     """Before, the local engine validated on the first training rows and logged them as val-core/*."""
     from omni_model_kit.tiny import default_cache_dir
     from omni_qwen3.tiny import build_tiny_qwen3_omni
-    from omni_trainer.builtin_files import write_builtin_task
+    from omni_data.builtin import write_builtin_task
 
     train, _ = write_builtin_task(default_cache_dir(), train_rows=4, val_rows=2, seed=0)
     run = tmp_path / "run"

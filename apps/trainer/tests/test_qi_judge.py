@@ -21,7 +21,8 @@ pytestmark = pytest.mark.slow  # the judge is built once per cache (about two mi
 def test_the_tiny_qi_judges_verdicts_land_in_their_places_of_eq_8(tmp_path: Path) -> None:
     from omni_model_kit.tiny_judge import AGREEMENT_FILE
     from omni_rollout.chat_server import ChatServer, ChatServerSettings
-    from omni_trainer.builtin_files import QI_VERDICTS, qi_judge, write_clip
+    from omni_data.builtin import write_clip
+    from omni_trainer.builtin_files import QI_VERDICTS, qi_judge
 
     judge = qi_judge()
     assert json.loads((judge / AGREEMENT_FILE).read_text())["agreement"] >= 0.98

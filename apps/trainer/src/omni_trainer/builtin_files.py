@@ -1,14 +1,8 @@
-"""The built-in task as RL parquet files, for engines that read data from files (verl).
+"""The embedded default's files, for engines that read data from files (verl), and its judges.
 
-The local engine trains the embedded default on :func:`omni_trainer.builtin_task.builtin_rows`
-in memory; verl's dataloader reads parquet. These are the same rows (same seeds: the
-training rows from ``data.seed``, the validation rows from ``data.seed + 1``) in omni-data's
-RL row format: the picture as PNG bytes, the tone as a 16 kHz WAV file beside the parquet,
-the question after ``<image><audio>``, so both engines template the same prompt.
-
-With ``data.use_audio_in_video`` (or ``data.soundtrack_as_audio``) the built-in task is the clip task
-(:func:`omni_trainer.builtin_task.clip_specs`), on both engines from files: each clip an mp4
-(frames and an AAC soundtrack, written with PyAV's bundled libav) beside the parquet.
+The built-in task itself (its rows, clips and preference pairs, and their parquet files) is
+omni-data's (:mod:`omni_data.builtin`); this module points an embedded-default run at the tiny
+Qwen3-Omni's cached build and those files (:func:`use_builtin_files`).
 
 :func:`builtin_judge` is the built-in task's judge, a tiny checkpoint built offline
 (``trainer tiny-judge``); :func:`qi_judge` is a tiny judge for OmniVideo-R1 QI's judged reward
@@ -17,128 +11,27 @@ With ``data.use_audio_in_video`` (or ``data.soundtrack_as_audio``) the built-in 
 
 from __future__ import annotations
 
-import io
 import random
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from omni_data.builtin import BUILTIN_VALIDATION_ROWS, write_builtin_clips, write_builtin_pairs, write_builtin_task
 from omni_rewards.scorers.builtin_digits import JUDGE_RUBRIC, digits_rule, judge_answer
 
-from omni_trainer import builtin_task
-from omni_trainer.builtin_preference import builtin_preference_files
 from omni_trainer.embedded_model import EMBEDDED_MODEL, embedded_model_path
 from omni_trainer.tasks import PREFERENCE, task_name
 
-BUILTIN_VALIDATION_ROWS = 16
-"""Validation rows of the built-in task (the local engine validates on as many)."""
-TRAIN_FILE = "train.parquet"
-VAL_FILE = "val.parquet"
 
+def builtin_preference_files(config: Any) -> tuple[list[str], list[str]]:
+    """The built-in preference pairs (``data.builtin_task_size`` of them, from ``data.seed``) as
+    ``(train, val)`` parquet files in the cache."""
+    from omni_model_kit.tiny import default_cache_dir
 
-def write_builtin_task(out_dir: Path, *, train_rows: int, val_rows: int, seed: int) -> tuple[Path, Path]:
-    """``(train, val)`` parquet paths under ``out_dir``, written once per size and seed."""
-    out_dir = Path(out_dir) / f"builtin-task-{train_rows}-{val_rows}-seed{seed}"
-    train, val = out_dir / TRAIN_FILE, out_dir / VAL_FILE
-    if not (train.is_file() and val.is_file()):
-        _write(builtin_task.builtin_rows(train_rows, seed=seed), out_dir / "train-media", train, split="train")
-        _write(builtin_task.builtin_rows(val_rows, seed=seed + 1), out_dir / "val-media", val, split="val")
-    return train, val
-
-
-def _write(rows: list[dict[str, Any]], media_dir: Path, path: Path, *, split: str) -> None:
-    import soundfile as sf  # type: ignore[import-untyped]
-
-    from omni_data.schema import rl_row, write_rl_parquet
-
-    media_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for row in rows:
-        (message,) = row["messages"]
-        question = next(part["text"] for part in message["content"] if part["type"] == "text")
-        png = io.BytesIO()
-        row["images"][0].save(png, format="PNG")
-        tone = media_dir / f"tone-{row['index']}.wav"
-        sf.write(tone, row["audios"][0], 16_000)
-        written.append(rl_row(
-            data_source=row["data_source"], messages=[{"role": "user", "content": f"<image><audio>{question}"}],
-            ground_truth=row["ground_truth"], ability="digits", extra_info={"split": split, "index": row["index"]},
-            images=[{"bytes": png.getvalue(), "path": f"picture-{row['index']}.png"}], audios=[str(tone)],
-        ))
-    tmp = path.with_suffix(".tmp")
-    write_rl_parquet(written, tmp)
-    tmp.replace(path)
-
-
-def write_builtin_clips(out_dir: Path, *, train_rows: int, val_rows: int, seed: int) -> tuple[Path, Path]:
-    """``(train, val)`` parquet paths of the built-in clip task under ``out_dir``, written once
-    per size and seed."""
-    out_dir = Path(out_dir) / f"builtin-clips-{train_rows}-{val_rows}-seed{seed}"
-    train, val = out_dir / TRAIN_FILE, out_dir / VAL_FILE
-    for path, specs, split in ((train, builtin_task.clip_specs(train_rows, seed), "train"),
-                               (val, builtin_task.clip_specs(val_rows, seed + 1), "val")):
-        if not path.is_file():
-            _write_clips(specs, out_dir / f"{split}-media", path, split=split)
-    return train, val
-
-
-def _write_clips(specs: list[dict[str, Any]], media_dir: Path, path: Path, *, split: str) -> None:
-    import numpy as np
-
-    from omni_data.schema import rl_row, write_rl_parquet
-
-    media_dir.mkdir(parents=True, exist_ok=True)
-    rate, fps, seconds = 16_000, 4, builtin_task.CLIP_SECONDS
-    rows = []
-    for spec in specs:
-        t = np.arange(int(seconds * rate)) / rate
-        # The beeps: 0.2 s each, evenly spaced; the frames light up while one sounds.
-        starts = [(i + 0.5) * seconds / (spec["beeps"] + 1) for i in range(spec["beeps"])]
-        on = np.zeros_like(t, dtype=bool)
-        for start in starts:
-            on |= (t >= start) & (t < start + 0.2)
-        sound = (0.3 * np.sin(2 * np.pi * spec["hz"] * t) * on).astype(np.float32)
-        frames = []
-        for i in range(int(seconds * fps)):
-            lit = any(start <= i / fps < start + 0.25 for start in starts)
-            frames.append(np.full((32, 32, 3), [min(255, c + (90 if lit else 0)) for c in spec["colour"]], np.uint8))
-        clip = write_clip(media_dir / f"clip-{spec['index']}.mp4", frames, fps, sound[None], rate)
-        rows.append(rl_row(
-            data_source=builtin_task.DATA_SOURCE, messages=[{"role": "user", "content": f"<video>{builtin_task.CLIP_QUESTION}"}],
-            ground_truth=str(spec["beeps"]), ability="digits", extra_info={"split": split, "index": spec["index"]},
-            videos=[str(clip)],
-        ))
-    tmp = path.with_suffix(".tmp")
-    write_rl_parquet(rows, tmp)
-    tmp.replace(path)
-
-
-def write_clip(path: Path, frames: list[Any], fps: int, sound: Any, rate: int) -> Path:
-    """An mp4 of ``frames`` (``[H, W, 3]`` uint8) at ``fps`` with ``sound`` (``[channels,
-    samples]`` float32, one or two channels) as its AAC soundtrack; no ffmpeg binary needed."""
-    import av
-    import numpy as np
-
-    layout = "mono" if len(sound) == 1 else "stereo"
-    with av.open(str(path), "w") as container:
-        video = container.add_stream("mpeg4", rate=fps)
-        video.height, video.width = frames[0].shape[:2]
-        video.pix_fmt = "yuv420p"
-        audio = container.add_stream("aac", rate=rate, layout=layout)
-        for frame in frames:
-            for packet in video.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")):
-                container.mux(packet)
-        for start in range(0, sound.shape[1], 1024):
-            chunk = av.AudioFrame.from_ndarray(np.ascontiguousarray(sound[:, start:start + 1024]), format="fltp",
-                                               layout=layout)
-            chunk.sample_rate, chunk.pts = rate, start
-            for packet in audio.encode(chunk):
-                container.mux(packet)
-        for stream in (video, audio):
-            for packet in stream.encode():
-                container.mux(packet)
-    return Path(path)
+    train, val = write_builtin_pairs(default_cache_dir(), train_pairs=config.data.builtin_task_size,
+                                     seed=config.data.seed)
+    return [str(train)], [str(val)]
 
 
 def use_builtin_files(config: Any) -> bool:

@@ -16,7 +16,7 @@ import torch
 
 from omni_training.preference import PreferenceSettings
 
-from omni_trainer.builtin_preference import builtin_preference_files
+from omni_trainer.builtin_files import builtin_preference_files
 from omni_trainer.config import Config
 from omni_trainer.prompts import Prepared, PromptSource
 

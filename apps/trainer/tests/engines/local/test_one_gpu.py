@@ -161,7 +161,7 @@ def test_a_run_that_does_not_fit_gets_its_engines_way_out() -> None:
 def test_gradient_checkpointing_on_the_tiny_omni_model(lora_rank: int) -> None:
     """Same loss and gradient norm with and without, on image + audio prompts; the decoder
     layer runs twice (forward, then the recompute in backward)."""
-    from omni_trainer import builtin_task
+    from omni_data import builtin as builtin_task
     from omni_trainer.prompts import encode_builtin
     from omni_training.actor import Actor
     from omni_training.batching import MicroBatch, collate

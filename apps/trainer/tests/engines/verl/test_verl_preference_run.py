@@ -31,7 +31,7 @@ RUN_ENV = {**os.environ, "RAY_DEDUP_LOGS": "0", "OMNI_RL_VERL_LOG": "console"}  
 @pytest.fixture(scope="module")
 def inputs() -> tuple[str, str, str]:
     from omni_qwen3.tiny import build_tiny_qwen3_omni
-    from omni_trainer.builtin_preference import builtin_preference_files
+    from omni_trainer.builtin_files import builtin_preference_files
     from omni_trainer.config import load_config
 
     (train,), (val,) = builtin_preference_files(load_config(["algorithm.sample_source=offline"]))

@@ -53,8 +53,8 @@ def every_medium_rows(root: Path) -> tuple[Path, Path]:
     import numpy as np
 
     from omni_data import rl_row, write_rl_parquet
-    from omni_trainer.builtin_files import write_builtin_task, write_clip
-    from omni_trainer.builtin_task import DATA_SOURCE, builtin_rows
+    from omni_data.builtin import write_builtin_task, write_clip
+    from omni_data.builtin import DATA_SOURCE, builtin_rows
 
     train, val = write_builtin_task(root, train_rows=2, val_rows=2, seed=0)
     image_audio = pq.read_table(train).to_pylist()

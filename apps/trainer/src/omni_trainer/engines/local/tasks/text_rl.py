@@ -12,6 +12,7 @@ import torch
 
 from omni_contracts import RolloutAdapter, RolloutSample
 from omni_contracts.speech import TalkerDriftProbe, talker_drift_probe
+from omni_data.builtin import BUILTIN_VALIDATION_ROWS, DATA_SOURCE, builtin_rows, write_builtin_clips
 from omni_rewards import SCORERS, RewardManager, ScorerRegistry
 from omni_rewards.api import ground_truth_text
 from omni_rewards.audio import SpeechSample, WeightedAudioReward
@@ -20,8 +21,6 @@ from omni_rollout.chat_server import ChatServer
 from omni_rollout.local_engine import LocalEngine
 from omni_training.actor import Actor, Regularizer
 
-from omni_trainer import builtin_task
-from omni_trainer.builtin_files import BUILTIN_VALIDATION_ROWS, write_builtin_clips
 from omni_trainer.config import Config, ConfigError
 from omni_rewards.reward_file import custom_registry, judge_kwargs
 from omni_trainer.interrupts import workers_ignore_sigint
@@ -104,8 +103,8 @@ class TextRL(Task):
             val_source = DatasetPrompts([str(val_file)], self.run.processor, cfg)
             return DatasetPrompts([str(train_file)], self.run.processor, cfg), [val_source[i] for i in range(len(val_source))]
         if cfg.data.train_files is None:
-            train = builtin_task.builtin_rows(cfg.data.builtin_task_size, seed=cfg.data.seed)
-            val = builtin_task.builtin_rows(BUILTIN_VALIDATION_ROWS, seed=cfg.data.seed + 1)
+            train = builtin_rows(cfg.data.builtin_task_size, seed=cfg.data.seed)
+            val = builtin_rows(BUILTIN_VALIDATION_ROWS, seed=cfg.data.seed + 1)
             return BuiltinPrompts(train, self._encode), [self._encode(row) for row in val]
         train_rows = DatasetPrompts(cfg.data.train_files, self.run.processor, cfg)
         if not cfg.data.val_files:  # never the training rows scored as val-core/* (the pre-flight says so)
@@ -161,7 +160,7 @@ class TextRL(Task):
 
     def _data_sources(self) -> set[str]:
         if self.config.data.train_files is None:
-            return {builtin_task.DATA_SOURCE}
+            return {DATA_SOURCE}
         return self.run.resolved.data_sources
 
     def prefetch(self, schedule: Callable[[int], list[Prepared]], first_step: int, last_step: int) -> None:
