@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from omni_data import DatasetConfig, RLDataset, RowError
+from omni_data import DatasetConfig, RLDataset, RowError, builtin
 from omni_data.convert import omnivideo_qi as qi
 from omni_data.errors import InputFormatError
 
@@ -25,31 +25,13 @@ MC_PROBLEM = "<video><audio>\nWhat happens?\nA. Nothing\nB. A door opens"
 
 
 def write_clip(path: Path, *, seconds: float = 1.0, fps: int = 4, size: int = 32) -> Path:
-    """An mp4 (mpeg4 frames + an AAC tone) through PyAV's bundled libav, no ffmpeg binary."""
-    import av
-
+    """An mp4 of frames brightening by 40 a frame and a 330 Hz tone (``omni_data.builtin.write_clip``:
+    PyAV's bundled libav, no ffmpeg binary)."""
     rate = 16_000
     path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), "w") as container:
-        video = container.add_stream("mpeg4", rate=fps)
-        video.width = video.height = size
-        video.pix_fmt = "yuv420p"
-        audio = container.add_stream("aac", rate=rate, layout="mono")
-        for i in range(int(seconds * fps)):
-            pixels = np.full((size, size, 3), (40 * i) % 256, dtype=np.uint8)
-            for packet in video.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
-                container.mux(packet)
-        tone = (0.3 * np.sin(2 * np.pi * 330 * np.arange(int(seconds * rate)) / rate)).astype(np.float32)[None]
-        for start in range(0, tone.shape[1], 1024):
-            chunk = av.AudioFrame.from_ndarray(np.ascontiguousarray(tone[:, start : start + 1024]), format="fltp",
-                                               layout="mono")
-            chunk.sample_rate, chunk.pts = rate, start
-            for packet in audio.encode(chunk):
-                container.mux(packet)
-        for stream in (video, audio):
-            for packet in stream.encode():
-                container.mux(packet)
-    return path
+    frames = [np.full((size, size, 3), (40 * i) % 256, dtype=np.uint8) for i in range(int(seconds * fps))]
+    tone = (0.3 * np.sin(2 * np.pi * 330 * np.arange(int(seconds * rate)) / rate)).astype(np.float32)[None]
+    return builtin.write_clip(path, frames, fps, tone, rate)
 
 
 def rec(sample_id: str, video: str = f"{LLAVA}/clips/one.mp4", audio: str = "./data/audios/one.mp3",

@@ -1,6 +1,6 @@
 """`uv run trainer actor_rollout_ref.model.stage=talker`: the tiny Qwen3-Omni's talker trained
 on the built-in speech task by the local engine, end to end, for a few steps (the full
-120-step run, whose reward rises, is measured in the README, not here)."""
+120-step run, whose reward rises, is measured in the docs (Speech), not here)."""
 
 from __future__ import annotations
 

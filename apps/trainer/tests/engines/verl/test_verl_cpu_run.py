@@ -203,28 +203,26 @@ def test_two_nodes_distil_save_and_resume_after_a_kill(inputs: tuple[str, Path, 
 
 
 def node_of_each_rank(address: str) -> dict[str, Any]:
-    """The nodes the run's actor ranks and ``omni_local`` servers ran on, from Ray's state API
-    (finished actors stay listed while the cluster lives)."""
+    """The nodes the run's actor ranks and ``omni_local`` servers ran on, from the cluster's GCS
+    actor table (finished actors stay listed while the cluster lives). Not Ray's state API: it
+    answers through the dashboard, which a second Ray on the machine (another test worker's) can
+    keep from starting ("Could not read 'dashboard' from GCS", seen under pytest-xdist)."""
     script = (
         "import json, ray\n"
-        "from ray.util.state import list_actors\n"
+        "from ray._private import state\n"
         f"ray.init(address={address!r}, log_to_driver=False)\n"
-        "actors = list_actors(limit=10000, detail=True)\n"
-        "ranks = [a.node_id for a in actors if 'WorkerDict' in a.class_name or 'ActorRollout' in a.class_name]\n"
-        "servers = [a.node_id for a in actors if a.class_name == 'LocalRolloutServer' and 'teacher' not in (a.name or '')]\n"
-        "teachers = [a.node_id for a in actors if a.class_name == 'LocalRolloutServer' and 'teacher' in (a.name or '')]\n"
+        "actors = [(a['ActorClassName'], a.get('Name') or '', a['Address']['NodeID'])\n"
+        "          for a in state.actors().values()]\n"
+        "ranks = [node for cls, _, node in actors if 'WorkerDict' in cls or 'ActorRollout' in cls]\n"
+        "servers = [node for cls, name, node in actors if cls == 'LocalRolloutServer' and 'teacher' not in name]\n"
+        "teachers = [node for cls, name, node in actors if cls == 'LocalRolloutServer' and 'teacher' in name]\n"
         "print(json.dumps({'ranks': ranks, 'servers': servers, 'teachers': teachers,\n"
-        "                  'classes': sorted({a.class_name for a in actors})}))\n"
+        "                  'classes': sorted({cls for cls, _, _ in actors})}))\n"
     )
-    # Ray's state API answers through the cluster's dashboard, which can still be starting or busy
-    # on a loaded machine (seen once with a second test's Ray beside this cluster): three tries.
-    for attempt in range(3):
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-        if done.returncode == 0:
-            result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-            return result
-        time.sleep(5 * (attempt + 1))
-    raise AssertionError(f"Ray's state API did not answer: {done.stderr[-3000:]}")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"the cluster's actor table could not be read: {done.stderr[-3000:]}"
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
 def test_a_talker_run_through_omni_local(inputs: tuple[str, Path, Path], tmp_path: Path) -> None:

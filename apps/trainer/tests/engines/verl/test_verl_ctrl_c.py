@@ -1,4 +1,4 @@
-"""Ctrl-C on the verl engine does what the README and ``--help`` say: the step in progress
+"""Ctrl-C on the verl engine does what the docs (Running the trainer) and ``--help`` say: the step in progress
 finishes, the run saves and exits 0, and the same command resumes it. It used to quit at
 once without saving (exit 130).
 
