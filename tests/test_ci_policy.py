@@ -73,27 +73,3 @@ def test_missing_extras_fail_in_ci(tree: Path, ci: str) -> None:
     assert module.returncode != 0 and "CI installs every extra" in module.stdout, module.stdout
     docs = run(tree, ci, "test_docs.py")  # the docs group is installed by CI too
     assert docs.returncode != 0 and "CI installs every extra" in docs.stdout, docs.stdout
-
-
-def test_the_longest_files_named_for_the_workers_still_exist() -> None:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
-    assert spec is not None and spec.loader is not None
-    conftest = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(conftest)
-    assert conftest.LONGEST_FILES and [name for name in conftest.LONGEST_FILES if not (ROOT / name).is_file()] == []
-
-
-def test_files_with_more_slow_tests_are_handed_out_first_each_kept_together(tmp_path: Path) -> None:
-    shutil.copy(ROOT / "conftest.py", tmp_path / "conftest.py")
-    slow = "import pytest\n@pytest.mark.slow\ndef test_{0}():\n    pass\n"
-    (tmp_path / "test_a.py").write_text("def test_a1():\n    pass\ndef test_a2():\n    pass\n")
-    (tmp_path / "test_b.py").write_text("def test_b1():\n    pass\n" + slow.format("b2"))
-    (tmp_path / "test_c.py").write_text(slow.format("c1") + "def test_c2():\n    pass\n" + slow.format("c3")[14:])
-    listed = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-W", "ignore", "."],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-    ).stdout
-    order = [line.split("::")[1] for line in listed.splitlines() if "::" in line]
-    assert order == ["test_c1", "test_c2", "test_c3", "test_b1", "test_b2", "test_a1", "test_a2"]
