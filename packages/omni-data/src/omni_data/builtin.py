@@ -149,6 +149,14 @@ def builtin_pairs(count: int, seed: int, media_dir: Path, *, split: str) -> list
     return rows
 
 
+def _publish(rows: list[dict[str, Any]], path: Path) -> None:
+    """``rows`` as RL parquet at ``path``, whole or not at all: a cached file another run reads is
+    never half-written."""
+    tmp = path.with_suffix(".tmp")
+    write_rl_parquet(rows, tmp)
+    tmp.replace(path)
+
+
 def write_builtin_pairs(out_dir: Path, *, train_pairs: int, seed: int) -> tuple[Path, Path]:
     """The built-in pairs as ``(train, val)`` parquet paths under ``out_dir``, written once per size
     and seed (training pairs from ``seed``, :data:`VALIDATION_PAIRS` validation pairs from ``seed + 1``)."""
@@ -157,9 +165,7 @@ def write_builtin_pairs(out_dir: Path, *, train_pairs: int, seed: int) -> tuple[
     for name, count, split_seed in (("train", train_pairs, seed), ("val", VALIDATION_PAIRS, seed + 1)):
         path = out / f"{name}.parquet"
         if not path.is_file():
-            tmp = path.with_suffix(".tmp")
-            write_rl_parquet(builtin_pairs(count, split_seed, out / f"{name}-media", split=name), tmp)
-            tmp.replace(path)
+            _publish(builtin_pairs(count, split_seed, out / f"{name}-media", split=name), path)
         paths.append(path)
     return paths[0], paths[1]
 
@@ -195,9 +201,7 @@ def _write(rows: list[dict[str, Any]], media_dir: Path, path: Path, *, split: st
             ground_truth=row["ground_truth"], ability="digits", extra_info={"split": split, "index": row["index"]},
             images=[{"bytes": png.getvalue(), "path": f"picture-{row['index']}.png"}], audios=[str(tone)],
         ))
-    tmp = path.with_suffix(".tmp")
-    write_rl_parquet(written, tmp)
-    tmp.replace(path)
+    _publish(written, path)
 
 
 def write_builtin_clips(out_dir: Path, *, train_rows: int, val_rows: int, seed: int) -> tuple[Path, Path]:
@@ -234,9 +238,7 @@ def _write_clips(specs: list[dict[str, Any]], media_dir: Path, path: Path, *, sp
             ground_truth=str(spec["beeps"]), ability="digits", extra_info={"split": split, "index": spec["index"]},
             videos=[str(clip)],
         ))
-    tmp = path.with_suffix(".tmp")
-    write_rl_parquet(rows, tmp)
-    tmp.replace(path)
+    _publish(rows, path)
 
 
 def write_clip(path: Path, frames: list[Any], fps: int, sound: Any, rate: int) -> Path:
